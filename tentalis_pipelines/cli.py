@@ -1,0 +1,205 @@
+"""`tentalis`: set up, run one learning cycle, look at the state, query the tables, open the UI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from tentalis_pipelines.settings import Paths
+
+app = typer.Typer(add_completion=False, help="Tentalis: LLM agents that learn from their manager's reviews.")
+console = Console()
+err = Console(stderr=True)
+
+DAGSTER_YAML = (Path(__file__).resolve().parent.parent / "dagster.yaml")
+_DEFAULT_INSTANCE_YAML = "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n"
+
+
+def _paths(home: str | None) -> Paths:
+    paths = Paths.from_env(home).ensure()
+    os.environ["TENTALIS_HOME"] = str(paths.home)
+    os.environ.setdefault("DAGSTER_HOME", str(paths.dagster_home))
+    instance_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+    if not instance_yaml.exists():
+        instance_yaml.parent.mkdir(parents=True, exist_ok=True)
+        text = DAGSTER_YAML.read_text() if DAGSTER_YAML.exists() else _DEFAULT_INSTANCE_YAML
+        instance_yaml.write_text(text)
+    return paths
+
+
+HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
+
+
+@app.command()
+def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help="'embedded' or a local model folder.")):
+    """Create the home folder and Dagster instance, and convert the embedded model once."""
+    paths = _paths(home)
+    from tentalis_pipelines.inference.models import resolve_model
+
+    with console.status("Preparing the model (first time: converting the embedded GGUF to safetensors)..."):
+        model_dir = resolve_model(model, paths.models)
+    console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
+
+
+STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints"]
+
+
+@app.command()
+def run(
+    home: str | None = HomeOpt,
+    num_tasks: int = typer.Option(16, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, help="Generator seed (default: the next unused one)."),
+    num_generations: int = typer.Option(4, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, help="Completion length limit."),
+    train: bool = typer.Option(True, help="Train a checkpoint after the batch."),
+):
+    """Run one learning cycle (learning_cycle_job) on the Dagster instance, with progress."""
+    _paths(home)
+    from dagster import DagsterEventType, DagsterInstance
+
+    from tentalis_pipelines.definitions import defs
+
+    job = defs.get_job_def("learning_cycle_job")
+    run_config = {
+        "ops": {
+            "register_batch": {"config": {"num_tasks": num_tasks, "seed": seed, "train": train}},
+            "train_policy": {"config": {"num_tasks": num_tasks, "seed": seed, "train": train}},
+        },
+        "resources": {"policy": {"config": {"num_generations": num_generations, "max_new_tokens": max_new_tokens}}},
+        # Progress comes from the event log below; the console logger only needs to show problems.
+        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+    }
+    instance = DagsterInstance.get()
+    run_id = str(uuid.uuid4())
+    outcome: dict = {}
+
+    def target():
+        try:
+            outcome["result"] = job.execute_in_process(run_config=run_config, instance=instance, run_id=run_id, raise_on_error=False)
+        except Exception as exc:  # surfaced below
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, daemon=True)
+    t0 = time.time()
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as progress:
+        bar = progress.add_task("learning cycle", total=len(STAGES) if train else len(STAGES) - 1)
+        worker.start()
+        done: set[str] = set()
+        while worker.is_alive():
+            time.sleep(1.0)
+            for rec in instance.all_logs(run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS}):
+                ev = rec.dagster_event
+                name = ev.asset_key.to_user_string() if ev.is_step_materialization else ev.step_key
+                if name in STAGES and name not in done:
+                    done.add(name)
+                    progress.advance(bar)
+                    progress.console.print(f"  [green]✓[/] {name}")
+            nxt = next((s for s in STAGES if s not in done), "")
+            progress.update(bar, description=f"learning cycle: {nxt}")
+        worker.join()
+    if "error" in outcome:
+        raise outcome["error"]
+    result = outcome["result"]
+    if not result.success:
+        for ev in result.all_events:
+            if ev.is_failure and ev.step_failure_data:
+                err.print(f"[red]{ev.step_key} failed:[/] {ev.step_failure_data.error.message.strip()}")
+        raise typer.Exit(1)
+    console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s (run {run_id})")
+    status(home=None)
+
+
+@app.command()
+def status(home: str | None = HomeOpt):
+    """Batches, trajectories, checkpoints and the last reward."""
+    paths = _paths(home)
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.pipeline import summarize
+
+    s = summarize(Lakehouse(paths.lakehouse))
+    t = Table(title=f"Tentalis at {paths.home}")
+    t.add_column("what")
+    t.add_column("value", justify="right")
+    for k in ("batches", "tasks", "rollouts", "trajectories", "quarantined"):
+        t.add_row(k, str(s[k]))
+    if s["last_batch"]:
+        b, reward, acc = s["last_batch"]
+        t.add_row("last batch", b)
+        t.add_row("last reward (mean)", f"{reward:.3f}")
+        t.add_row("last accuracy", f"{acc:.3f}")
+    console.print(t)
+    if s["checkpoints"]:
+        c = Table(title="checkpoints")
+        for col in ("checkpoint_id", "parent", "promoted", "trajectories", "loss", "reward_mean"):
+            c.add_column(col)
+        for cid, parent, promoted, n, metrics, _ in s["checkpoints"]:
+            m = json.loads(metrics)
+            c.add_row(cid, parent or "base", "yes" if promoted else "no", str(n), f"{m.get('loss', 0):.4f}", f"{m.get('reward_mean', 0):.3f}")
+        console.print(c)
+
+
+@app.command()
+def sql(
+    query: str = typer.Argument(..., help="DuckDB SQL over the tables (tasks, rollouts, step_scores, reviews, trajectories, checkpoints, quarantine)."),
+    format: str = typer.Option("table", "--format", "-f", help="table | json | csv"),
+    home: str | None = HomeOpt,
+):
+    """Query the lakehouse with DuckDB SQL."""
+    paths = _paths(home)
+    import duckdb
+
+    from tentalis_pipelines.lakehouse import Lakehouse
+
+    if format not in ("table", "json", "csv"):
+        err.print(f"[red]--format must be table, json or csv, not {format!r}[/]")
+        raise typer.Exit(2)
+    try:
+        result = Lakehouse(paths.lakehouse).sql(query)
+    except duckdb.Error as exc:
+        err.print(f"[red]SQL error:[/] {exc}")
+        raise typer.Exit(1) from None
+    rows = result.to_pylist()
+    if format == "json":
+        sys.stdout.write(json.dumps(rows, default=str) + "\n")
+    elif format == "csv":
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=result.column_names)
+        w.writeheader()
+        w.writerows(rows)
+        sys.stdout.write(buf.getvalue())
+    else:
+        t = Table()
+        for c in result.column_names:
+            t.add_column(c)
+        for r in rows:
+            t.add_row(*[str(v) for v in r.values()])
+        console.print(t)
+
+
+@app.command()
+def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web server port.")):
+    """Start the Dagster UI and daemon (`dagster dev -w workspace.yaml`)."""
+    _paths(home)
+    root = Path(__file__).resolve().parent.parent
+    workspace = root / "workspace.yaml"
+    if not workspace.exists():
+        err.print(f"[red]workspace.yaml not found at {workspace}[/]: run `tentalis ui` from a Tentalis checkout")
+        raise typer.Exit(2)
+    os.chdir(root)
+    os.execvp("dagster", ["dagster", "dev", "-w", str(workspace), "-p", str(port)])
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,30 @@
+"""The composition root: every asset, job, sensor, schedule and resource of Tentalis."""
+
+from __future__ import annotations
+
+from dagster import Definitions
+
+from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.training_assets import checkpoints
+from jobs.jobs import learning_cycle_job, rollout_job, train_job
+from jobs.sensors import fresh_trajectories, nightly_training, task_inbox
+from tentalis_pipelines.resources import (
+    LakehouseResource,
+    PolicyResource,
+    ReviewResource,
+    TrainerResource,
+    env_or,
+)
+
+defs = Definitions(
+    assets=[tasks, rollouts, step_scores, reviews, trajectories, checkpoints],
+    jobs=[rollout_job, train_job, learning_cycle_job],
+    sensors=[task_inbox, fresh_trajectories],
+    schedules=[nightly_training],
+    resources={
+        "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),
+        "policy": PolicyResource(model=env_or("TENTALIS_MODEL", "embedded")),
+        "review": ReviewResource(),
+        "trainer": TrainerResource(),
+    },
+)

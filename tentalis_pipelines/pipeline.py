@@ -1,0 +1,422 @@
+"""The stages of the learning loop as plain functions over the lakehouse.
+
+Each stage reads its input tables, calls the library and replaces its own output for one batch. The
+Dagster assets (``assets/``) and the one-shot learning-cycle job (``jobs/``) both call these, so the
+logic is tested without Dagster and runs the same way from the UI, the CLI and CI.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from tentalis_pipelines.inference.base import SamplingParams, make_backend
+from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
+from tentalis_pipelines.inference.prompts import render_prompt
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.advantages import group_advantages
+from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
+from tentalis_pipelines.rewards.math_answers import answers_match
+from tentalis_pipelines.rewards.process import check_step
+from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine, format_score
+from tentalis_pipelines.rewards.steps import parse_completion
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.tasks.batches import load_batch
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training.trainer import GRPOConfig, TrainSample, build_policy, train_grpo
+
+
+@dataclass
+class StageResult:
+    rows: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    model: str = EMBEDDED
+    backend: str = "transformers"
+    num_generations: int = 4
+    max_new_tokens: int = 128
+    temperature: float = 0.8
+    top_p: float = 1.0
+    seed: int = 0
+    max_batch_tokens: int = 16384
+    worked_example: bool = True
+
+    @property
+    def model_name(self) -> str:
+        return EMBEDDED_NAME if self.model == EMBEDDED else self.model
+
+
+def markdown_table(rows: list[dict[str, Any]], limit: int = 10) -> str:
+    if not rows:
+        return "_no rows_"
+    cols = list(rows[0])
+    out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows[:limit]:
+        out.append("| " + " | ".join(_cell(r[c]) for c in cols) + " |")
+    if len(rows) > limit:
+        out.append(f"\n_{len(rows) - limit} more rows_")
+    return "\n".join(out)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, float):
+        return f"{v:.3f}"
+    s = str(v).replace("\n", " ").replace("|", "\\|")
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+# --------------------------------------------------------------------------- tasks
+def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str) -> StageResult:
+    loaded = load_batch(paths.batches, batch_id, now_utc())
+    # Quarantine first: if the task write fails, the rejected lines are still on record.
+    n_bad = lake.quarantine(loaded.rejects, batch_id=batch_id, stage="tasks")
+    n = lake.write_batch("tasks", batch_id, loaded.tasks)
+    return StageResult(
+        n,
+        {
+            "num_tasks": n,
+            "quarantined_lines": n_bad,
+            "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in loaded.tasks]),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- rollouts
+def current_policy(lake: Lakehouse, paths: Paths) -> tuple[str, str | None]:
+    """(policy_version, adapter_dir) of the newest promoted checkpoint, or ('base', None)."""
+    row = ckpt.latest_promoted(lake)
+    return ("base", None) if row is None else (row["checkpoint_id"], row["adapter_uri"])
+
+
+def rollout_id(batch_id: str, task_id: str, policy_version: str, group_index: int) -> str:
+    import hashlib
+
+    key = f"{batch_id}\x1f{task_id}\x1f{policy_version}\x1f{group_index}"
+    return "r-" + hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> StageResult:
+    tasks = lake.read("tasks", batch_id=batch_id).to_pylist()
+    if not tasks:
+        raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
+    version, adapter = current_policy(lake, paths)
+    if backend is None:
+        model_dir = resolve_model(policy.model, paths.models)
+        backend = make_backend(policy.backend, model_dir=model_dir, adapter_dir=adapter, model_name=policy.model_name)
+    prompts = [render_prompt(backend.tokenizer, t["prompt"], worked_example=policy.worked_example) for t in tasks]
+    params = SamplingParams(
+        num_generations=policy.num_generations,
+        max_new_tokens=policy.max_new_tokens,
+        temperature=policy.temperature,
+        top_p=policy.top_p,
+        seed=policy.seed,
+    )
+    t0 = time.perf_counter()
+    generations = backend.generate(prompts, params)
+    wall = time.perf_counter() - t0
+    created = now_utc()
+    rows = []
+    for task, prompt, gens in zip(tasks, prompts, generations):
+        for g_idx, g in enumerate(gens):
+            parsed = parse_completion(g.text)
+            rows.append(
+                {
+                    "batch_id": batch_id,
+                    "rollout_id": rollout_id(batch_id, task["task_id"], version, g_idx),
+                    "task_id": task["task_id"],
+                    "group_index": g_idx,
+                    "policy_version": version,
+                    "backend": backend.name,
+                    "model": backend.model_name,
+                    "prompt_text": prompt,
+                    "completion": g.text,
+                    "steps": parsed.steps,
+                    "answer": parsed.answer,
+                    "parse_mode": parsed.parse_mode,
+                    "prompt_tokens": g.prompt_tokens,
+                    "completion_tokens": len(g.token_ids),
+                    "completion_token_ids": g.token_ids,
+                    "sampling_logprobs": g.logprobs,
+                    "finish_reason": g.finish_reason,
+                    "temperature": policy.temperature,
+                    "seconds": g.seconds,
+                    "created_at": created,
+                }
+            )
+    n = lake.write_batch("rollouts", batch_id, rows)
+    tokens = sum(r["completion_tokens"] for r in rows)
+    return StageResult(
+        n,
+        {
+            "num_rollouts": n,
+            "policy_version": version,
+            "completion_tokens": tokens,
+            "tokens_per_second": round(tokens / wall, 1) if wall else 0.0,
+            "tagged_answer_rate": round(sum(r["parse_mode"] == "tagged" for r in rows) / max(n, 1), 3),
+            "preview": markdown_table([{"task_id": r["task_id"], "completion": r["completion"], "answer": r["answer"]} for r in rows]),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- step scores
+def build_step_scores(lake: Lakehouse, batch_id: str) -> StageResult:
+    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "steps"]).to_pylist()
+    rows = []
+    for r in rollouts:
+        for i, step in enumerate(r["steps"] or []):
+            chk = check_step(step)
+            rows.append(
+                {
+                    "batch_id": batch_id,
+                    "rollout_id": r["rollout_id"],
+                    "step_index": i,
+                    "step_text": step,
+                    "scorer": "calculator",
+                    "score": chk.score,
+                    "votes": [] if chk.score is None else [chk.score],
+                    "rationale": chk.rationale,
+                }
+            )
+    n = lake.write_batch("step_scores", batch_id, rows)
+    checked = [r["score"] for r in rows if r["score"] is not None]
+    return StageResult(
+        n,
+        {
+            "num_steps": n,
+            "checked_steps": len(checked),
+            "correct_step_rate": round(sum(checked) / len(checked), 3) if checked else None,
+        },
+    )
+
+
+# --------------------------------------------------------------------------- reviews
+def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[r["rollout_id"]].append(r)
+    for v in out.values():
+        v.sort(key=lambda r: r["step_index"])
+    return out
+
+
+def _review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInput]]:
+    tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    steps = _by_rollout(lake.read("step_scores", batch_id=batch_id).to_pylist())
+    out = []
+    for r in lake.read("rollouts", batch_id=batch_id).to_pylist():
+        parsed = parse_completion(r["completion"])
+        ref = tasks[r["task_id"]]["reference"]
+        s = steps.get(r["rollout_id"], [])
+        out.append(
+            (
+                r,
+                ReviewInput(
+                    reference=ref,
+                    answer=r["answer"],
+                    correct=answers_match(r["answer"], ref),
+                    answer_tagged=parsed.has_answer_tag,
+                    format_score=format_score(parsed, r["finish_reason"]),
+                    steps=list(r["steps"] or []),
+                    step_scores=[x["score"] for x in s],
+                    step_rationales=[x["rationale"] for x in s],
+                    finish_reason=r["finish_reason"],
+                ),
+            )
+        )
+    return out
+
+
+def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier") -> StageResult:
+    mgr = get_manager(manager)
+    created = now_utc()
+    rows = []
+    for r, x in _review_inputs(lake, batch_id):
+        rev = mgr.review(x)
+        rows.append(
+            {"batch_id": batch_id, "rollout_id": r["rollout_id"], "manager": mgr.name, "score": rev.score,
+             "critique": rev.critique, "hint": rev.hint, "created_at": created}
+        )
+    n = lake.write_batch("reviews", batch_id, rows)
+    return StageResult(
+        n,
+        {
+            "num_reviews": n,
+            "mean_score": round(sum(r["score"] for r in rows) / max(n, 1), 3),
+            "preview": markdown_table([{"rollout_id": r["rollout_id"], "score": r["score"], "critique": r["critique"]} for r in rows]),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- trajectories
+def build_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False) -> StageResult:
+    tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    created = now_utc()
+    rows = []
+    for r, x in _review_inputs(lake, batch_id):
+        if r["rollout_id"] not in reviews:
+            raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
+        env = tasks[r["task_id"]]["environment"]
+        weights = DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
+        checked = [s for s in x.step_scores if s is not None]
+        process = sum(checked) / len(checked) if checked else None
+        outcome = 1.0 if x.correct else 0.0
+        manager = reviews[r["rollout_id"]]["score"]
+        rows.append(
+            {
+                "batch_id": batch_id,
+                "rollout_id": r["rollout_id"],
+                "task_id": r["task_id"],
+                "group_index": r["group_index"],
+                "policy_version": r["policy_version"],
+                "outcome_reward": outcome,
+                "format_reward": x.format_score,
+                "process_reward": process,
+                "step_rewards": x.step_scores,
+                "manager_score": manager,
+                "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager),
+                "reward_weights": weights.to_json(),
+                "created_at": created,
+            }
+        )
+    adv, signal = group_advantages([f"{r['task_id']}|{r['policy_version']}" for r in rows], [r["reward"] for r in rows], scale_rewards=scale_rewards)
+    for row, a, s in zip(rows, adv, signal):
+        row["advantage"] = a
+        row["kept"] = bool(s) if dynamic_sampling else True
+    n = lake.write_batch("trajectories", batch_id, rows)
+    return StageResult(
+        n,
+        {
+            "num_trajectories": n,
+            "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4),
+            "accuracy": round(sum(r["outcome_reward"] for r in rows) / max(n, 1), 4),
+            "groups": len({r["task_id"] for r in rows}),
+            "groups_with_signal": len({r["task_id"] for r, s in zip(rows, signal) if s}),
+        },
+    )
+
+
+# --------------------------------------------------------------------------- training
+FRESH_SQL = """
+select t.* from trajectories t
+where t.kept and t.policy_version = $policy
+  and t.rollout_id not in (select unnest(trajectory_ids) from checkpoints)
+"""
+
+
+def fresh_trajectories(lake: Lakehouse, policy_version: str):
+    """Trajectories sampled by the serving policy that no checkpoint has trained on yet."""
+    con = lake.duckdb()
+    try:
+        return con.execute(FRESH_SQL, {"policy": policy_version}).fetch_arrow_table()
+    finally:
+        con.close()
+
+
+def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
+    version, _ = current_policy(lake, paths)
+    return fresh_trajectories(lake, version).num_rows
+
+
+def train_checkpoint(
+    lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None
+) -> StageResult:
+    from transformers import AutoTokenizer
+
+    version, adapter = current_policy(lake, paths)
+    fresh = fresh_trajectories(lake, version).to_pylist()
+    if not fresh:
+        raise ValueError(
+            f"no fresh trajectories for policy {version!r}: run rollouts for a new batch first "
+            "(every trajectory sampled by this policy has been trained on)"
+        )
+    ids = {r["rollout_id"] for r in fresh}
+    batches = sorted({r["batch_id"] for r in fresh})
+    rollouts = {}
+    for b in batches:
+        for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "prompt_text", "completion_token_ids", "sampling_logprobs"]).to_pylist():
+            if r["rollout_id"] in ids:
+                rollouts[r["rollout_id"]] = r
+    model_dir = resolve_model(policy.model, paths.models)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompt_cache: dict[str, list[int]] = {}
+    samples = []
+    for t in fresh:
+        ro = rollouts[t["rollout_id"]]
+        if not ro["completion_token_ids"]:
+            continue
+        p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
+        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), old_logps=ro["sampling_logprobs"]))
+    if not any(abs(s.advantage) > 1e-8 for s in samples):
+        raise ValueError(
+            f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
+            "sample more generations per task, raise the temperature, or add easier tasks"
+        )
+    config = GRPOConfig(**{**config.to_dict(), "temperature": policy.temperature, "max_completion_length": policy.max_new_tokens})
+    model = build_policy(model_dir, adapter, config)
+    result = train_grpo(model, tokenizer, samples, config, on_step=on_step)
+    checkpoint_id = ckpt.new_checkpoint_id()
+    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id)
+    metrics = {**result.metrics, "reward_mean": sum(t["reward"] for t in fresh) / len(fresh),
+               "accuracy_mean": sum(t["outcome_reward"] for t in fresh) / len(fresh)}
+    ckpt.record_checkpoint(
+        lake,
+        {
+            "checkpoint_id": checkpoint_id,
+            "parent_id": None if version == "base" else version,
+            "base_model": policy.model_name,
+            "adapter_uri": str(path),
+            "algorithm": config.loss_type,
+            "config": config.to_dict(),
+            "trained_on": batches,
+            "trajectory_ids": sorted(ids),
+            "trajectory_count": len(fresh),
+            "metrics": metrics,
+            "promoted": False,
+        },
+    )
+    if promote:
+        ckpt.promote(lake, checkpoint_id)
+    return StageResult(
+        1,
+        {
+            "checkpoint_id": checkpoint_id,
+            "parent_id": version,
+            "promoted": promote,
+            "trained_on": ", ".join(batches),
+            "history": markdown_table(result.history, limit=50),
+            **{k: round(v, 5) if isinstance(v, float) else v for k, v in metrics.items()},
+        },
+    )
+
+
+def summarize(lake: Lakehouse) -> dict[str, Any]:
+    """Numbers for `tentalis status`."""
+    con = lake.duckdb()
+    try:
+        q = lambda s: con.execute(s).fetchall()  # noqa: E731
+        out = {
+            "batches": q("select count(distinct batch_id) from tasks")[0][0],
+            "tasks": q("select count(*) from tasks")[0][0],
+            "rollouts": q("select count(*) from rollouts")[0][0],
+            "trajectories": q("select count(*) from trajectories")[0][0],
+            "quarantined": q("select count(*) from quarantine")[0][0],
+            "checkpoints": q("select checkpoint_id, parent_id, promoted, trajectory_count, metrics, created_at from checkpoints order by created_at")
+        }
+        last = q("select batch_id, avg(reward), avg(outcome_reward) from trajectories group by batch_id order by max(created_at) desc limit 1")
+        out["last_batch"] = last[0] if last else None
+        return out
+    finally:
+        con.close()
+
+
+def loads(s: str) -> Any:
+    return json.loads(s) if s else {}

@@ -1,0 +1,77 @@
+"""Dagster resources: configuration a person can read and change in the UI or with env vars."""
+
+from __future__ import annotations
+
+import os
+
+from dagster import ConfigurableResource, EnvVar
+
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.pipeline import PolicySettings
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.training.trainer import GRPOConfig
+
+
+def env_or(name: str, default):
+    """``EnvVar(name)`` when the variable is set (the UI then shows where the value came from), else the default."""
+    return EnvVar(name) if os.environ.get(name) else default
+
+
+class LakehouseResource(ConfigurableResource):
+    """Where state lives: ``home`` (default ``$TENTALIS_HOME`` or ``./.tentalis``) holds the Delta
+    tables, checkpoints, model cache and inbox."""
+
+    home: str | None = None
+
+    def paths(self) -> Paths:
+        return Paths.from_env(self.home).ensure()
+
+    def lakehouse(self) -> Lakehouse:
+        return Lakehouse(self.paths().lakehouse)
+
+
+class PolicyResource(ConfigurableResource):
+    """The policy that samples rollouts: model (``embedded`` = SmolLM2-135M-Instruct, or a local folder),
+    backend and sampling settings (TRL names: ``num_generations``, ``temperature``)."""
+
+    model: str = "embedded"
+    backend: str = "transformers"
+    num_generations: int = 4
+    max_new_tokens: int = 128
+    temperature: float = 0.8
+    top_p: float = 1.0
+    seed: int = 0
+
+    def settings(self) -> PolicySettings:
+        return PolicySettings(
+            model=self.model, backend=self.backend, num_generations=self.num_generations,
+            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+        )
+
+
+class TrainerResource(ConfigurableResource):
+    """GRPO-family training settings (names as in TRL's GRPOConfig) and the promotion policy."""
+
+    loss_type: str = "grpo"
+    beta: float = 0.04
+    epsilon: float = 0.2
+    epsilon_high: float | None = None
+    num_iterations: int = 1
+    learning_rate: float = 1e-4
+    per_step_rows: int = 64
+    scale_rewards: str = "group"
+    dynamic_sampling: bool = False
+    promote: bool = True
+    fresh_trajectory_threshold: int = 64
+
+    def config(self) -> GRPOConfig:
+        return GRPOConfig(
+            loss_type=self.loss_type, beta=self.beta, epsilon=self.epsilon, epsilon_high=self.epsilon_high,
+            num_iterations=self.num_iterations, learning_rate=self.learning_rate, per_step_rows=self.per_step_rows,
+        )
+
+
+class ReviewResource(ConfigurableResource):
+    """Which manager reviews each rollout (``verifier`` by default)."""
+
+    manager: str = "verifier"

@@ -1,0 +1,1 @@
+"""Answer verifiers, step parsing and checks, manager reviews, reward combination, advantages."""

@@ -1,0 +1,236 @@
+"""The data contract: one Arrow schema and one pydantic row model per lakehouse table.
+
+The Arrow schema is what lands in Delta; the pydantic model validates rows that come from outside
+(task files, human reviews) and documents each column. ``tests/test_schemas.py`` keeps the two in step.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import pyarrow as pa
+from pydantic import BaseModel, Field
+
+TS = pa.timestamp("us", tz="UTC")
+
+
+class TaskRow(BaseModel):
+    batch_id: str
+    task_id: str
+    source: str = Field(description="where the task came from: a generator name or a file path")
+    environment: str = Field(description="math | code | chat")
+    prompt: str
+    reference: str = Field(description="ground truth: the answer, or tests for code")
+    difficulty: int | None = None
+    metadata: str = Field("{}", description="JSON object with anything else the source knew")
+    created_at: datetime
+
+
+class RolloutRow(BaseModel):
+    batch_id: str
+    rollout_id: str
+    task_id: str
+    group_index: int
+    policy_version: str = Field(description="checkpoint id that sampled it, or 'base'")
+    backend: str
+    model: str
+    prompt_text: str
+    completion: str
+    steps: list[str]
+    answer: str | None
+    parse_mode: str = Field(description="'tagged' when <step>/<answer> tags were used, else 'fallback'")
+    prompt_tokens: int
+    completion_tokens: int
+    completion_token_ids: list[int]
+    sampling_logprobs: list[float] | None = None
+    finish_reason: str = Field(description="'stop' (EOS or </answer>) or 'length'")
+    temperature: float
+    seconds: float
+    created_at: datetime
+
+
+class StepScoreRow(BaseModel):
+    batch_id: str
+    rollout_id: str
+    step_index: int
+    step_text: str
+    scorer: str
+    score: float | None
+    votes: list[float]
+    rationale: str
+
+
+class ReviewRow(BaseModel):
+    batch_id: str
+    rollout_id: str
+    manager: str
+    score: float
+    critique: str
+    hint: str
+    created_at: datetime
+
+
+class TrajectoryRow(BaseModel):
+    batch_id: str
+    rollout_id: str
+    task_id: str
+    group_index: int
+    policy_version: str
+    outcome_reward: float
+    format_reward: float
+    process_reward: float | None
+    step_rewards: list[float | None]
+    manager_score: float
+    reward: float
+    reward_weights: str = Field(description="JSON of the weights that combined the components")
+    advantage: float
+    kept: bool = Field(description="False when dynamic sampling drops the group (all rewards equal)")
+    created_at: datetime
+
+
+class CheckpointRow(BaseModel):
+    checkpoint_id: str
+    parent_id: str | None
+    base_model: str
+    adapter_uri: str
+    algorithm: str
+    config: str
+    trained_on: list[str]
+    trajectory_ids: list[str]
+    trajectory_count: int
+    metrics: str
+    promoted: bool
+    created_at: datetime
+
+
+class QuarantineRow(BaseModel):
+    source: str
+    line: int | None
+    raw: str
+    error: str
+    batch_id: str | None
+    stage: str
+    seen_at: datetime
+
+
+SCHEMAS: dict[str, pa.Schema] = {
+    "tasks": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("task_id", pa.string(), False),
+            ("source", pa.string()),
+            ("environment", pa.string()),
+            ("prompt", pa.string()),
+            ("reference", pa.string()),
+            ("difficulty", pa.int32()),
+            ("metadata", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "rollouts": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("task_id", pa.string()),
+            ("group_index", pa.int32()),
+            ("policy_version", pa.string()),
+            ("backend", pa.string()),
+            ("model", pa.string()),
+            ("prompt_text", pa.string()),
+            ("completion", pa.string()),
+            ("steps", pa.list_(pa.string())),
+            ("answer", pa.string()),
+            ("parse_mode", pa.string()),
+            ("prompt_tokens", pa.int32()),
+            ("completion_tokens", pa.int32()),
+            ("completion_token_ids", pa.list_(pa.int32())),
+            ("sampling_logprobs", pa.list_(pa.float32())),
+            ("finish_reason", pa.string()),
+            ("temperature", pa.float64()),
+            ("seconds", pa.float64()),
+            ("created_at", TS),
+        ]
+    ),
+    "step_scores": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("step_index", pa.int32()),
+            ("step_text", pa.string()),
+            ("scorer", pa.string()),
+            ("score", pa.float64()),
+            ("votes", pa.list_(pa.float64())),
+            ("rationale", pa.string()),
+        ]
+    ),
+    "reviews": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("manager", pa.string()),
+            ("score", pa.float64()),
+            ("critique", pa.string()),
+            ("hint", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "trajectories": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("task_id", pa.string()),
+            ("group_index", pa.int32()),
+            ("policy_version", pa.string()),
+            ("outcome_reward", pa.float64()),
+            ("format_reward", pa.float64()),
+            ("process_reward", pa.float64()),
+            ("step_rewards", pa.list_(pa.float64())),
+            ("manager_score", pa.float64()),
+            ("reward", pa.float64()),
+            ("reward_weights", pa.string()),
+            ("advantage", pa.float64()),
+            ("kept", pa.bool_()),
+            ("created_at", TS),
+        ]
+    ),
+    "checkpoints": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("parent_id", pa.string()),
+            ("base_model", pa.string()),
+            ("adapter_uri", pa.string()),
+            ("algorithm", pa.string()),
+            ("config", pa.string()),
+            ("trained_on", pa.list_(pa.string())),
+            ("trajectory_ids", pa.list_(pa.string())),
+            ("trajectory_count", pa.int64()),
+            ("metrics", pa.string()),
+            ("promoted", pa.bool_()),
+            ("created_at", TS),
+        ]
+    ),
+    "quarantine": pa.schema(
+        [
+            ("source", pa.string()),
+            ("line", pa.int64()),
+            ("raw", pa.string()),
+            ("error", pa.string()),
+            ("batch_id", pa.string()),
+            ("stage", pa.string()),
+            ("seen_at", TS),
+        ]
+    ),
+}
+
+ROW_MODELS: dict[str, type[BaseModel]] = {
+    "tasks": TaskRow,
+    "rollouts": RolloutRow,
+    "step_scores": StepScoreRow,
+    "reviews": ReviewRow,
+    "trajectories": TrajectoryRow,
+    "checkpoints": CheckpointRow,
+    "quarantine": QuarantineRow,
+}
+
+# Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")

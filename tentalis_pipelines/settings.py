@@ -1,0 +1,57 @@
+"""Where Tentalis keeps its state. Everything lives under one home folder (``$TENTALIS_HOME``)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_HOME = ".tentalis"
+
+
+@dataclass(frozen=True)
+class Paths:
+    """All on-disk locations, derived from one home folder."""
+
+    home: Path
+
+    @classmethod
+    def from_env(cls, home: str | os.PathLike[str] | None = None) -> Paths:
+        raw = home or os.environ.get("TENTALIS_HOME") or DEFAULT_HOME
+        return cls(Path(raw).expanduser().resolve())
+
+    @property
+    def lakehouse(self) -> Path:
+        return self.home / "lakehouse"
+
+    @property
+    def checkpoints(self) -> Path:
+        return self.home / "checkpoints"
+
+    @property
+    def models(self) -> Path:
+        return self.home / "models"
+
+    @property
+    def inbox(self) -> Path:
+        return self.home / "inbox"
+
+    @property
+    def batches(self) -> Path:
+        """Immutable snapshots of every registered task batch (so a re-run sees the same input)."""
+        return self.home / "batches"
+
+    @property
+    def dagster_home(self) -> Path:
+        return self.home / "dagster"
+
+    def ensure(self) -> Paths:
+        for p in (self.lakehouse, self.checkpoints, self.models, self.inbox, self.batches, self.dagster_home):
+            p.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+def data_dir() -> Path | None:
+    """Benchmark data folder (GSM8K, MATH-500, ProcessBench) from ``$TENTALIS_DATA_DIR``, if set."""
+    raw = os.environ.get("TENTALIS_DATA_DIR")
+    return Path(raw).expanduser().resolve() if raw else None

@@ -1,0 +1,127 @@
+"""Task batches: the unit of work of the pipeline (one Dagster dynamic partition each).
+
+A batch is registered once, with an immutable snapshot of its input under ``$TENTALIS_HOME/batches``:
+either a copy of an inbox file or the parameters of a seeded generator. Re-running a batch therefore
+reads exactly what its first run read, even if the inbox file has since changed or gone.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from tentalis_pipelines.lakehouse import validate_batch_id
+from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
+from tentalis_pipelines.tasks.jsonl import LoadedTasks, load_jsonl_tasks
+
+
+class BatchNotRegistered(LookupError):
+    pass
+
+
+@dataclass(frozen=True)
+class InboxFile:
+    path: Path
+    batch_id: str
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:80] or "batch"
+
+
+def inbox_batch_id(path: Path) -> str:
+    """Stable id for an inbox file: its name plus a hash of its bytes (same file, same batch)."""
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    return f"{_slug(path.stem)}-{digest}"
+
+
+def scan_inbox(inbox: Path) -> list[InboxFile]:
+    """The ``*.jsonl`` files in the inbox, oldest first. Files still being written (``.part``) are skipped."""
+    if not inbox.exists():
+        return []
+    files = sorted((p for p in inbox.glob("*.jsonl") if p.is_file()), key=lambda p: (p.stat().st_mtime, p.name))
+    return [InboxFile(p, inbox_batch_id(p)) for p in files]
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = None) -> str:
+    """Snapshot a JSONL task file as a batch. Idempotent for the same batch id."""
+    batch_id = validate_batch_id(batch_id or inbox_batch_id(path))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "manifest.json").exists():
+        tmp = folder / ".tasks.jsonl.tmp"
+        shutil.copyfile(path, tmp)
+        os.replace(tmp, folder / "tasks.jsonl")
+        _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": str(path), "file": "tasks.jsonl"}))
+    return batch_id
+
+
+def generated_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
+    return f"arith-s{seed}-n{num_tasks}-l{''.join(map(str, levels))}"
+
+
+def register_generated_batch(
+    batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1, 2), batch_id: str | None = None
+) -> str:
+    """Record the parameters of a seeded arithmetic batch. Idempotent for the same batch id."""
+    batch_id = validate_batch_id(batch_id or generated_batch_id(seed, num_tasks, levels))
+    generate_arithmetic(1, seed=seed, levels=levels)  # validate the parameters now, not at run time
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"kind": "arithmetic", "seed": seed, "num_tasks": num_tasks, "levels": list(levels)}
+    path = folder / "manifest.json"
+    if path.exists():
+        existing = json.loads(path.read_text())
+        if existing != manifest:
+            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
+    else:
+        _atomic_write(path, json.dumps(manifest))
+    return batch_id
+
+
+# Seeds at or above this are reserved for held-out evaluation sets; training batches never use them.
+HELD_OUT_SEED_BASE = 1_000_000
+
+
+def next_generator_seed(batches_dir: Path) -> int:
+    """The smallest training seed above every seed already used by a registered generated batch."""
+    used = [0]
+    for manifest in batches_dir.glob("*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("kind") == "arithmetic" and m["seed"] < HELD_OUT_SEED_BASE:
+            used.append(m["seed"])
+    return max(used) + 1
+
+
+def batch_manifest(batches_dir: Path, batch_id: str) -> dict[str, Any]:
+    path = batches_dir / validate_batch_id(batch_id) / "manifest.json"
+    if not path.exists():
+        raise BatchNotRegistered(
+            f"task batch {batch_id!r} is not registered under {batches_dir}: drop a .jsonl file into the "
+            "inbox (the task_inbox sensor registers it) or run `tentalis run`"
+        )
+    return json.loads(path.read_text())
+
+
+def load_batch(batches_dir: Path, batch_id: str, created_at: datetime) -> LoadedTasks:
+    """The task rows (and quarantined lines) of a registered batch."""
+    manifest = batch_manifest(batches_dir, batch_id)
+    if manifest["kind"] == "jsonl":
+        return load_jsonl_tasks(batches_dir / batch_id / manifest["file"], batch_id, created_at, source=manifest["source"])
+    if manifest["kind"] == "arithmetic":
+        tasks = generate_arithmetic(manifest["num_tasks"], seed=manifest["seed"], levels=tuple(manifest["levels"]))
+        return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))
+    raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")

@@ -1,0 +1,96 @@
+"""GRPO-family policy losses, named and defined as in TRL's GRPOTrainer (``loss_type``).
+
+All functions work on per-token tensors of shape [rows, completion_tokens] with a 0/1 ``mask``
+(prompt and padding excluded). ``advantages`` is per token (a per-sequence advantage is broadcast),
+so process-supervised advantages plug in unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+LOSS_TYPES = ("grpo", "dr_grpo", "dapo", "cispo", "gspo")
+
+
+def k3_kl(logps: torch.Tensor, ref_logps: torch.Tensor) -> torch.Tensor:
+    """Per-token k3 estimator of KL(pi || ref): exp(ref - new) - (ref - new) - 1 (always >= 0)."""
+    d = ref_logps - logps
+    return torch.exp(d) - d - 1
+
+
+@dataclass
+class LossParts:
+    per_token: torch.Tensor
+    kl: torch.Tensor | None
+    clipped: torch.Tensor  # bool per token: the ratio hit the clip range
+
+
+def per_token_loss(
+    loss_type: str,
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon: float = 0.2,
+    epsilon_high: float | None = None,
+    beta: float = 0.0,
+    ref_logps: torch.Tensor | None = None,
+) -> LossParts:
+    if loss_type not in LOSS_TYPES:
+        raise ValueError(f"unknown loss_type {loss_type!r}; choose one of {LOSS_TYPES}")
+    eps_low = epsilon
+    eps_high = epsilon_high if epsilon_high is not None else epsilon
+    log_ratio = logps - old_logps
+    if loss_type == "gspo":
+        # Sequence-level importance ratio (GSPO): the length-normalised sequence log-ratio, with the
+        # per-token gradient of log pi kept (the stop-gradient trick from the paper and TRL).
+        seq = (log_ratio * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1)
+        log_ratio = logps - logps.detach() + seq.detach()
+    ratio = torch.exp(log_ratio)
+    if loss_type == "cispo":
+        # CISPO: clip the importance weight itself (stop-gradient) and weight log pi by it, so clipped
+        # tokens still get a gradient through log pi.
+        weight = torch.clamp(ratio, max=1 + eps_high).detach()
+        loss = -weight * advantages * logps
+        clipped = ratio > 1 + eps_high
+    else:
+        unclipped = ratio * advantages
+        clipped_obj = torch.clamp(ratio, 1 - eps_low, 1 + eps_high) * advantages
+        loss = -torch.min(unclipped, clipped_obj)
+        clipped = ((ratio < 1 - eps_low) & (advantages < 0)) | ((ratio > 1 + eps_high) & (advantages > 0))
+    kl = None
+    if beta != 0.0:
+        if ref_logps is None:
+            raise ValueError("beta != 0 needs reference log-probs")
+        kl = k3_kl(logps, ref_logps)
+        loss = loss + beta * kl
+    return LossParts(loss, kl, clipped)
+
+
+def aggregate(
+    loss_type: str,
+    per_token: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    rows_in_step: int,
+    tokens_in_step: int,
+    max_completion_length: int,
+) -> torch.Tensor:
+    """Reduce a micro-batch's per-token loss so that summing micro-batches gives the step's loss.
+
+    * ``grpo``/``gspo``: mean over each sequence's tokens, then mean over sequences;
+    * ``dapo``/``cispo``: token-level mean over all tokens of the step;
+    * ``dr_grpo``: sum over tokens divided by rows x ``max_completion_length`` (a constant, so long
+      and short answers are not weighted differently).
+    """
+    masked = per_token * mask
+    if loss_type in ("grpo", "gspo"):
+        return (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / rows_in_step
+    if loss_type in ("dapo", "cispo"):
+        return masked.sum() / max(tokens_in_step, 1)
+    if loss_type == "dr_grpo":
+        return masked.sum() / (rows_in_step * max_completion_length)
+    raise ValueError(f"unknown loss_type {loss_type!r}")

@@ -1,0 +1,33 @@
+"""Shared fixtures: a per-test TENTALIS_HOME, the real tokenizer, and a tiny random Llama."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Tests share one model cache (conversion of the embedded GGUF takes ~45 s, once).
+CACHE = Path(os.environ.get("TENTALIS_TEST_CACHE", Path(__file__).resolve().parents[1] / ".tentalis" / "test-cache"))
+
+
+@pytest.fixture(scope="session")
+def embedded_model_dir() -> Path:
+    from tentalis_pipelines.inference.models import resolve_model
+
+    return resolve_model("embedded", CACHE / "models")
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(embedded_model_dir: Path) -> Path:
+    """A 2-layer random Llama with SmolLM2's real tokenizer: generation and training in seconds."""
+    from tentalis_pipelines.inference.models import build_tiny_llama
+
+    return build_tiny_llama(embedded_model_dir, CACHE / "models" / "tiny-llama")
+
+
+@pytest.fixture()
+def home(tmp_path: Path, monkeypatch) -> Path:
+    h = tmp_path / "home"
+    monkeypatch.setenv("TENTALIS_HOME", str(h))
+    return h

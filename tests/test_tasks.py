@@ -1,0 +1,77 @@
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from tentalis_pipelines.rewards.math_answers import answers_match
+from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
+from tentalis_pipelines.tasks.batches import (
+    BatchNotRegistered,
+    load_batch,
+    next_generator_seed,
+    register_file_batch,
+    register_generated_batch,
+)
+from tentalis_pipelines.tasks.jsonl import load_jsonl_tasks
+
+NOW = datetime.now(timezone.utc)
+
+
+def test_generator_is_seeded_and_answers_are_right():
+    a, b = generate_arithmetic(20, seed=7, levels=(1, 2, 3, 4)), generate_arithmetic(20, seed=7, levels=(1, 2, 3, 4))
+    assert a == b
+    assert a != generate_arithmetic(20, seed=8, levels=(1, 2, 3, 4))
+    for t in a:
+        assert eval(t.expression) == t.answer  # the expression is the ground truth's derivation
+    assert {t.level for t in a} == {1, 2, 3, 4}
+    with pytest.raises(ValueError, match="levels"):
+        generate_arithmetic(3, seed=1, levels=(9,))
+
+
+def test_jsonl_loader_reads_gsm8k_math_and_generic_rows_and_quarantines_bad_lines(tmp_path):
+    f = tmp_path / "mixed.jsonl"
+    lines = [
+        json.dumps({"question": "Tom has 2 apples and buys 3. How many?", "answer": "2+3=5\n#### 5"}),
+        "{not json",
+        json.dumps({"prompt": "What is 6*7?", "reference": "42", "id": "p1"}),
+        json.dumps({"question": "no final answer", "answer": "just text"}),
+        "",
+        json.dumps({"problem": "Simplify 2/4", "answer": "\\frac{1}{2}", "level": 2}),
+        json.dumps(["a", "list"]),
+        json.dumps({"prompt": "dup", "reference": "1", "id": "p1"}),
+    ]
+    f.write_text("\n".join(lines) + "\n")
+    out = load_jsonl_tasks(f, "b1", NOW)
+    assert [t["reference"] for t in out.tasks] == ["5", "42", "\\frac{1}{2}"]
+    assert [r["line"] for r in out.rejects] == [2, 4, 7, 8]
+    errors = {r["line"]: r["error"] for r in out.rejects}
+    assert "invalid JSON" in errors[2] and "####" in errors[4] and "JSON object" in errors[7] and "duplicate" in errors[8]
+    assert all(r["source"] == str(f) and r["batch_id"] == "b1" for r in out.rejects)
+
+
+def test_batches_are_snapshots(tmp_path):
+    src = tmp_path / "in.jsonl"
+    src.write_text(json.dumps({"prompt": "1+1?", "reference": "2"}) + "\n")
+    bid = register_file_batch(tmp_path / "batches", src)
+    src.write_text("changed\n")
+    assert load_batch(tmp_path / "batches", bid, NOW).tasks[0]["reference"] == "2"
+    with pytest.raises(BatchNotRegistered, match="not registered"):
+        load_batch(tmp_path / "batches", "missing", NOW)
+
+
+def test_generated_batches_and_next_seed(tmp_path):
+    d = tmp_path / "batches"
+    assert next_generator_seed(d) == 1
+    bid = register_generated_batch(d, seed=1, num_tasks=4)
+    assert register_generated_batch(d, seed=1, num_tasks=4) == bid  # idempotent
+    assert next_generator_seed(d) == 2
+    assert len(load_batch(d, bid, NOW).tasks) == 4
+
+
+@pytest.mark.parametrize(
+    "pred,ref,ok",
+    [("42", "42", True), ("$1,200", "#### 1200", True), ("41", "42", False), ("0.5", "\\frac{1}{2}", True),
+     ("The total is 18 apples", "18", True), (None, "3", False), ("\\left(3, \\pi\\right)", "(3,\\pi)", True)],
+)
+def test_answers_match(pred, ref, ok):
+    assert answers_match(pred, ref) is ok
