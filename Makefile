@@ -18,6 +18,8 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+	@mkdir -p "$(DAGSTER_HOME)"
+	@[ -f "$(DAGSTER_HOME)/dagster.yaml" ] || cp dagster.yaml "$(DAGSTER_HOME)/dagster.yaml"
 
 run: install
 	$(BIN)/tentalis init

@@ -15,7 +15,7 @@ def checkpoints(
     """A new LoRA checkpoint trained with GRPO on every fresh trajectory of the serving policy;
     recorded in `checkpoints` with its parent, batches, trajectory ids, config and metrics."""
     res = pipeline.train_checkpoint(
-        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promote,
+        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )
     return to_materialize_result(res, "checkpoints")

@@ -12,10 +12,17 @@ from dagster import (
 )
 
 from assets.batch_assets import reviews, rollouts, stage_metadata, step_scores, tasks, trajectories
+from assets.benchmark_assets import benchmark_results, checkpoint_ids
 from assets.partitions import task_batches
 from assets.training_assets import checkpoints
 from tentalis_pipelines import pipeline
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+from tentalis_pipelines.resources import (
+    BenchmarkResource,
+    LakehouseResource,
+    PolicyResource,
+    ReviewResource,
+    TrainerResource,
+)
 from tentalis_pipelines.tasks.batches import next_generator_seed, register_generated_batch
 
 rollout_job = define_asset_job(
@@ -29,6 +36,13 @@ train_job = define_asset_job(
     "train_job",
     selection=AssetSelection.assets(checkpoints),
     description="Train a LoRA checkpoint on the fresh trajectories of the serving policy.",
+)
+
+benchmark_job = define_asset_job(
+    "benchmark_job",
+    selection=AssetSelection.assets(benchmark_results),
+    partitions_def=benchmark_results.partitions_def,
+    description="One checkpoint on one benchmark; on the gate benchmark the promotion gate decides.",
 )
 
 
@@ -75,18 +89,42 @@ def process_batch(
 def train_policy(
     context: OpExecutionContext, config: CycleConfig, batch_id: str, lakehouse: LakehouseResource,
     policy: PolicyResource, trainer: TrainerResource,
-) -> None:
+) -> str | None:
     if not config.train:
         context.log.info("training skipped (train: false)")
-        return
+        return None
     res = pipeline.train_checkpoint(
-        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promote,
+        lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )
     context.log_event(AssetMaterialization(asset_key="checkpoints", metadata=stage_metadata(res, "checkpoints")))
+    return str(res.metadata["checkpoint_id"])
 
 
-@job(description="One full learning cycle: a fresh seeded task batch, its rollouts, scores, reviews and trajectories, then training.")
+@op
+def gate_checkpoint(
+    context: OpExecutionContext, checkpoint_id: str | None, lakehouse: LakehouseResource, policy: PolicyResource,
+    trainer: TrainerResource, bench: BenchmarkResource,
+) -> None:
+    """Benchmark the incumbent (if not yet) and the new checkpoint on the gate benchmark; promote on pass."""
+    if checkpoint_id is None or trainer.promotion != "gate":
+        return
+    lake, paths = lakehouse.lakehouse(), lakehouse.paths()
+    incumbent = pipeline.incumbent_for(lake, checkpoint_id)
+    context.instance.add_dynamic_partitions(checkpoint_ids.name, [c for c in (incumbent, checkpoint_id)
+                                                                  if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)])
+    for ref in (incumbent, checkpoint_id):
+        if ref != checkpoint_id and pipeline.item_correctness(lake, ref, bench.gate_benchmark):
+            continue
+        res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), ref, bench.gate_benchmark, limit=bench.limit, seed=bench.seed,
+            max_new_tokens=bench.max_new_tokens)
+        context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{bench.gate_benchmark}|{ref}",
+                                               metadata=stage_metadata(res, "benchmark_results")))
+    _, decision = pipeline.decide_promotion(lake, checkpoint_id, bench.gate_benchmark, margin=bench.gate_margin)
+    context.log.info(f"promotion gate for {checkpoint_id}: {decision.reason}")
+
+
+@job(description="One full learning cycle: a fresh seeded task batch, its rollouts, scores, reviews and trajectories, training, and the promotion gate.")
 def learning_cycle_job():
     batch_id = process_batch(register_batch())
-    train_policy(batch_id)
+    gate_checkpoint(train_policy(batch_id))

@@ -6,6 +6,7 @@ import json
 from dagster import (
     DefaultScheduleStatus,
     DefaultSensorStatus,
+    MultiPartitionKey,
     RunRequest,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
@@ -15,9 +16,10 @@ from dagster import (
     sensor,
 )
 
+from assets.benchmark_assets import checkpoint_ids
 from assets.partitions import task_batches
 from tentalis_pipelines import pipeline
-from tentalis_pipelines.resources import LakehouseResource, TrainerResource
+from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, TrainerResource
 from tentalis_pipelines.tasks.batches import register_file_batch, scan_inbox
 
 
@@ -69,3 +71,21 @@ def nightly_training(context: ScheduleEvaluationContext, lakehouse: LakehouseRes
     if n == 0:
         return SkipReason("no fresh trajectories to train on")
     return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n)})
+
+
+@sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource):
+    """Every new checkpoint (and the base model, once) gets its benchmarks: a partition per checkpoint
+    and one run per (checkpoint, benchmark), the gate benchmark first. Run keys make each run once."""
+    lake = lakehouse.lakehouse()
+    ids = ["base"] + [r["checkpoint_id"] for r in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
+    new = [c for c in ids if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)]
+    if not new:
+        return SkipReason("no new checkpoints")
+    order = [bench.gate_benchmark] + [b for b in bench.benchmarks if b != bench.gate_benchmark]
+    requests = [
+        RunRequest(run_key=f"{c}|{b}", partition_key=MultiPartitionKey({"checkpoint": c, "benchmark": b}))
+        for c in new
+        for b in order
+    ]
+    return SensorResult(run_requests=requests, dynamic_partitions_requests=[checkpoint_ids.build_add_request(new)])

@@ -189,6 +189,48 @@ def sql(
 
 
 @app.command()
+def benchmark(
+    checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | path/to/tasks.jsonl"),
+    limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
+    seed: int = typer.Option(0, help="Seed of the subset."),
+    format: str = typer.Option("table", "--format", "-f", help="table | json"),
+    record: bool = typer.Option(True, help="Write benchmark_results and benchmark_items."),
+    max_new_tokens: int | None = typer.Option(None, help="Answer length limit (default per benchmark)."),
+    model: str | None = typer.Option(None, help="Base model (default: $TENTALIS_MODEL or embedded)."),
+    home: str | None = HomeOpt,
+):
+    """Evaluate a checkpoint on a benchmark or any JSONL task file and print the result."""
+    paths = _paths(home)
+    from tentalis_pipelines.evaluation.benchmarks import BenchmarkDataMissing
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.pipeline import PolicySettings, benchmark_checkpoint
+
+    if format not in ("table", "json"):
+        err.print(f"[red]--format must be table or json, not {format!r}[/]")
+        raise typer.Exit(2)
+    policy = PolicySettings(model=model or os.environ.get("TENTALIS_MODEL", "embedded"))
+    try:
+        with console.status(f"evaluating {checkpoint} on {tasks}..."):
+            _, s = benchmark_checkpoint(Lakehouse(paths.lakehouse), paths, policy, checkpoint, tasks, limit=limit, seed=seed, record=record,
+                                        max_new_tokens=max_new_tokens)
+    except (BenchmarkDataMissing, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    out = {"checkpoint": checkpoint, "benchmark": s.benchmark, "n": s.n, "accuracy": s.accuracy,
+           "lenient_accuracy": s.lenient_accuracy, "format_rate": s.format_rate, "ci_low": s.ci_low,
+           "ci_high": s.ci_high, "seconds": round(s.seconds, 2)}
+    if format == "json":
+        sys.stdout.write(json.dumps(out) + "\n")
+        return
+    t = Table(title=f"{s.benchmark} — {checkpoint}")
+    for k in out:
+        t.add_column(k)
+    t.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in out.values()])
+    console.print(t)
+
+
+@app.command()
 def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web server port.")):
     """Start the Dagster UI and daemon (`dagster dev -w workspace.yaml`)."""
     _paths(home)

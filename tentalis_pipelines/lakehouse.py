@@ -39,6 +39,15 @@ def validate_batch_id(batch_id: str) -> str:
     return batch_id
 
 
+_KEY_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,255}$")
+
+
+def _validate_key(column: str, value: str) -> str:
+    if not isinstance(value, str) or not _KEY_VALUE.match(value):
+        raise LakehouseError(f"invalid {column} {value!r}: use letters, digits and . _ : / + - only")
+    return value
+
+
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -119,14 +128,28 @@ class Lakehouse:
     def write_batch(self, name: str, batch_id: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
         """Replace one batch's rows in a per-batch table (one atomic commit). Returns rows written."""
         if name not in BATCH_TABLES:
-            raise LakehouseError(f"table {name!r} is not partitioned by batch_id; use append()")
-        validate_batch_id(batch_id)
+            raise LakehouseError(f"table {name!r} is not partitioned by batch_id; use append() or replace_where()")
+        return self.replace_where(name, {"batch_id": batch_id}, rows, partition_by=["batch_id"])
+
+    def replace_where(
+        self, name: str, keys: Mapping[str, str], rows: Sequence[Mapping[str, Any]] | pa.Table,
+        partition_by: list[str] | None = None,
+    ) -> int:
+        """Replace the rows whose ``keys`` columns equal the given values (one atomic commit).
+
+        Every row written must carry exactly those key values, so a re-run replaces and never duplicates.
+        """
+        for col, value in keys.items():
+            validate_batch_id(value) if col == "batch_id" else _validate_key(col, value)
         table = to_table(name, rows)
-        if table.num_rows:
-            others = set(table.column("batch_id").to_pylist()) - {batch_id}
+        for col, value in keys.items():
+            others = set(table.column(col).to_pylist()) - {value} if table.num_rows else set()
             if others:
-                raise LakehouseError(f"rows for batch {batch_id!r} carry other batch ids {sorted(others)}")
-        self._replace(name, f"batch_id = '{batch_id}'", table, partition_by=["batch_id"])
+                raise LakehouseError(f"rows for {col}={value!r} carry other {col} values {sorted(map(str, others))}")
+        if table.num_rows == 0 and not self.exists(name):
+            return 0
+        predicate = " AND ".join(f"{col} = '{value}'" for col, value in keys.items())
+        self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
@@ -163,13 +186,7 @@ class Lakehouse:
         rows = [{"seen_at": now_utc(), **r} for r in rows]
         if batch_id is None or stage is None:
             return self.append("quarantine", rows) if rows else 0
-        validate_batch_id(batch_id)
-        if not re.fullmatch(r"[a-z_]+", stage):
-            raise LakehouseError(f"invalid quarantine stage {stage!r}")
-        if not rows and not self.exists("quarantine"):
-            return 0
-        self._replace("quarantine", f"batch_id = '{batch_id}' AND stage = '{stage}'", to_table("quarantine", rows))
-        return len(rows)
+        return self.replace_where("quarantine", {"batch_id": batch_id, "stage": stage}, rows)
 
     def _commit(self, write) -> None:
         delay = 0.05

@@ -420,3 +420,92 @@ def summarize(lake: Lakehouse) -> dict[str, Any]:
 
 def loads(s: str) -> Any:
     return json.loads(s) if s else {}
+
+
+# --------------------------------------------------------------------------- benchmarks and the gate
+def resolve_checkpoint(lake: Lakehouse, ref: str) -> tuple[str, str | None]:
+    """``base``, ``promoted`` or a checkpoint id -> (checkpoint_id, adapter_dir or None)."""
+    if ref == "base":
+        return "base", None
+    if ref == "promoted":
+        row = ckpt.latest_promoted(lake)
+        return ("base", None) if row is None else (row["checkpoint_id"], row["adapter_uri"])
+    rows = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == ref]
+    if not rows:
+        known = [r["checkpoint_id"] for r in lake.read("checkpoints", columns=["checkpoint_id"]).to_pylist()]
+        raise ValueError(f"unknown checkpoint {ref!r}: use 'base', 'promoted' or one of {known[-5:]}")
+    return ref, ckpt.verify_adapter(rows[0]["adapter_uri"]).as_posix()
+
+
+def benchmark_checkpoint(
+    lake: Lakehouse, paths: Paths, policy: PolicySettings, checkpoint_ref: str, benchmark: str, *,
+    limit: int | None = None, seed: int = 0, record: bool = True, backend=None, max_new_tokens: int | None = None,
+) -> tuple[StageResult, Any]:
+    """Evaluate a checkpoint on a benchmark; with ``record`` replace its rows in ``benchmark_results``
+    and ``benchmark_items`` (keyed by checkpoint and benchmark: a re-run never duplicates)."""
+    from tentalis_pipelines.evaluation.benchmarks import run_benchmark
+
+    checkpoint_id, adapter = resolve_checkpoint(lake, checkpoint_ref)
+    if backend is None:
+        model_dir = resolve_model(policy.model, paths.models)
+        backend = make_backend(policy.backend, model_dir=model_dir, adapter_dir=adapter, model_name=policy.model_name)
+    summary, results = run_benchmark(backend, benchmark, limit=limit, seed=seed, max_new_tokens=max_new_tokens)
+    created = now_utc()
+    config = {"limit": limit, "seed": seed, "decoding": "greedy", "model": policy.model_name, "max_new_tokens": max_new_tokens}
+    result_row = {**summary.__dict__, "checkpoint_id": checkpoint_id, "backend": backend.name, "model": backend.model_name,
+                  "config": json.dumps(config), "created_at": created}
+    item_rows = [
+        {"checkpoint_id": checkpoint_id, "benchmark": summary.benchmark, "item_id": r.item.item_id, "prompt": r.item.prompt,
+         "completion": r.completion, "extracted_answer": r.extracted_answer,
+         "reference": r.item.reference if r.item.environment != "code" else r.item.extra["entry_point"],
+         "correct": r.correct, "lenient_correct": r.lenient_correct, "formatted": r.formatted, "created_at": created}
+        for r in results
+    ]
+    if record:
+        keys = {"checkpoint_id": checkpoint_id, "benchmark": summary.benchmark}
+        lake.replace_where("benchmark_items", keys, item_rows)
+        lake.replace_where("benchmark_results", keys, [result_row])
+    meta = {
+        "checkpoint_id": checkpoint_id,
+        "benchmark": summary.benchmark,
+        "n": summary.n,
+        "accuracy": round(summary.accuracy, 4),
+        "lenient_accuracy": round(summary.lenient_accuracy, 4),
+        "format_rate": round(summary.format_rate, 4),
+        "ci_low": round(summary.ci_low, 4),
+        "ci_high": round(summary.ci_high, 4),
+        "seconds": round(summary.seconds, 1),
+        "items": markdown_table([{"item_id": r["item_id"], "answer": r["extracted_answer"], "reference": r["reference"],
+                                  "correct": r["correct"]} for r in item_rows]),
+    }
+    return StageResult(len(item_rows), meta), summary
+
+
+def item_correctness(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> dict[str, bool]:
+    rows = lake.read("benchmark_items", columns=["checkpoint_id", "benchmark", "item_id", "correct"]).to_pylist()
+    return {r["item_id"]: r["correct"] for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark}
+
+
+def incumbent_for(lake: Lakehouse, checkpoint_id: str) -> str:
+    """What a new checkpoint is compared with: the promoted checkpoint at the time, else the base model."""
+    row = ckpt.latest_promoted(lake)
+    if row is None or row["checkpoint_id"] == checkpoint_id:
+        parent = next((r["parent_id"] for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == checkpoint_id), None)
+        return parent or "base"
+    return row["checkpoint_id"]
+
+
+def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, margin: float = 0.0, apply: bool = True):
+    """The promotion gate: paired comparison with the incumbent on the same items; promotes on pass."""
+    from tentalis_pipelines.evaluation.benchmarks import gate_decision
+
+    incumbent = incumbent_for(lake, checkpoint_id)
+    cand = item_correctness(lake, checkpoint_id, benchmark)
+    inc = item_correctness(lake, incumbent, benchmark)
+    if not cand or not inc:
+        missing = checkpoint_id if not cand else incumbent
+        raise ValueError(f"no {benchmark!r} results for {missing!r}: benchmark it before deciding promotion")
+    decision = gate_decision(cand, inc, margin=margin)
+    if apply and decision.promote:
+        ckpt.promote(lake, checkpoint_id)
+    return incumbent, decision

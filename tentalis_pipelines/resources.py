@@ -61,7 +61,7 @@ class TrainerResource(ConfigurableResource):
     per_step_rows: int = 64
     scale_rewards: str = "group"
     dynamic_sampling: bool = False
-    promote: bool = True
+    promotion: str = "gate"  # gate: benchmarks decide (see BenchmarkResource); always: promote on training
     fresh_trajectory_threshold: int = 64
 
     def config(self) -> GRPOConfig:
@@ -75,3 +75,17 @@ class ReviewResource(ConfigurableResource):
     """Which manager reviews each rollout (``verifier`` by default)."""
 
     manager: str = "verifier"
+
+
+class BenchmarkResource(ConfigurableResource):
+    """Which benchmarks run for every new checkpoint, and the promotion gate's benchmark and margin.
+
+    ``limit`` overrides each benchmark's CPU-sized default subset (arithmetic 64, gsm8k 100,
+    math500 100, humaneval 20); the subset is fixed by ``seed``."""
+
+    benchmarks: list[str] = ["arithmetic"]
+    gate_benchmark: str = "arithmetic"
+    gate_margin: float = 0.0
+    limit: int | None = None
+    seed: int = 0
+    max_new_tokens: int | None = None  # default per benchmark (arithmetic 128, gsm8k 256, math500 320, humaneval 256)

@@ -113,6 +113,36 @@ class QuarantineRow(BaseModel):
     seen_at: datetime
 
 
+class BenchmarkResultRow(BaseModel):
+    checkpoint_id: str = Field(description="checkpoint id, or 'base' for the base model")
+    benchmark: str
+    n: int
+    accuracy: float = Field(description="strict: the answer inside the required tags is right (pass@1 for code)")
+    lenient_accuracy: float = Field(description="the last number in the text is right (code: same as accuracy)")
+    format_rate: float
+    ci_low: float = Field(description="95% bootstrap interval of accuracy")
+    ci_high: float
+    seconds: float
+    backend: str
+    model: str
+    config: str
+    created_at: datetime
+
+
+class BenchmarkItemRow(BaseModel):
+    checkpoint_id: str
+    benchmark: str
+    item_id: str
+    prompt: str
+    completion: str
+    extracted_answer: str | None
+    reference: str
+    correct: bool
+    lenient_correct: bool
+    formatted: bool
+    created_at: datetime
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": pa.schema(
         [
@@ -209,6 +239,38 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "benchmark_results": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("benchmark", pa.string(), False),
+            ("n", pa.int64()),
+            ("accuracy", pa.float64()),
+            ("lenient_accuracy", pa.float64()),
+            ("format_rate", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("seconds", pa.float64()),
+            ("backend", pa.string()),
+            ("model", pa.string()),
+            ("config", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "benchmark_items": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("benchmark", pa.string(), False),
+            ("item_id", pa.string()),
+            ("prompt", pa.string()),
+            ("completion", pa.string()),
+            ("extracted_answer", pa.string()),
+            ("reference", pa.string()),
+            ("correct", pa.bool_()),
+            ("lenient_correct", pa.bool_()),
+            ("formatted", pa.bool_()),
+            ("created_at", TS),
+        ]
+    ),
     "quarantine": pa.schema(
         [
             ("source", pa.string()),
@@ -229,6 +291,8 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "reviews": ReviewRow,
     "trajectories": TrajectoryRow,
     "checkpoints": CheckpointRow,
+    "benchmark_results": BenchmarkResultRow,
+    "benchmark_items": BenchmarkItemRow,
     "quarantine": QuarantineRow,
 }
 

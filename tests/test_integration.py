@@ -22,7 +22,8 @@ def test_learning_cycle_on_embedded_model_trains_and_next_rollouts_use_the_check
     paths = Paths.from_env(home).ensure()
     (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
     job = defs.get_job_def("learning_cycle_job")
-    small = {"resources": {"policy": {"config": {"num_generations": 4, "max_new_tokens": 48}}}}
+    small = {"resources": {"policy": {"config": {"num_generations": 4, "max_new_tokens": 48}},
+                           "bench": {"config": {"limit": 12, "max_new_tokens": 48}}}}
 
     def cycle(seed: int, train: bool):
         cfg = {"num_tasks": 4, "seed": seed, "levels": [1], "train": train}
@@ -31,12 +32,21 @@ def test_learning_cycle_on_embedded_model_trains_and_next_rollouts_use_the_check
     with DagsterInstance.ephemeral() as instance:
         assert job.execute_in_process(run_config=cycle(3, True), instance=instance).success
         lake = Lakehouse(paths.lakehouse)
-        row = latest_promoted(lake)
-        assert row is not None and row["parent_id"] is None and row["trajectory_count"] == 16
+        row = lake.read("checkpoints").to_pylist()[0]
+        assert row["parent_id"] is None and row["trajectory_count"] == 16
         verify_adapter(row["adapter_uri"])
+        # The gate benchmarked the base model and the checkpoint on the same held-out items and decided.
+        results = {r["checkpoint_id"]: r for r in lake.read("benchmark_results").to_pylist()}
+        assert set(results) == {"base", row["checkpoint_id"]} and all(r["n"] == 12 for r in results.values())
+        from tentalis_pipelines.pipeline import decide_promotion
+
+        _, decision = decide_promotion(lake, row["checkpoint_id"], "arithmetic", apply=False)
+        assert row["promoted"] is decision.promote
+        serving = latest_promoted(lake)
         assert job.execute_in_process(run_config=cycle(4, False), instance=instance).success
         versions = lake.sql("select batch_id, min(policy_version) v, count(*) n from rollouts group by 1 order by 1").to_pylist()
-        assert [(v["v"], v["n"]) for v in versions] == [("base", 16), (row["checkpoint_id"], 16)]
+        expected = serving["checkpoint_id"] if serving else "base"
+        assert [(v["v"], v["n"]) for v in versions] == [("base", 16), (expected, 16)]
         assert len(instance.get_dynamic_partitions("task_batches")) == 2
 
 

@@ -36,7 +36,7 @@ def test_bad_input_is_refused_and_existing_rows_survive(tmp_path):
     lake.write_batch("tasks", "b1", [_task("b1", i) for i in range(3)])
     with pytest.raises(LakehouseError, match="invalid batch_id"):
         lake.write_batch("tasks", "b1'; drop", [])
-    with pytest.raises(LakehouseError, match="other batch ids"):
+    with pytest.raises(LakehouseError, match="other batch_id values"):
         lake.write_batch("tasks", "b1", [_task("b2", 0)])
     bad = _task("b1", 0)
     bad["difficulty"] = "hard"

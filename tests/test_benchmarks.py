@@ -1,0 +1,142 @@
+"""Benchmarks, the paired promotion gate, and re-runs that replace rather than append."""
+
+import json
+import os
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.cli import app
+from tentalis_pipelines.evaluation.benchmarks import (
+    BenchmarkDataMissing,
+    bootstrap_ci,
+    gate_decision,
+    load_benchmark,
+)
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.training import checkpoints as ckpt
+
+NOW = datetime.now(timezone.utc)
+
+
+def test_gate_promotes_when_not_worse_and_rejects_when_worse():
+    incumbent = {f"i{k}": k % 2 == 0 for k in range(60)}  # 50%
+    same = gate_decision(dict(incumbent), incumbent)
+    assert same.promote and same.diff == 0.0
+    better = gate_decision({k: True for k in incumbent}, incumbent)
+    assert better.promote and better.diff_ci_low > 0
+    worse = gate_decision({k: False for k in incumbent}, incumbent)
+    assert not worse.promote and worse.diff_ci_high < 0 and "rejected" in worse.reason
+    assert not gate_decision({"x": True}, {"y": True}).promote  # nothing paired
+
+
+def test_bootstrap_interval_covers_the_mean():
+    lo, hi = bootstrap_ci([1.0] * 30 + [0.0] * 70)
+    assert lo < 0.3 < hi and lo > 0.15 and hi < 0.45
+
+
+def _items(checkpoint_id: str, correct: list[bool]) -> list[dict]:
+    return [{"checkpoint_id": checkpoint_id, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
+             "extracted_answer": "1", "reference": "1", "correct": c, "lenient_correct": c, "formatted": True, "created_at": NOW}
+            for k, c in enumerate(correct)]
+
+
+@pytest.mark.parametrize("candidate_correct,expect_promoted", [(40, True), (5, False)])
+def test_decide_promotion_with_scripted_results(tmp_path, tiny_model_dir, candidate_correct, expect_promoted):
+    from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
+
+    lake = Lakehouse(tmp_path / "lh")
+    path = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), tmp_path / "ck", "ckpt-new")
+    ckpt.record_checkpoint(lake, {"checkpoint_id": "ckpt-new", "parent_id": None, "base_model": "tiny", "adapter_uri": str(path),
+                                  "algorithm": "grpo", "config": {}, "trained_on": [], "trajectory_ids": [], "trajectory_count": 0,
+                                  "metrics": {}, "promoted": False})
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "arithmetic"}, _items("base", [k < 30 for k in range(60)]))
+    lake.replace_where("benchmark_items", {"checkpoint_id": "ckpt-new", "benchmark": "arithmetic"},
+                       _items("ckpt-new", [k < candidate_correct for k in range(60)]))
+    incumbent, decision = pipeline.decide_promotion(lake, "ckpt-new", "arithmetic")
+    assert incumbent == "base"
+    assert decision.promote is expect_promoted
+    promoted = {r["checkpoint_id"]: r["promoted"] for r in lake.read("checkpoints").to_pylist()}
+    assert promoted["ckpt-new"] is expect_promoted
+
+
+def test_loaders_for_user_files_and_missing_data(tmp_path, monkeypatch):
+    gsm = tmp_path / "mine.jsonl"
+    gsm.write_text(json.dumps({"question": "1+1?", "answer": "1+1=2\n#### 2"}) + "\n")
+    name, items = load_benchmark(str(gsm))
+    assert name == "file:mine" and items[0].reference == "2"
+    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
+    with pytest.raises(BenchmarkDataMissing, match="TENTALIS_DATA_DIR"):
+        load_benchmark("gsm8k")
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "nowhere"))
+    with pytest.raises(BenchmarkDataMissing, match="missing"):
+        load_benchmark("math500")
+
+
+@pytest.mark.skipif(not os.environ.get("TENTALIS_DATA_DIR") or not Path(os.environ["TENTALIS_DATA_DIR"], "gsm8k").exists(),
+                    reason="TENTALIS_DATA_DIR with the shared GSM8K/MATH-500 copies is not set")
+def test_shared_benchmarks_load_a_fixed_subset():
+    a = load_benchmark("gsm8k", limit=100)[1]
+    assert len(a) == 100 and [x.item_id for x in a] == [x.item_id for x in load_benchmark("gsm8k", limit=100)[1]]
+    m = load_benchmark("math500", limit=100)[1]
+    assert len(m) == 100 and all(x.reference for x in m)
+
+
+runner = CliRunner()
+
+
+def test_cli_benchmark_on_user_files_and_rerun_replaces_rows(home, tiny_model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("TENTALIS_MODEL", str(tiny_model_dir))
+    gsm = tmp_path / "gsm.jsonl"
+    gsm.write_text("\n".join(json.dumps({"question": f"What is {k}+1?", "answer": f"{k}+1={k + 1}\n#### {k + 1}"}) for k in range(3)) + "\n")
+    generic = tmp_path / "generic.jsonl"
+    generic.write_text("\n".join(json.dumps({"prompt": f"What is {k}*2?", "reference": str(2 * k)}) for k in range(2)) + "\n")
+    for path, n in ((gsm, 3), (generic, 2)):
+        out = runner.invoke(app, ["benchmark", "--checkpoint", "base", "--tasks", str(path), "--format", "json", "--max-new-tokens", "12"])
+        assert out.exit_code == 0, out.output
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        assert res["n"] == n and res["benchmark"] == f"file:{path.stem}" and 0.0 <= res["accuracy"] <= 1.0
+        assert res["ci_low"] <= res["accuracy"] <= res["ci_high"]
+    lake = Lakehouse(Paths.from_env().lakehouse)
+    before = (lake.count("benchmark_results"), lake.count("benchmark_items"))
+    assert before == (2, 5)
+    assert runner.invoke(app, ["benchmark", "--checkpoint", "base", "--tasks", str(gsm), "--format", "json", "--max-new-tokens", "12"]).exit_code == 0
+    assert (lake.count("benchmark_results"), lake.count("benchmark_items")) == before
+    bad = runner.invoke(app, ["benchmark", "--checkpoint", "nope", "--tasks", str(gsm)])
+    assert bad.exit_code == 2 and "unknown checkpoint" in bad.output
+
+
+def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
+    from dagster import AssetKey, DagsterInstance, SkipReason, build_sensor_context, materialize
+
+    from assets.benchmark_assets import benchmark_results
+    from jobs.sensors import new_checkpoints
+    from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource
+    from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
+
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    path = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), paths.checkpoints, "ckpt-a")
+    ckpt.record_checkpoint(lake, {"checkpoint_id": "ckpt-a", "parent_id": None, "base_model": "tiny", "adapter_uri": str(path),
+                                  "algorithm": "grpo", "config": {}, "trained_on": [], "trajectory_ids": [], "trajectory_count": 0,
+                                  "metrics": {}, "promoted": False})
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(limit=4, max_new_tokens=8),
+                 "policy": PolicyResource(model=str(tiny_model_dir), max_new_tokens=8)}
+    with DagsterInstance.ephemeral() as instance:
+        result = new_checkpoints(build_sensor_context(instance=instance, resources=resources))
+        assert sorted(r.run_key for r in result.run_requests) == ["base|arithmetic", "ckpt-a|arithmetic"]
+        instance.add_dynamic_partitions("checkpoint_ids", ["base", "ckpt-a"])
+        assert isinstance(new_checkpoints(build_sensor_context(instance=instance, resources=resources)), SkipReason)
+        res = materialize([benchmark_results], partition_key="arithmetic|ckpt-a", instance=instance, resources=resources,
+                          raise_on_error=False)
+        checks = res.get_asset_check_evaluations()
+        assert len(checks) == 1 and checks[0].check_name == "promotion_gate"
+        # The tiny random model is equally wrong with and without its (zero-initialised) adapter: not worse -> promoted.
+        assert checks[0].passed and ckpt.latest_promoted(lake)["checkpoint_id"] == "ckpt-a"
+        assert lake.count("benchmark_results") == 2  # the incumbent (base) was benchmarked on the same items too
+        mats = instance.fetch_materializations(AssetKey("benchmark_results"), limit=10).records
+        assert {m.asset_materialization.partition for m in mats} == {"arithmetic|ckpt-a", "arithmetic|base"}
