@@ -243,6 +243,6 @@ def test_batch_keeps_order_and_survives_hostile_programs() -> None:
     good = build_humaneval_program(PROMPT, "    return a + b\n", TEST, "add")
     wrong = build_humaneval_program(PROMPT, "    return a * b\n", TEST, "add")
     programs = [good, "while True:\n    pass\n", wrong, "raise SystemExit(0)\n", "x = bytearray(2**33)\n", good]
-    results = run_batch(programs, max_workers=2, timeout_s=2, memory_mb=256)
+    results = run_batch(programs, max_workers=2, timeout_s=3, memory_mb=256)
     assert [r.status for r in results] == ["passed", "timeout", "failed", "failed", "memory", "passed"]
     assert [r.passed for r in results] == [True, False, False, False, False, True]

@@ -10,14 +10,15 @@ essential Debian package, always installed):
   it; a private mount namespace, in which our changes below are invisible to the host;
 * **a read-only view of the filesystem**: inside the mount namespace every mount is remounted
   read-only and ``nosuid``; ``/tmp``, ``/var/tmp``, ``/dev/shm``, ``/run``, ``/root`` and ``/home``
-  are covered by empty read-only tmpfs; only the Python installation and one throwaway working
-  directory (the single writable place, deleted afterwards) are mounted back in;
+  are covered by empty read-only tmpfs; the Python installation is mounted back in read-only, and
+  the working directory is a fresh size-limited tmpfs (the single writable place; it vanishes with
+  the namespace, and its host-side directory is deleted after the run);
 * **an unprivileged uid** of its own (a fresh uid per run, no supplementary groups,
   ``no_new_privs``), so that ``RLIMIT_NPROC`` binds (it does not bind root) and counts only this
   program's processes, and file permissions apply on top of the read-only mounts;
 * **resource limits**: ``RLIMIT_AS`` (memory), ``RLIMIT_NPROC`` (fork bombs), ``RLIMIT_CPU``,
-  ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``; plus a wall-clock timeout after which the
-  whole process group is killed (and the PID namespace takes every remaining process with it);
+  ``RLIMIT_FSIZE``, ``RLIMIT_NOFILE``, ``RLIMIT_CORE``; plus a wall-clock timeout after which every
+  process of the run is killed (by uid, then the process group; the PID namespace takes any rest);
 * **a minimal environment** (no inherited variables: no tokens or keys reach the program).
 
 The namespaces and mounts need root (the pipeline and CI run as root). On a machine where they are
@@ -26,6 +27,12 @@ than silently scoring every program as failed.
 
 A failing or hostile program never raises into the caller: it comes back as a :class:`SandboxResult`
 whose ``status`` says what happened.
+
+Limits of the design: the program can read world-readable host files outside the hidden dirs (the
+repository, /etc); and since the tests run in the same interpreter as the program, a program that
+deliberately introspects the harness could still fake a pass. Exiting early (``sys.exit(0)``,
+``os._exit(0)``) or printing a fake outcome does not count as a pass: the outcome is written, marked
+with a nonce the program never receives on its input or command line, to a separate file descriptor.
 
 The child side of the sandbox is this same file, run as a script (``python -I sandbox.py PARAMS``):
 it therefore imports nothing but the standard library.
@@ -50,6 +57,7 @@ import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import IO
 
 __all__ = [
     "SandboxResult",
@@ -266,7 +274,7 @@ def _kill_uid(uid: int) -> None:
             continue  # the process went away meanwhile
 
 
-def _read_capped(fh, limit: int, *, keep: str) -> str:
+def _read_capped(fh: IO[bytes], limit: int, *, keep: str) -> str:
     """At most ``limit`` bytes of an output file, its head (stdout) or tail (stderr, where tracebacks are)."""
     size = fh.seek(0, os.SEEK_END)
     if size <= limit:
@@ -354,10 +362,18 @@ def _run_sandboxed(
                     timed_out = True
             finally:
                 if proc.returncode is None:
-                    # Not reaped yet, so the process group id cannot have been reused.
-                    with contextlib.suppress(ProcessLookupError, PermissionError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                    # Kill the program's processes first (the PID namespace's init among them, and with
+                    # it the whole namespace), so that `unshare` lives to reap them: killed together,
+                    # the init would be left as a zombie for the host's init to reap.
+                    _kill_uid(uid)
+                    try:
+                        proc.wait(timeout=5)
+                    except subprocess.TimeoutExpired:
+                        # Still in setup (running as root), or stuck: the whole process group. It is not
+                        # reaped yet, so its process group id cannot have been reused.
+                        with contextlib.suppress(ProcessLookupError, PermissionError):
+                            os.killpg(proc.pid, signal.SIGKILL)
+                        proc.wait()
             seconds = time.monotonic() - start
             stdout = _read_capped(out, max_output_bytes, keep="head")
             stderr = _read_capped(err, max_output_bytes, keep="tail")
@@ -369,7 +385,7 @@ def _run_sandboxed(
         _release_uid(uid)
 
 
-def _read_records(fh, nonce: str) -> list[dict]:
+def _read_records(fh: IO[bytes], nonce: str) -> list[dict]:
     fh.seek(0)
     data = fh.read(1024 * 1024).decode("utf-8", errors="replace")
     records = []
