@@ -58,9 +58,11 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
 
 
 @asset(partitions_def=task_batches, deps=[reviews], group_name="learning_loop", kinds={"delta"})
-def trajectories(context: AssetExecutionContext, lakehouse: LakehouseResource, trainer: TrainerResource) -> MaterializeResult:
+def trajectories(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+) -> MaterializeResult:
     """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group advantage."""
     res = pipeline.build_trajectories(
-        lakehouse.lakehouse(), context.partition_key, scale_rewards=trainer.scale_rewards, dynamic_sampling=trainer.dynamic_sampling
+        lakehouse.lakehouse(), context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens)
     )
     return to_materialize_result(res, "trajectories")

@@ -47,6 +47,9 @@ def benchmark_results(
     res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
             max_new_tokens=bench.max_new_tokens)
     meta = stage_metadata(res, "benchmark_results")
+    history = pipeline.benchmark_history(lake, benchmark)
+    meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
+    meta["plot"] = MetadataValue.md(history["plot"])
     if checkpoint_id == "base" or benchmark != bench.gate_benchmark:
         check = AssetCheckResult(check_name="promotion_gate", passed=True,
                                  metadata={"decision": "not gated (base model or not the gate benchmark)"})

@@ -5,6 +5,7 @@ from dagster import (
     AssetMaterialization,
     AssetSelection,
     Config,
+    MetadataValue,
     OpExecutionContext,
     define_asset_job,
     job,
@@ -77,7 +78,7 @@ def process_batch(
         ("rollouts", lambda: pipeline.build_rollouts(lake, paths, batch_id, policy.settings())),
         ("step_scores", lambda: pipeline.build_step_scores(lake, batch_id)),
         ("reviews", lambda: pipeline.build_reviews(lake, batch_id, review.manager)),
-        ("trajectories", lambda: pipeline.build_trajectories(lake, batch_id, scale_rewards=trainer.scale_rewards, dynamic_sampling=trainer.dynamic_sampling)),
+        ("trajectories", lambda: pipeline.build_trajectories(lake, batch_id, **trainer.trajectory_settings(policy.max_new_tokens))),
     ]
     for name, run in stages:
         res = run()
@@ -113,14 +114,20 @@ def gate_checkpoint(
     incumbent = pipeline.incumbent_for(lake, checkpoint_id)
     context.instance.add_dynamic_partitions(checkpoint_ids.name, [c for c in (incumbent, checkpoint_id)
                                                                   if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)])
+    results = {}
     for ref in (incumbent, checkpoint_id):
         if ref != checkpoint_id and pipeline.item_correctness(lake, ref, bench.gate_benchmark):
             continue
-        res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), ref, bench.gate_benchmark, limit=bench.limit, seed=bench.seed,
-            max_new_tokens=bench.max_new_tokens)
-        context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{bench.gate_benchmark}|{ref}",
-                                               metadata=stage_metadata(res, "benchmark_results")))
+        results[ref], _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), ref, bench.gate_benchmark, limit=bench.limit,
+                                                        seed=bench.seed, max_new_tokens=bench.max_new_tokens)
     _, decision = pipeline.decide_promotion(lake, checkpoint_id, bench.gate_benchmark, margin=bench.gate_margin)
+    history = pipeline.benchmark_history(lake, bench.gate_benchmark)
+    for ref, res in results.items():
+        meta = stage_metadata(res, "benchmark_results")
+        if ref == checkpoint_id:
+            meta.update({"promotion_gate": MetadataValue.text(decision.reason), "promoted": MetadataValue.bool(decision.promote),
+                         "accuracy_per_checkpoint": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})
+        context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{bench.gate_benchmark}|{ref}", metadata=meta))
     context.log.info(f"promotion gate for {checkpoint_id}: {decision.reason}")
 
 

@@ -38,6 +38,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--max-new-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=None,
                    help="default: 0 (greedy) with one vote, 0.7 with several")
+    p.add_argument("--forced-verdict", action="store_true",
+                   help="pre-fill the reply up to '\\boxed{' so the judge writes only the index (no critique)")
     p.add_argument("--data-dir", default=None, help="default: $TENTALIS_DATA_DIR")
     p.add_argument("--output", type=Path, default=None, help="also write the full result (per-item predictions) as JSON")
     return p.parse_args(argv)
@@ -54,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = resolve_model(args.model, Paths.from_env().models)
     backend = TransformersBackend(model_dir=model_dir)
     load_seconds = time.perf_counter() - t0
-    config = JudgeConfig(num_votes=args.num_votes, max_new_tokens=args.max_new_tokens, temperature=temperature, seed=args.seed)
+    config = JudgeConfig(num_votes=args.num_votes, max_new_tokens=args.max_new_tokens, temperature=temperature, seed=args.seed,
+                         forced_verdict=args.forced_verdict)
     judge = JudgePRM(backend, config)
     settings = {
         "splits": splits,
@@ -62,6 +65,7 @@ def main(argv: list[str] | None = None) -> int:
         "seed": args.seed,
         "max_new_tokens": args.max_new_tokens,
         "temperature": temperature,
+        "forced_verdict": args.forced_verdict,
         "model_dir": str(model_dir),
         "load_seconds": round(load_seconds, 1),
     }

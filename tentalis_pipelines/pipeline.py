@@ -21,7 +21,7 @@ from tentalis_pipelines.rewards.advantages import group_advantages
 from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.process import check_step
-from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine, format_score
+from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine, format_score, overlong_penalty
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import load_batch
@@ -254,7 +254,13 @@ def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier") -> 
 
 
 # --------------------------------------------------------------------------- trajectories
-def build_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False) -> StageResult:
+def build_trajectories(
+    lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
+    overlong_buffer: int = 0, max_completion_length: int = 128,
+) -> StageResult:
+    """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
+    the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
+    marked ``kept = False`` (DAPO) and the trainer skips them."""
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     created = now_utc()
@@ -268,6 +274,7 @@ def build_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "
         process = sum(checked) / len(checked) if checked else None
         outcome = 1.0 if x.correct else 0.0
         manager = reviews[r["rollout_id"]]["score"]
+        penalty = overlong_penalty(r["completion_tokens"], max_completion_length, overlong_buffer)
         rows.append(
             {
                 "batch_id": batch_id,
@@ -280,7 +287,8 @@ def build_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "
                 "process_reward": process,
                 "step_rewards": x.step_scores,
                 "manager_score": manager,
-                "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager),
+                "overlong_penalty": penalty,
+                "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
                 "reward_weights": weights.to_json(),
                 "created_at": created,
             }
@@ -509,3 +517,17 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
     if apply and decision.promote:
         ckpt.promote(lake, checkpoint_id)
     return incumbent, decision
+
+
+def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
+    """Every checkpoint's result on one benchmark, base first, as a markdown table and a PNG plot."""
+    from tentalis_pipelines.evaluation.plots import accuracy_plot_png, markdown_image
+
+    rows = [r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark]
+    order = {"base": 0}
+    for i, c in enumerate(sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"]), start=1):
+        order[c["checkpoint_id"]] = i
+    rows.sort(key=lambda r: order.get(r["checkpoint_id"], len(order)))
+    table = markdown_table([{k: r[k] for k in ("checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate", "ci_low", "ci_high")}
+                            for r in rows], limit=50)
+    return {"history": table, "plot": markdown_image(accuracy_plot_png(rows, f"{benchmark}: accuracy per checkpoint"), benchmark)}

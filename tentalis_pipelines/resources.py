@@ -59,10 +59,21 @@ class TrainerResource(ConfigurableResource):
     num_iterations: int = 1
     learning_rate: float = 1e-4
     per_step_rows: int = 64
-    scale_rewards: str = "group"
-    dynamic_sampling: bool = False
+    scale_rewards: str | None = None  # default: "none" for dr_grpo, else "group"
+    dynamic_sampling: bool | None = None  # default: on for dapo
+    overlong_buffer: int | None = None  # DAPO soft overlong punishment window (tokens); default: 1/4 of max for dapo
     promotion: str = "gate"  # gate: benchmarks decide (see BenchmarkResource); always: promote on training
     fresh_trajectory_threshold: int = 64
+
+    def trajectory_settings(self, max_completion_length: int) -> dict:
+        """How trajectories are built for this algorithm (TRL/DAPO defaults unless set)."""
+        dapo = self.loss_type == "dapo"
+        return {
+            "scale_rewards": self.scale_rewards or ("none" if self.loss_type == "dr_grpo" else "group"),
+            "dynamic_sampling": dapo if self.dynamic_sampling is None else self.dynamic_sampling,
+            "overlong_buffer": (max_completion_length // 4 if dapo else 0) if self.overlong_buffer is None else self.overlong_buffer,
+            "max_completion_length": max_completion_length,
+        }
 
     def config(self) -> GRPOConfig:
         return GRPOConfig(

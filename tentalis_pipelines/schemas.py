@@ -81,6 +81,7 @@ class TrajectoryRow(BaseModel):
     process_reward: float | None
     step_rewards: list[float | None]
     manager_score: float
+    overlong_penalty: float = Field(0.0, description="DAPO soft overlong punishment added to the reward")
     reward: float
     reward_weights: str = Field(description="JSON of the weights that combined the components")
     advantage: float
@@ -216,6 +217,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("process_reward", pa.float64()),
             ("step_rewards", pa.list_(pa.float64())),
             ("manager_score", pa.float64()),
+            ("overlong_penalty", pa.float64()),
             ("reward", pa.float64()),
             ("reward_weights", pa.string()),
             ("advantage", pa.float64()),

@@ -22,6 +22,10 @@ caller can store them in ``step_scores.votes``). **Tie rule: the more pessimisti
 step score the lowest tied score (``-1 < 0 < 1``); for a first-error index the earliest tied step, and
 any step index beats ``-1`` ("no error"). A judge that cannot make up its mind should not let a step
 pass. When every vote is ``None`` the aggregate is ``None``.
+
+``JudgeConfig.forced_verdict`` pre-fills the reply up to ``\\boxed{`` so that the model only writes the
+verdict: no reasoning, but small models then keep the contract and a judgement costs about one forward
+pass over the prompt.
 """
 
 from __future__ import annotations
@@ -36,6 +40,10 @@ from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams
 
 JUDGE_SCORER = "judge"
 VALID_SCORES = (-1.0, 0.0, 1.0)
+# Reply openings used with ``JudgeConfig.forced_verdict``; the model continues right after the brace.
+STEP_VERDICT_PREFIX = "Verdict: \\boxed{"
+FIRST_ERROR_VERDICT_PREFIX = "Final answer: \\boxed{"  # neutral: no hint that there is an error
+FORCED_MAX_NEW_TOKENS = 4  # "-1}" is at most three tokens
 
 STEP_SYSTEM_PROMPT = (
     "You are a strict math teacher who checks one step of a student's solution at a time. Judge only the "
@@ -93,14 +101,24 @@ class FirstErrorJudgement:
 
 @dataclass
 class JudgeConfig:
-    """Sampling settings for the judge. ``max_new_tokens`` is small on purpose: the verdict is one boxed
-    number after a short reason. Sampling (``temperature > 0``) is what makes several votes differ."""
+    """Sampling settings for the judge.
+
+    ``max_new_tokens`` is small on purpose: the verdict is one boxed number after a short reason.
+    Sampling (``temperature > 0``) is what makes several votes differ.
+
+    ``forced_verdict``: pre-fill the start of the judge's reply up to the verdict's opening
+    (``Verdict: \\boxed{``), so the model writes only the number and a closing brace (at most
+    ``FORCED_MAX_NEW_TOKENS`` tokens). The judge then gives no reasoning, but a small model keeps the
+    output contract (left free, a 135M model mostly restates the problem) and judging costs little more
+    than reading the prompt. Works with any backend that continues a text prompt.
+    """
 
     num_votes: int = 3
     max_new_tokens: int = 64
     temperature: float = 0.7
     top_p: float = 1.0
     seed: int = 0
+    forced_verdict: bool = False
     extra_stop: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -301,40 +319,52 @@ class JudgePRM:
         c = self.config
         return SamplingParams(
             num_generations=c.num_votes,
-            max_new_tokens=c.max_new_tokens,
+            max_new_tokens=min(c.max_new_tokens, FORCED_MAX_NEW_TOKENS) if c.forced_verdict else c.max_new_tokens,
             temperature=c.temperature,
             top_p=c.top_p,
             seed=c.seed,
-            stop=stop + tuple(c.extra_stop),
+            # Forced: the verdict is over at its closing brace. Free: stop as soon as a verdict is boxed,
+            # the rest of the budget would be wasted.
+            stop=(("}",) if c.forced_verdict else stop) + tuple(c.extra_stop),
         )
+
+    def _reply(self, prefix: str, text: str) -> str:
+        """The judge's whole reply: with a forced verdict, the pre-filled opening plus the continuation
+        (closed with a brace when the model stopped without one)."""
+        if not self.config.forced_verdict:
+            return text
+        return prefix + text if "}" in text else prefix + text.strip() + "}"
+
+    def _render(self, messages: list[dict[str, str]], prefix: str) -> str:
+        prompt = render_messages(self.tokenizer, messages)
+        return prompt + prefix if self.config.forced_verdict else prompt
 
     def step_prompts(self, request: JudgeRequest) -> list[str]:
         """The rendered per-step prompts of one solution, in step order."""
         steps = list(request.steps)
-        return [render_messages(self.tokenizer, step_judge_messages(request.problem, steps[:i], s)) for i, s in enumerate(steps)]
+        return [self._render(step_judge_messages(request.problem, steps[:i], s), STEP_VERDICT_PREFIX) for i, s in enumerate(steps)]
 
     def first_error_prompt(self, request: JudgeRequest) -> str:
         """The rendered first-error prompt of one solution."""
-        return render_messages(self.tokenizer, first_error_messages(request.problem, request.steps))
+        return self._render(first_error_messages(request.problem, request.steps), FIRST_ERROR_VERDICT_PREFIX)
 
     def score_steps(self, requests: Sequence[JudgeRequest]) -> list[list[StepJudgement]]:
         """Score every step of every request; returns one list of :class:`StepJudgement` per request."""
         prompts: list[str] = []
-        owners: list[tuple[int, int]] = []
+        owners: list[int] = []
         for r, request in enumerate(requests):
-            for s, prompt in enumerate(self.step_prompts(request)):
+            for prompt in self.step_prompts(request):
                 prompts.append(prompt)
-                owners.append((r, s))
+                owners.append(r)
         out: list[list[StepJudgement]] = [[] for _ in requests]
         if not prompts:
             return out
-        # Generation stops as soon as a verdict is boxed: the rest of the budget would be wasted.
         generations = self.backend.generate(prompts, self._params(tuple(f"\\boxed{{{v}}}" for v in (1, 0, -1))))
-        for (r, _s), samples in zip(owners, generations):
-            votes = [parse_step_verdict(g.text) for g in samples]
+        for r, samples in zip(owners, generations):
+            replies = [self._reply(STEP_VERDICT_PREFIX, g.text) for g in samples]
+            votes = [parse_step_verdict(t) for t in replies]
             score = majority_score(votes)
-            why = next((g.text for g, v in zip(samples, votes) if v == score and v is not None), samples[0].text if samples else "")
-            out[r].append(StepJudgement(score=score, votes=votes, rationale=_short(why)))
+            out[r].append(StepJudgement(score=score, votes=votes, rationale=_rationale(replies, votes, score)))
         return out
 
     def first_errors(self, requests: Sequence[JudgeRequest]) -> list[FirstErrorJudgement]:
@@ -347,11 +377,17 @@ class JudgePRM:
         generations = self.backend.generate(prompts, self._params(stop))
         out = []
         for request, samples in zip(requests, generations):
-            votes = [parse_first_error(g.text, len(request.steps)) for g in samples]
+            replies = [self._reply(FIRST_ERROR_VERDICT_PREFIX, g.text) for g in samples]
+            votes = [parse_first_error(t, len(request.steps)) for t in replies]
             pred = majority_first_error(votes)
-            why = next((g.text for g, v in zip(samples, votes) if v == pred and v is not None), samples[0].text if samples else "")
-            out.append(FirstErrorJudgement(prediction=pred, votes=votes, rationale=_short(why)))
+            out.append(FirstErrorJudgement(prediction=pred, votes=votes, rationale=_rationale(replies, votes, pred)))
         return out
+
+
+def _rationale(replies: Sequence[str], votes: Sequence[object], verdict: object) -> str:
+    """A short excerpt of the first reply that agrees with the verdict (else the first reply)."""
+    agreeing = next((t for t, v in zip(replies, votes) if v is not None and v == verdict), None)
+    return _short(agreeing if agreeing is not None else (replies[0] if replies else ""))
 
 
 def first_wrong_step(judgements: Sequence[StepJudgement]) -> int:

@@ -43,3 +43,16 @@ def combine(weights: RewardWeights, *, outcome: float, format: float, process: f
     if process is not None:
         total += weights.process * process
     return float(total)
+
+
+def overlong_penalty(completion_tokens: int, max_completion_length: int, buffer: int) -> float:
+    """DAPO's soft overlong punishment: 0 up to ``max - buffer`` tokens, then falling linearly to −1 at
+    ``max`` (and −1 beyond), so truncated rambling is discouraged without a cliff."""
+    if buffer <= 0:
+        return 0.0
+    start = max_completion_length - buffer
+    if completion_tokens <= start:
+        return 0.0
+    if completion_tokens >= max_completion_length:
+        return -1.0
+    return (start - completion_tokens) / buffer

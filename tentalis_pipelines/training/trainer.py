@@ -49,6 +49,9 @@ class GRPOConfig:
     seed: int = 0
 
     def __post_init__(self):
+        # DAPO's clip-higher: a wider upper clip keeps low-probability tokens explorable.
+        if self.loss_type == "dapo" and self.epsilon_high is None:
+            self.epsilon_high = 0.28
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
         if self.num_iterations < 1:
