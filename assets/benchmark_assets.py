@@ -70,3 +70,14 @@ def benchmark_results(
                   "n_paired": decision.n_paired},
     )
     return MaterializeResult(metadata=meta, check_results=[check])
+
+
+@asset(deps=[benchmark_results], group_name="evaluation", kinds={"delta"})
+def learning_curve(lakehouse: LakehouseResource, bench: BenchmarkResource) -> MaterializeResult:
+    """Held-out accuracy (strict and lenient, 95% bootstrap intervals) and format rate of every
+    checkpoint on the gate benchmark, base first: the table and a PNG plot."""
+    lake = lakehouse.lakehouse()
+    history = pipeline.benchmark_history(lake, bench.gate_benchmark)
+    n = sum(1 for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == bench.gate_benchmark)
+    return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": n,
+                                       "curve": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})

@@ -64,13 +64,12 @@ def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseRes
     return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n)})
 
 
-@schedule(job_name="train_job", cron_schedule="0 2 * * *", execution_timezone="UTC", default_status=DefaultScheduleStatus.RUNNING)
-def nightly_training(context: ScheduleEvaluationContext, lakehouse: LakehouseResource):
-    """Nightly at 02:00 UTC: train on whatever fresh trajectories exist (skips when there are none)."""
-    n = pipeline.fresh_trajectory_count(lakehouse.lakehouse(), lakehouse.paths())
-    if n == 0:
-        return SkipReason("no fresh trajectories to train on")
-    return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n)})
+@schedule(job_name="learning_cycle_job", cron_schedule="0 2 * * *", execution_timezone="UTC",
+          default_status=DefaultScheduleStatus.RUNNING)
+def nightly_learning_cycle(context: ScheduleEvaluationContext):
+    """Nightly at 02:00 UTC: one learning cycle (a fresh seeded batch, rollouts, reviews, training on
+    every fresh trajectory of the serving policy, the promotion gate on held-out tasks)."""
+    return RunRequest(run_key=f"nightly-{context.scheduled_execution_time:%Y-%m-%d}", tags={"tentalis/trigger": "nightly"})
 
 
 @sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)

@@ -53,34 +53,31 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
     console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
 
 
-STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints"]
+STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints", "gate_checkpoint"]
 
 
-@app.command()
-def run(
-    home: str | None = HomeOpt,
-    num_tasks: int = typer.Option(16, help="Tasks in the new batch."),
-    seed: int | None = typer.Option(None, help="Generator seed (default: the next unused one)."),
-    num_generations: int = typer.Option(4, help="Samples per task (G)."),
-    max_new_tokens: int = typer.Option(128, help="Completion length limit."),
-    train: bool = typer.Option(True, help="Train a checkpoint after the batch."),
-):
-    """Run one learning cycle (learning_cycle_job) on the Dagster instance, with progress."""
-    _paths(home)
+def _cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, gate_limit=None, levels=None) -> dict:
+    op_cfg = {"num_tasks": num_tasks, "seed": seed, "train": train}
+    if levels:
+        op_cfg["levels"] = levels
+    cfg = {
+        "ops": {"register_batch": {"config": op_cfg}, "train_policy": {"config": op_cfg}},
+        "resources": {"policy": {"config": {"num_generations": num_generations, "max_new_tokens": max_new_tokens}}},
+        # Progress comes from the event log; the console logger only needs to show problems.
+        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+    }
+    if gate_limit:
+        cfg["resources"]["bench"] = {"config": {"limit": gate_limit}}
+    return cfg
+
+
+def _execute_cycle(run_config: dict, label: str, train: bool) -> str:
+    """Run learning_cycle_job in this process on the instance, with a progress bar fed by its event log."""
     from dagster import DagsterEventType, DagsterInstance
 
     from tentalis_pipelines.definitions import defs
 
     job = defs.get_job_def("learning_cycle_job")
-    run_config = {
-        "ops": {
-            "register_batch": {"config": {"num_tasks": num_tasks, "seed": seed, "train": train}},
-            "train_policy": {"config": {"num_tasks": num_tasks, "seed": seed, "train": train}},
-        },
-        "resources": {"policy": {"config": {"num_generations": num_generations, "max_new_tokens": max_new_tokens}}},
-        # Progress comes from the event log below; the console logger only needs to show problems.
-        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
-    }
     instance = DagsterInstance.get()
     run_id = str(uuid.uuid4())
     outcome: dict = {}
@@ -92,22 +89,24 @@ def run(
             outcome["error"] = exc
 
     worker = threading.Thread(target=target, daemon=True)
-    t0 = time.time()
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task("learning cycle", total=len(STAGES) if train else len(STAGES) - 1)
+    stages = STAGES if train else STAGES[:-2]
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=console) as progress:
+        bar = progress.add_task(label, total=len(stages))
         worker.start()
         done: set[str] = set()
-        while worker.is_alive():
+        while worker.is_alive() or len(done) < len(stages):
             time.sleep(1.0)
             for rec in instance.all_logs(run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS}):
                 ev = rec.dagster_event
                 name = ev.asset_key.to_user_string() if ev.is_step_materialization else ev.step_key
-                if name in STAGES and name not in done:
+                if name in stages and name not in done:
                     done.add(name)
                     progress.advance(bar)
                     progress.console.print(f"  [green]✓[/] {name}")
-            nxt = next((s for s in STAGES if s not in done), "")
-            progress.update(bar, description=f"learning cycle: {nxt}")
+            progress.update(bar, description=f"{label}: {next((s for s in stages if s not in done), 'done')}")
+            if not worker.is_alive():
+                break
         worker.join()
     if "error" in outcome:
         raise outcome["error"]
@@ -117,8 +116,53 @@ def run(
             if ev.is_failure and ev.step_failure_data:
                 err.print(f"[red]{ev.step_key} failed:[/] {ev.step_failure_data.error.message.strip()}")
         raise typer.Exit(1)
+    return run_id
+
+
+@app.command()
+def run(
+    home: str | None = HomeOpt,
+    num_tasks: int = typer.Option(16, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, help="Generator seed (default: the next unused one)."),
+    num_generations: int = typer.Option(4, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, help="Completion length limit."),
+    train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
+):
+    """Run one learning cycle (learning_cycle_job) on the Dagster instance, with progress."""
+    _paths(home)
+    t0 = time.time()
+    run_id = _execute_cycle(_cycle_config(num_tasks, seed, num_generations, max_new_tokens, train), "learning cycle", train)
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s (run {run_id})")
     status(home=None)
+
+
+@app.command()
+def learn(
+    cycles: int = typer.Option(3, help="Learning cycles to run now."),
+    num_tasks: int = typer.Option(16, help="Tasks per cycle."),
+    num_generations: int = typer.Option(4, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, help="Completion length limit."),
+    gate_limit: int | None = typer.Option(None, help="Held-out items per evaluation (default 64)."),
+    levels: str = typer.Option("1,2", help="Difficulty levels of the training tasks, e.g. 1 or 1,2."),
+    home: str | None = HomeOpt,
+):
+    """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
+    paths = _paths(home)
+    from dagster import DagsterInstance, materialize
+
+    from assets.benchmark_assets import learning_curve
+    from tentalis_pipelines.definitions import defs
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.pipeline import benchmark_history
+
+    lv = [int(x) for x in levels.split(",") if x.strip()]
+    t0 = time.time()
+    for k in range(1, cycles + 1):
+        _execute_cycle(_cycle_config(num_tasks, None, num_generations, max_new_tokens, True, gate_limit, lv), f"cycle {k}/{cycles}", True)
+    resources = {key: defs.resources[key] for key in ("lakehouse", "bench")}
+    materialize([learning_curve], instance=DagsterInstance.get(), resources=resources)
+    console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])
 
 
 @app.command()

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dagster import Definitions
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
-from assets.benchmark_assets import benchmark_results
+from assets.benchmark_assets import benchmark_results, learning_curve
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
-from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_training, task_inbox
+from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.resources import (
     BenchmarkResource,
     LakehouseResource,
@@ -19,10 +19,10 @@ from tentalis_pipelines.resources import (
 )
 
 defs = Definitions(
-    assets=[tasks, rollouts, step_scores, reviews, trajectories, checkpoints, benchmark_results],
+    assets=[tasks, rollouts, step_scores, reviews, trajectories, checkpoints, benchmark_results, learning_curve],
     jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job],
     sensors=[task_inbox, fresh_trajectories, new_checkpoints],
-    schedules=[nightly_training],
+    schedules=[nightly_learning_cycle],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),
         "policy": PolicyResource(model=env_or("TENTALIS_MODEL", "embedded")),

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_schedule_context, build_sensor_context
 
-from jobs.sensors import fresh_trajectories, nightly_training, task_inbox
+from jobs.sensors import fresh_trajectories, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.resources import LakehouseResource, TrainerResource
 from tentalis_pipelines.settings import Paths
@@ -78,9 +78,12 @@ def test_fresh_trajectories_fires_at_threshold_and_not_before(instance, home):
     assert fired.tags["tentalis/fresh_trajectories"] == "8"
 
 
-def test_nightly_schedule_skips_without_fresh_data(instance, home):
-    Paths.from_env(home).ensure()
-    ctx = build_schedule_context(instance=instance, resources={"lakehouse": LakehouseResource(home=str(home))})
-    assert isinstance(nightly_training(ctx), SkipReason)
-    assert nightly_training.cron_schedule == "0 2 * * *"
-    assert nightly_training.execution_timezone == "UTC"
+def test_nightly_schedule_runs_one_learning_cycle_at_two_utc(instance):
+    from datetime import datetime, timezone
+
+    ctx = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 23, 2, 0, tzinfo=timezone.utc))
+    req = nightly_learning_cycle(ctx)
+    assert isinstance(req, RunRequest) and req.run_key == "nightly-2026-11-23"
+    assert nightly_learning_cycle.cron_schedule == "0 2 * * *"
+    assert nightly_learning_cycle.execution_timezone == "UTC"
+    assert nightly_learning_cycle.job_name == "learning_cycle_job"
