@@ -232,6 +232,25 @@ def sql(
         console.print(t)
 
 
+@app.command("import-reviews")
+def import_reviews(
+    path: Path = typer.Argument(..., help="JSONL or CSV with rollout_id, score (0-1), critique, hint[, reviewer]."),
+    home: str | None = HomeOpt,
+):
+    """Import human reviews keyed by rollout id (unknown ids are quarantined; re-importing changes nothing).
+    Re-materialise the batch's `reviews` with manager=human to use them."""
+    paths = _paths(home)
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.pipeline import import_human_reviews
+
+    try:
+        out = import_human_reviews(Lakehouse(paths.lakehouse), path)
+    except FileNotFoundError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"applied {out['applied']} review(s); quarantined {out['quarantined']} line(s)")
+
+
 @app.command()
 def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),

@@ -39,13 +39,8 @@ def validate_batch_id(batch_id: str) -> str:
     return batch_id
 
 
-_KEY_VALUE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/+-]{0,255}$")
-
-
-def _validate_key(column: str, value: str) -> str:
-    if not isinstance(value, str) or not _KEY_VALUE.match(value):
-        raise LakehouseError(f"invalid {column} {value!r}: use letters, digits and . _ : / + - only")
-    return value
+def _sql_quote(value: str) -> str:
+    return value.replace("'", "''")
 
 
 def now_utc() -> datetime:
@@ -140,7 +135,10 @@ class Lakehouse:
         Every row written must carry exactly those key values, so a re-run replaces and never duplicates.
         """
         for col, value in keys.items():
-            validate_batch_id(value) if col == "batch_id" else _validate_key(col, value)
+            if col == "batch_id":
+                validate_batch_id(value)
+            elif not isinstance(value, str) or not value:
+                raise LakehouseError(f"invalid {col} {value!r}")
         table = to_table(name, rows)
         for col, value in keys.items():
             others = set(table.column(col).to_pylist()) - {value} if table.num_rows else set()
@@ -148,7 +146,7 @@ class Lakehouse:
                 raise LakehouseError(f"rows for {col}={value!r} carry other {col} values {sorted(map(str, others))}")
         if table.num_rows == 0 and not self.exists(name):
             return 0
-        predicate = " AND ".join(f"{col} = '{value}'" for col, value in keys.items())
+        predicate = " AND ".join(f"{col} = '{_sql_quote(value)}'" for col, value in keys.items())
         self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
@@ -168,6 +166,25 @@ class Lakehouse:
         if table.num_rows == 0 and self.exists(name):
             return 0
         self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", schema_mode="merge"))
+        return table.num_rows
+
+    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str]) -> int:
+        """Merge rows by ``key``: insert new keys, update a matched row only when a ``compare`` column
+        differs (so importing the same rows again changes nothing)."""
+        table = to_table(name, rows)
+        if table.num_rows == 0:
+            return 0
+        if not self.exists(name):
+            self._commit(lambda: write_deltalake(self.uri(name), table, mode="append"))
+            return table.num_rows
+        changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
+        self._commit(
+            lambda: DeltaTable(self.uri(name))
+            .merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+            .when_matched_update_all(predicate=changed)
+            .when_not_matched_insert_all()
+            .execute()
+        )
         return table.num_rows
 
     def update(self, name: str, predicate: str, updates: Mapping[str, str]) -> None:

@@ -232,23 +232,50 @@ def _review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInp
     return out
 
 
-def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier") -> StageResult:
-    mgr = get_manager(manager)
+def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm_manager=None) -> StageResult:
+    """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
+    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``) or ``human`` (imported reviews;
+    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it)."""
+    if manager not in ("verifier", "llm", "human"):
+        raise ValueError(f"unknown manager {manager!r}; choose verifier, llm or human")
+    verifier = get_manager("verifier")
     created = now_utc()
+    inputs = _review_inputs(lake, batch_id)
+    human = {}
+    if manager == "human":
+        human = {r["rollout_id"]: r for r in lake.read("human_reviews").to_pylist() if r["batch_id"] == batch_id}
+    llm_reviews = {}
+    if manager == "llm":
+        if llm_manager is None:
+            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        llm_reviews = dict(zip([r["rollout_id"] for r, _ in inputs],
+                               llm_manager.review_many([(tasks[r["task_id"]]["prompt"], r["completion"], x) for r, x in inputs])))
     rows = []
-    for r, x in _review_inputs(lake, batch_id):
-        rev = mgr.review(x)
-        rows.append(
-            {"batch_id": batch_id, "rollout_id": r["rollout_id"], "manager": mgr.name, "score": rev.score,
-             "critique": rev.critique, "hint": rev.hint, "created_at": created}
-        )
+    for r, x in inputs:
+        rid = r["rollout_id"]
+        if rid in human:
+            h = human[rid]
+            row = {"manager": "human", "score": h["score"], "critique": h["critique"], "hint": h["hint"]}
+        elif rid in llm_reviews:
+            rev = llm_reviews[rid]
+            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+        else:
+            rev = verifier.review(x)
+            row = {"manager": "verifier", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+        rows.append({"batch_id": batch_id, "rollout_id": rid, **row, "created_at": created})
     n = lake.write_batch("reviews", batch_id, rows)
+    by_manager: dict[str, int] = defaultdict(int)
+    for row in rows:
+        by_manager[row["manager"]] += 1
     return StageResult(
         n,
         {
             "num_reviews": n,
+            "by_manager": json.dumps(by_manager),
             "mean_score": round(sum(r["score"] for r in rows) / max(n, 1), 3),
-            "preview": markdown_table([{"rollout_id": r["rollout_id"], "score": r["score"], "critique": r["critique"]} for r in rows]),
+            "preview": markdown_table([{"rollout_id": r["rollout_id"], "manager": r["manager"], "score": r["score"],
+                                        "critique": r["critique"]} for r in rows]),
         },
     )
 
@@ -531,3 +558,37 @@ def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
     table = markdown_table([{k: r[k] for k in ("checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate", "ci_low", "ci_high")}
                             for r in rows], limit=50)
     return {"history": table, "plot": markdown_image(accuracy_plot_png(rows, f"{benchmark}: accuracy per checkpoint"), benchmark)}
+
+
+# --------------------------------------------------------------------------- human reviews
+def import_human_reviews(lake: Lakehouse, path) -> dict[str, int]:
+    """Import a JSONL or CSV file of human reviews keyed by rollout id. Lines naming an unknown rollout
+    or carrying a bad score go to ``quarantine``; the rest are merged into ``human_reviews`` (the same
+    file imported again changes nothing). The ``human`` manager then uses them for their batches."""
+    from pathlib import Path
+
+    from tentalis_pipelines.rewards.managers import read_review_file, validate_human_review
+
+    path = Path(path).resolve()
+    if not path.exists():
+        raise FileNotFoundError(f"review file {path} does not exist")
+    known = {r["rollout_id"]: r["batch_id"] for r in lake.read("rollouts", columns=["rollout_id", "batch_id"]).to_pylist()}
+    good, bad, seen = [], [], set()
+    now = now_utc()
+    for line, raw, rec, error in read_review_file(path):
+        try:
+            if error:
+                raise ValueError(error)
+            review = validate_human_review(rec)
+            if review["rollout_id"] not in known:
+                raise ValueError(f"unknown rollout_id {review['rollout_id']!r} (not in rollouts)")
+            if review["rollout_id"] in seen:
+                raise ValueError(f"rollout_id {review['rollout_id']!r} reviewed twice in this file")
+        except ValueError as exc:
+            bad.append({"source": str(path), "line": line, "raw": raw[:10000], "error": str(exc), "batch_id": None, "stage": "human_reviews"})
+            continue
+        seen.add(review["rollout_id"])
+        good.append({**review, "batch_id": known[review["rollout_id"]], "source": str(path), "line": line, "imported_at": now})
+    lake.replace_where("quarantine", {"source": str(path), "stage": "human_reviews"}, [{"seen_at": now, **b} for b in bad])
+    lake.upsert("human_reviews", "rollout_id", good, compare=("score", "critique", "hint", "reviewer"))
+    return {"applied": len(good), "quarantined": len(bad)}

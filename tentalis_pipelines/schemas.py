@@ -89,6 +89,18 @@ class TrajectoryRow(BaseModel):
     created_at: datetime
 
 
+class HumanReviewRow(BaseModel):
+    rollout_id: str
+    batch_id: str
+    reviewer: str
+    score: float = Field(ge=0.0, le=1.0)
+    critique: str
+    hint: str
+    source: str
+    line: int
+    imported_at: datetime
+
+
 class CheckpointRow(BaseModel):
     checkpoint_id: str
     parent_id: str | None
@@ -225,6 +237,19 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "human_reviews": pa.schema(
+        [
+            ("rollout_id", pa.string(), False),
+            ("batch_id", pa.string()),
+            ("reviewer", pa.string()),
+            ("score", pa.float64()),
+            ("critique", pa.string()),
+            ("hint", pa.string()),
+            ("source", pa.string()),
+            ("line", pa.int64()),
+            ("imported_at", TS),
+        ]
+    ),
     "checkpoints": pa.schema(
         [
             ("checkpoint_id", pa.string(), False),
@@ -292,6 +317,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "step_scores": StepScoreRow,
     "reviews": ReviewRow,
     "trajectories": TrajectoryRow,
+    "human_reviews": HumanReviewRow,
     "checkpoints": CheckpointRow,
     "benchmark_results": BenchmarkResultRow,
     "benchmark_items": BenchmarkItemRow,

@@ -71,7 +71,9 @@ def test_generated_batches_and_next_seed(tmp_path):
 @pytest.mark.parametrize(
     "pred,ref,ok",
     [("42", "42", True), ("$1,200", "#### 1200", True), ("41", "42", False), ("0.5", "\\frac{1}{2}", True),
-     ("The total is 18 apples", "18", True), (None, "3", False), ("\\left(3, \\pi\\right)", "(3,\\pi)", True)],
+     ("The total is 18 apples", "18", True), (None, "3", False), ("\\left(3, \\pi\\right)", "(3,\\pi)", True),
+     ("\\frac{\\pi}{2}", "\\pi/2", True), ("(3, \\frac{\\pi}{2})", "\\left( 3, \\frac{\\pi}{2} \\right)", True),
+     ("x^2+2x+1", "(x+1)^2", True), ("\\sqrt{2}", "\\sqrt{3}", False)],
 )
 def test_answers_match(pred, ref, ok):
     assert answers_match(pred, ref) is ok

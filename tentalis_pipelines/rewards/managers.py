@@ -67,3 +67,44 @@ def get_manager(name: str):
         return MANAGERS[name]()
     except KeyError:
         raise ValueError(f"unknown manager {name!r}; choose one of {sorted(MANAGERS)}") from None
+
+
+# --------------------------------------------------------------------------- human reviews
+def read_review_file(path) -> list[tuple[int, str, dict | None, str | None]]:
+    """(line, raw, record or None, error or None) for every row of a JSONL or CSV review file."""
+    import csv
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    out = []
+    if path.suffix.lower() == ".csv":
+        with path.open(newline="", encoding="utf-8") as fh:
+            for i, rec in enumerate(csv.DictReader(fh), start=2):  # line 1 is the header
+                out.append((i, ",".join(f"{k}={v}" for k, v in rec.items()), dict(rec), None))
+        return out
+    with path.open(encoding="utf-8") as fh:
+        for i, raw in enumerate(fh, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+                out.append((i, raw.rstrip("\n"), rec if isinstance(rec, dict) else None, None if isinstance(rec, dict) else "expected a JSON object"))
+            except json.JSONDecodeError as exc:
+                out.append((i, raw.rstrip("\n"), None, f"invalid JSON: {exc.msg}"))
+    return out
+
+
+def validate_human_review(rec: dict) -> dict:
+    """Normalise one human review (rollout_id, score in [0, 1], critique, hint, reviewer) or raise ValueError."""
+    rid = str(rec.get("rollout_id") or "").strip()
+    if not rid:
+        raise ValueError("missing 'rollout_id'")
+    try:
+        score = float(rec.get("score"))
+    except (TypeError, ValueError):
+        raise ValueError(f"'score' must be a number in [0, 1], got {rec.get('score')!r}") from None
+    if not 0.0 <= score <= 1.0:
+        raise ValueError(f"'score' must be in [0, 1], got {score}")
+    return {"rollout_id": rid, "score": score, "critique": str(rec.get("critique") or ""), "hint": str(rec.get("hint") or ""),
+            "reviewer": str(rec.get("reviewer") or "human")}

@@ -62,4 +62,22 @@ def answers_match(predicted: str | None, reference: str) -> bool:
     if _plain_number(ref) is not None:
         pred_num = to_number(predicted)
         return pred_num is not None and pred_num == to_number(ref)
-    return _normalise_text(predicted) == _normalise_text(ref)
+    if _normalise_text(predicted) == _normalise_text(ref):
+        return True
+    return symbolic_match(str(predicted), ref)
+
+
+def symbolic_match(predicted: str, reference: str) -> bool:
+    """Symbolic equivalence of two LaTeX answers with math-verify (sympy underneath): ``\\frac{\\pi}{2}``
+    equals ``\\pi/2``, ``(3, \\frac{\\pi}{2})`` equals ``\\left(3, \\frac{\\pi}{2}\\right)``."""
+    try:
+        from math_verify import parse, verify
+    except ImportError:  # optional at import time; the dependency is declared in pyproject
+        return False
+    try:
+        # Timeouts off: math-verify's timeouts use SIGALRM, which only works in the main thread.
+        gold = parse(f"${reference_answer(reference)}$", parsing_timeout=None)
+        pred = parse(f"${reference_answer(predicted)}$", parsing_timeout=None)
+        return bool(gold) and bool(pred) and bool(verify(gold, pred, timeout_seconds=None))
+    except Exception:  # a parser failure on model output is a wrong answer, not a crash
+        return False

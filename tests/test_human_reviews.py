@@ -1,0 +1,63 @@
+"""Human reviews: unknown rollout ids are quarantined, the rest applied; re-importing changes nothing."""
+
+import json
+from datetime import datetime, timezone
+
+from typer.testing import CliRunner
+
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.cli import app
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.settings import Paths
+
+NOW = datetime.now(timezone.utc)
+
+
+def _seed(lake: Lakehouse):
+    lake.write_batch("tasks", "b1", [{"batch_id": "b1", "task_id": "t0", "source": "s", "environment": "math", "prompt": "2+3?",
+                                      "reference": "5", "difficulty": 1, "metadata": "{}", "created_at": NOW}])
+    lake.write_batch("rollouts", "b1", [
+        {"batch_id": "b1", "rollout_id": f"r{i}", "task_id": "t0", "group_index": i, "policy_version": "base", "backend": "x",
+         "model": "m", "prompt_text": "p", "completion": c, "steps": [c], "answer": a, "parse_mode": "tagged", "prompt_tokens": 1,
+         "completion_tokens": 1, "completion_token_ids": [1], "sampling_logprobs": None, "finish_reason": "stop",
+         "temperature": 0.8, "seconds": 0.1, "created_at": NOW}
+        for i, (c, a) in enumerate([("<step>2 + 3 = 5</step><answer>5</answer>", "5"), ("<step>2 + 3 = 6</step><answer>6</answer>", "6")])
+    ])
+    pipeline.build_step_scores(lake, "b1")
+
+
+def test_import_quarantines_unknown_ids_and_is_idempotent(home, tmp_path):
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    _seed(lake)
+    f = tmp_path / "reviews.jsonl"
+    f.write_text("\n".join([
+        json.dumps({"rollout_id": "r0", "score": 0.9, "critique": "Clear and right.", "hint": ""}),
+        json.dumps({"rollout_id": "r-unknown", "score": 0.2, "critique": "?", "hint": ""}),
+        json.dumps({"rollout_id": "r1", "score": 0.1, "critique": "2 + 3 is 5, not 6.", "hint": "Recheck the sum.", "reviewer": "ana"}),
+        json.dumps({"rollout_id": "r1", "score": 7, "critique": "bad score"}),
+    ]) + "\n")
+    runner = CliRunner()
+    out = runner.invoke(app, ["import-reviews", str(f)])
+    assert out.exit_code == 0, out.output
+    assert "applied 2" in out.output and "quarantined 2" in out.output
+    q = lake.read("quarantine").to_pylist()
+    assert sorted(r["line"] for r in q) == [2, 4] and all(r["stage"] == "human_reviews" for r in q)
+    assert "unknown rollout_id" in next(r["error"] for r in q if r["line"] == 2)
+    snapshot = sorted((r["rollout_id"], r["score"], str(r["imported_at"])) for r in lake.read("human_reviews").to_pylist())
+    versions = lake.table("human_reviews").version()
+
+    again = runner.invoke(app, ["import-reviews", str(f)])
+    assert again.exit_code == 0
+    assert lake.count("quarantine") == 2
+    assert sorted((r["rollout_id"], r["score"], str(r["imported_at"])) for r in lake.read("human_reviews").to_pylist()) == snapshot
+    assert lake.table("human_reviews").version() <= versions + 1  # a no-op merge at most
+
+    res = pipeline.build_reviews(lake, "b1", manager="human")
+    reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist()}
+    assert res.rows == 2 and reviews["r1"]["manager"] == "human" and reviews["r1"]["hint"] == "Recheck the sum."
+    assert reviews["r0"]["score"] == 0.9
+
+
+def test_missing_file_is_a_clear_error(home, tmp_path):
+    out = CliRunner().invoke(app, ["import-reviews", str(tmp_path / "nope.jsonl")])
+    assert out.exit_code == 2 and "does not exist" in " ".join(out.output.split())
