@@ -140,3 +140,17 @@ def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
         assert lake.count("benchmark_results") == 2  # the incumbent (base) was benchmarked on the same items too
         mats = instance.fetch_materializations(AssetKey("benchmark_results"), limit=10).records
         assert {m.asset_materialization.partition for m in mats} == {"arithmetic|ckpt-a", "arithmetic|base"}
+
+
+def test_code_program_takes_the_models_function_and_keeps_the_prompts_imports():
+    from tentalis_pipelines.evaluation.benchmarks import code_program
+    from tentalis_pipelines.evaluation.sandbox import run_humaneval_check
+
+    prompt = "from typing import List\n\n\ndef add(xs: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n"
+    reply = "```python\ndef add(xs: List[int]) -> int:\n    return sum(xs)\n```\nThis sums the list."
+    header, code = code_program(prompt, reply, "add")
+    assert header.startswith("from typing import List") and "def add" not in header and code.startswith("def add")
+    test = "def check(candidate):\n    assert candidate([1, 2, 3]) == 6\n"
+    assert run_humaneval_check(header, code, test, "add").passed
+    body_only = code_program(prompt, "    return sum(xs) + 1\n", "add")
+    assert body_only[0] == prompt and not run_humaneval_check(*body_only, test, "add").passed

@@ -22,6 +22,7 @@ from tentalis_pipelines.rewards.judge import (
     parse_first_error,
     parse_step_verdict,
     render_messages,
+    unit_score,
 )
 
 
@@ -83,6 +84,8 @@ def test_parse_step_verdict(text: str, expected: float | None) -> None:
         ("\\boxed{paragraph_1}", 1),
         ("maybe \\boxed{3} ... no, \\boxed{0}", 0),  # last boxed wins
         ("\\boxed{7}", None),  # out of range for 4 steps
+        ("\\boxed{2.5}", None),  # the problem's answer, not a paragraph index
+        ("\\boxed{\\text{Step } 3}", 3),
         ('{"index": 3}', 3),
         ("the solution looks long", None),
     ],
@@ -104,6 +107,7 @@ def test_majority_and_the_pessimistic_tie_rule() -> None:
     assert majority_first_error([-1, -1, 2]) == -1
     assert majority_first_error([None, None, 0]) == 0
     assert majority_first_error([None]) is None
+    assert [unit_score(v) for v in (-1.0, 0.0, 1.0, None)] == [0.0, 0.5, 1.0, None]
 
 
 def _step_script(prompt: str) -> list[str]:

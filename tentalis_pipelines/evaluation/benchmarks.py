@@ -11,6 +11,7 @@ from __future__ import annotations
 import gzip
 import json
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,9 +32,11 @@ from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
 DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 256}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384}
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
-CODE_STOP = ("\ndef ", "\nclass ", "\nif __name__", "\nprint(", "\n#", "\nassert")
+CODE_STOP = ("\n```",)
+CODE_INSTRUCTION = "Complete the following Python function. Write only code.\n\n```python\n{prompt}```"
+_CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:\n```|\Z)", re.S)
 
 
 class BenchmarkDataMissing(FileNotFoundError):
@@ -155,11 +158,6 @@ def bootstrap_ci(values: list[float] | np.ndarray, *, n_boot: int = 2000, seed: 
     return float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))
 
 
-def _strip_stop(text: str, stops: tuple[str, ...]) -> str:
-    cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
-    return text if cut < 0 else text[:cut]
-
-
 def evaluate_items(
     backend,
     items: list[BenchItem],
@@ -183,16 +181,38 @@ def evaluate_items(
     if code_items:
         if sandbox_run is None:
             raise ValueError("code benchmarks need a sandbox to run model-written code")
-        # Code is a plain continuation of the function signature and docstring (HumanEval protocol).
+        # Instruct models answer a chat request with a code block (the chat-model protocol of evalplus);
+        # the program is the prompt's imports plus the function the model wrote, or the prompt plus the
+        # reply when the reply does not define the function.
+        prompts = [_code_prompt(backend.tokenizer, it.prompt) for it in code_items]
         gens = backend.generate(
-            [it.prompt for it in code_items],
+            prompts,
             SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0, stop=CODE_STOP),
         )
         for it, g in zip(code_items, gens):
-            completion = _strip_stop(g[0].text, CODE_STOP)
-            res = sandbox_run(it.prompt, completion, it.extra["test"], it.extra["entry_point"])
-            out[it.item_id] = ItemResult(it, completion, res.status, bool(res.passed), bool(res.passed), True)
+            text = g[0].text
+            header, code = code_program(it.prompt, text, it.extra["entry_point"])
+            res = sandbox_run(header, code, it.extra["test"], it.extra["entry_point"])
+            out[it.item_id] = ItemResult(it, text, res.status, bool(res.passed), bool(res.passed), "```" in text)
     return [out[it.item_id] for it in items]
+
+
+def _code_prompt(tokenizer, prompt: str) -> str:
+    messages = [{"role": "user", "content": CODE_INSTRUCTION.format(prompt=prompt)}]
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return prompt
+
+
+def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
+    """(header, code) to run: the prompt's text before ``def entry_point`` (imports, helpers) and the
+    model's function; or the whole prompt and the reply as its continuation."""
+    m = _CODE_BLOCK.search(reply)
+    code = m.group(1) if m else reply
+    if re.search(rf"^\s*def\s+{re.escape(entry_point)}\s*\(", code, re.M):
+        cut = re.search(rf"^def\s+{re.escape(entry_point)}\s*\(", prompt, re.M)
+        return (prompt[: cut.start()] if cut else ""), code
+    return prompt, code
 
 
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:

@@ -42,7 +42,8 @@ JUDGE_SCORER = "judge"
 VALID_SCORES = (-1.0, 0.0, 1.0)
 # Reply openings used with ``JudgeConfig.forced_verdict``; the model continues right after the brace.
 STEP_VERDICT_PREFIX = "Verdict: \\boxed{"
-FIRST_ERROR_VERDICT_PREFIX = "Final answer: \\boxed{"  # neutral: no hint that there is an error
+# Names what goes in the box: a bare "Final answer:" makes small models box the math answer instead.
+FIRST_ERROR_VERDICT_PREFIX = "Index of the earliest wrong paragraph (-1 if all are correct): \\boxed{"
 FORCED_MAX_NEW_TOKENS = 4  # "-1}" is at most three tokens
 
 STEP_SYSTEM_PROMPT = (
@@ -140,7 +141,7 @@ _WORD_RE = re.compile(r"\b(" + "|".join(f"(?:{p})" for p, _ in _WORDS) + r")\b",
 # "Yes"/"No" are only trusted as the first word of the reply or right after "answer:"/"verdict:": inside
 # a sentence ("there is no error") they would flip the verdict.
 _YES_NO_RE = re.compile(r"(?:^|\b(?:answer|verdict)\s*[:=]\s*)\**\s*(yes|no)\b", re.I)
-_INT_RE = re.compile(r"[+-]?\d+")
+_INDEX_RE = re.compile(r"(?:(?:paragraph|step|index)[\s_]*)?([+-]?\d+)", re.I)
 
 
 def _word_value(word: str) -> float | None:
@@ -214,10 +215,13 @@ def parse_first_error(text: str, num_steps: int) -> int | None:
     text = text or ""
 
     def valid(raw: str) -> int | None:
-        m = _INT_RE.search(raw)
+        # A whole integer only (optionally "paragraph_2" / "step 2"): a boxed 5.4 is the problem's answer,
+        # not paragraph 5.
+        cleaned = re.sub(r"\\text\s*\{([^{}]*)\}", r"\1", raw).strip().strip("$").strip().strip("\"'").rstrip(".").strip()
+        m = _INDEX_RE.fullmatch(cleaned)
         if m is None:
             return None
-        value = int(m.group(0))
+        value = int(m.group(1))
         return value if -1 <= value < num_steps else None
 
     for raw in reversed(_BOXED_RE.findall(text)):
@@ -394,3 +398,9 @@ def first_wrong_step(judgements: Sequence[StepJudgement]) -> int:
     """The index of the first step whose aggregated score is -1, or -1 when there is none (unscored and
     unsure steps are not errors)."""
     return next((i for i, j in enumerate(judgements) if j.score is not None and j.score < 0), -1)
+
+
+def unit_score(score: float | None) -> float | None:
+    """A judge score (-1, 0, 1) on the calculator verifier's scale (0.0 wrong, 0.5 unsure, 1.0 correct),
+    for tables and rewards that mix both scorers."""
+    return None if score is None else (score + 1.0) / 2.0
