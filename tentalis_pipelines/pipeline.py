@@ -17,7 +17,7 @@ from tentalis_pipelines.inference.base import SamplingParams, make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
-from tentalis_pipelines.rewards.advantages import group_advantages
+from tentalis_pipelines.rewards.advantages import group_advantages, process_advantages, token_step_index
 from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.process import check_step
@@ -283,7 +283,7 @@ def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm
 # --------------------------------------------------------------------------- trajectories
 def build_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
-    overlong_buffer: int = 0, max_completion_length: int = 128,
+    overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
@@ -320,9 +320,15 @@ def build_trajectories(
                 "created_at": created,
             }
         )
-    adv, signal = group_advantages([f"{r['task_id']}|{r['policy_version']}" for r in rows], [r["reward"] for r in rows], scale_rewards=scale_rewards)
-    for row, a, s in zip(rows, adv, signal):
+    if advantage_mode not in ("outcome", "process"):
+        raise ValueError(f"advantage_mode must be 'outcome' or 'process', got {advantage_mode!r}")
+    keys = [f"{r['task_id']}|{r['policy_version']}" for r in rows]
+    adv, signal = group_advantages(keys, [r["reward"] for r in rows], scale_rewards=scale_rewards)
+    step_adv = process_advantages(keys, [r["step_rewards"] for r in rows])
+    for row, a, s, sa in zip(rows, adv, signal, step_adv):
         row["advantage"] = a
+        row["step_advantages"] = sa
+        row["advantage_mode"] = advantage_mode
         row["kept"] = bool(s) if dynamic_sampling else True
     n = lake.write_batch("trajectories", batch_id, rows)
     return StageResult(
@@ -375,7 +381,8 @@ def train_checkpoint(
     batches = sorted({r["batch_id"] for r in fresh})
     rollouts = {}
     for b in batches:
-        for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "prompt_text", "completion_token_ids", "sampling_logprobs"]).to_pylist():
+        for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids",
+                                                            "sampling_logprobs"]).to_pylist():
             if r["rollout_id"] in ids:
                 rollouts[r["rollout_id"]] = r
     model_dir = resolve_model(policy.model, paths.models)
@@ -389,8 +396,15 @@ def train_checkpoint(
         if not ro["completion_token_ids"]:
             continue
         p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
-        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), old_logps=ro["sampling_logprobs"]))
-    if not any(abs(s.advantage) > 1e-8 for s in samples):
+        token_adv = None
+        if t.get("advantage_mode") == "process":
+            # Each token gets the process advantage of its step (0 after the last step).
+            owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
+            sa = t["step_advantages"] or []
+            token_adv = [sa[j] if j is not None and j < len(sa) else 0.0 for j in owner]
+        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
+                                   old_logps=ro["sampling_logprobs"]))
+    if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
         raise ValueError(
             f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
             "sample more generations per task, raise the temperature, or add easier tasks"

@@ -61,6 +61,7 @@ class TrainerResource(ConfigurableResource):
     per_step_rows: int = 64
     scale_rewards: str | None = None  # default: "none" for dr_grpo, else "group"
     dynamic_sampling: bool | None = None  # default: on for dapo
+    advantage_mode: str = "outcome"  # outcome | process (DeepSeekMath, from the step scores)
     overlong_buffer: int | None = None  # DAPO soft overlong punishment window (tokens); default: 1/4 of max for dapo
     promotion: str = "gate"  # gate: benchmarks decide (see BenchmarkResource); always: promote on training
     fresh_trajectory_threshold: int = 64
@@ -73,6 +74,7 @@ class TrainerResource(ConfigurableResource):
             "dynamic_sampling": dapo if self.dynamic_sampling is None else self.dynamic_sampling,
             "overlong_buffer": (max_completion_length // 4 if dapo else 0) if self.overlong_buffer is None else self.overlong_buffer,
             "max_completion_length": max_completion_length,
+            "advantage_mode": self.advantage_mode,
         }
 
     def config(self) -> GRPOConfig:

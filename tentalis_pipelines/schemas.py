@@ -85,6 +85,8 @@ class TrajectoryRow(BaseModel):
     reward: float
     reward_weights: str = Field(description="JSON of the weights that combined the components")
     advantage: float
+    step_advantages: list[float] = Field(description="DeepSeekMath process advantages, one per step")
+    advantage_mode: str = Field(description="'outcome' (one advantage per sample) or 'process' (per step, per token)")
     kept: bool = Field(description="False when dynamic sampling drops the group (all rewards equal)")
     created_at: datetime
 
@@ -233,6 +235,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("reward", pa.float64()),
             ("reward_weights", pa.string()),
             ("advantage", pa.float64()),
+            ("step_advantages", pa.list_(pa.float64())),
+            ("advantage_mode", pa.string()),
             ("kept", pa.bool_()),
             ("created_at", TS),
         ]

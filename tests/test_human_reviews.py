@@ -61,3 +61,16 @@ def test_import_quarantines_unknown_ids_and_is_idempotent(home, tmp_path):
 def test_missing_file_is_a_clear_error(home, tmp_path):
     out = CliRunner().invoke(app, ["import-reviews", str(tmp_path / "nope.jsonl")])
     assert out.exit_code == 2 and "does not exist" in " ".join(out.output.split())
+
+
+def test_process_mode_trajectories_carry_per_step_advantages(home):
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    _seed(lake)
+    pipeline.build_reviews(lake, "b1")
+    pipeline.build_trajectories(lake, "b1", advantage_mode="process")
+    rows = {r["rollout_id"]: r for r in lake.read("trajectories").to_pylist()}
+    assert rows["r0"]["advantage_mode"] == "process"
+    # r0's only step is right (1.0), r1's is wrong (0.0): normalised across the group, opposite signs
+    assert rows["r0"]["step_advantages"][0] > 0 > rows["r1"]["step_advantages"][0]
+    out = lake.sql("select rollout_id, outcome_reward, process_reward, manager_score, reward_weights from trajectories order by 1")
+    assert out.num_rows == 2 and "manager" in out.to_pylist()[0]["reward_weights"]

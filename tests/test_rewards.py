@@ -47,3 +47,27 @@ def test_group_advantages():
     assert signal == [True, True, False, False]
     raw, _ = group_advantages(["a", "a"], [1.0, 0.0], scale_rewards="none")
     assert raw == [0.5, -0.5]
+
+
+def test_process_advantages_follow_deepseekmath():
+    from tentalis_pipelines.rewards.advantages import process_advantages
+
+    adv = process_advantages(["g", "g"], [[1.0, 0.0], [1.0, 1.0]])
+    # pool {1, 0, 1, 1}: mean .75, std .5 -> normalised 0.5 / -1.5 ; suffix sums per sample
+    assert adv[0] == pytest.approx([0.5 - 1.5, -1.5], abs=1e-3)
+    assert adv[1] == pytest.approx([1.0, 0.5], abs=1e-3)
+    assert process_advantages(["g"], [[None, 1.0]])[0] == [0.0, 0.0]
+
+
+def test_token_step_index(embedded_model_dir):
+    from transformers import AutoTokenizer
+
+    from tentalis_pipelines.rewards.advantages import token_step_index
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+    text = "<step>2 + 3 = 5</step>\n<step>5 * 2 = 10</step>\n<answer>10</answer>"
+    steps = parse_completion(text).steps
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    idx = token_step_index(tok, ids, text, steps)
+    assert idx[0] == 0 and idx[-1] is None and 1 in idx
+    assert idx == sorted(idx, key=lambda v: (v is None, v))  # steps in order, then the answer

@@ -57,7 +57,7 @@ def _trajectory(i: int, batch: str = "b1") -> dict:
         "batch_id": batch, "rollout_id": f"r{i}", "task_id": f"t{i // 4}", "group_index": i % 4,
         "policy_version": "base", "outcome_reward": float(i % 2), "format_reward": 1.0, "process_reward": None,
         "step_rewards": [], "manager_score": 1.0, "reward": float(i % 2), "reward_weights": "{}",
-        "advantage": 1.0 if i % 2 else -1.0, "kept": True, "created_at": datetime.now(timezone.utc),
+        "advantage": 1.0 if i % 2 else -1.0, "step_advantages": [], "advantage_mode": "outcome", "kept": True, "created_at": datetime.now(timezone.utc),
     }
 
 

@@ -51,7 +51,7 @@ def _seed_lakehouse(home, tiny_model_dir):
         trajs.append({"batch_id": "b1", "rollout_id": rid, "task_id": f"t{i // 4}", "group_index": i % 4, "policy_version": "ckpt-parent",
                       "outcome_reward": float(i % 2), "format_reward": 0.0, "process_reward": None, "step_rewards": [],
                       "manager_score": 0.0, "overlong_penalty": 0.0, "reward": float(i % 2), "reward_weights": "{}",
-                      "advantage": 1.0 if i % 2 else -1.0, "kept": True, "created_at": NOW})
+                      "advantage": 1.0 if i % 2 else -1.0, "step_advantages": [], "advantage_mode": "outcome", "kept": True, "created_at": NOW})
     lake.write_batch("rollouts", "b1", rollouts)
     lake.write_batch("trajectories", "b1", trajs)
     return paths, lake

@@ -31,3 +31,44 @@ def group_advantages(
         adv[members] = centred / (std + eps) if scale_rewards == "group" else centred
         signal[members] = bool(np.ptp(g) > 0)
     return adv.tolist(), signal.tolist()
+
+
+def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequence[float | None]], *, eps: float = 1e-4) -> list[list[float]]:
+    """DeepSeekMath process supervision: each step reward is normalised with the mean and std of all
+    step rewards in its group; a step's advantage is the sum of the normalised rewards of that step and
+    every later step of the same sample. Unscored steps (None) contribute 0."""
+    idx: dict[str, list[int]] = defaultdict(list)
+    for i, k in enumerate(group_keys):
+        idx[k].append(i)
+    out: list[list[float]] = [[] for _ in step_rewards]
+    for members in idx.values():
+        pool = np.array([r for i in members for r in step_rewards[i] if r is not None], dtype=np.float64)
+        mean = pool.mean() if pool.size else 0.0
+        std = pool.std(ddof=1) if pool.size > 1 else 0.0
+        for i in members:
+            norm = [0.0 if r is None else (r - mean) / (std + eps) for r in step_rewards[i]]
+            out[i] = np.cumsum(norm[::-1])[::-1].tolist() if norm else []
+    return out
+
+
+def token_step_index(tokenizer, token_ids: Sequence[int], completion: str, steps: Sequence[str]) -> list[int | None]:
+    """Which step each completion token belongs to (None after the last step, e.g. the answer tag).
+
+    Steps are located in the completion text in order; a token belongs to the first step whose span
+    ends after the token starts."""
+    ends, pos = [], 0
+    for step in steps:
+        at = completion.find(step, pos)
+        if at < 0:
+            at = pos
+        pos = at + len(step)
+        ends.append(pos)
+    out: list[int | None] = []
+    start = 0
+    prev = ""
+    for k in range(len(token_ids)):
+        text = tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True)
+        start = len(prev)
+        prev = text
+        out.append(next((j for j, e in enumerate(ends) if start < e), None))
+    return out
