@@ -66,3 +66,11 @@ def trajectories(
         lakehouse.lakehouse(), context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens)
     )
     return to_materialize_result(res, "trajectories")
+
+
+@asset(partitions_def=task_batches, deps=[rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+def step_labels(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
+    """Math-Shepherd Monte-Carlo step labels (fraction of k continuations from each step prefix that
+    reach the right answer): training data for a learned PRM. Not part of rollout_job: materialise on demand."""
+    res = pipeline.build_step_labels(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
+    return to_materialize_result(res, "step_labels")

@@ -60,6 +60,16 @@ class StepScoreRow(BaseModel):
     rationale: str
 
 
+class StepLabelRow(BaseModel):
+    batch_id: str
+    rollout_id: str
+    step_index: int
+    num_samples: int
+    num_correct: int
+    label: float = Field(description="Math-Shepherd: fraction of continuations from this step prefix that reach the right answer")
+    created_at: datetime
+
+
 class ReviewRow(BaseModel):
     batch_id: str
     rollout_id: str
@@ -208,6 +218,17 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("rationale", pa.string()),
         ]
     ),
+    "step_labels": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("step_index", pa.int32()),
+            ("num_samples", pa.int32()),
+            ("num_correct", pa.int32()),
+            ("label", pa.float64()),
+            ("created_at", TS),
+        ]
+    ),
     "reviews": pa.schema(
         [
             ("batch_id", pa.string(), False),
@@ -319,6 +340,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "tasks": TaskRow,
     "rollouts": RolloutRow,
     "step_scores": StepScoreRow,
+    "step_labels": StepLabelRow,
     "reviews": ReviewRow,
     "trajectories": TrajectoryRow,
     "human_reviews": HumanReviewRow,
@@ -329,4 +351,4 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
-BATCH_TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "trajectories")

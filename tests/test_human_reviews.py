@@ -74,3 +74,27 @@ def test_process_mode_trajectories_carry_per_step_advantages(home):
     assert rows["r0"]["step_advantages"][0] > 0 > rows["r1"]["step_advantages"][0]
     out = lake.sql("select rollout_id, outcome_reward, process_reward, manager_score, reward_weights from trajectories order by 1")
     assert out.num_rows == 2 and "manager" in out.to_pylist()[0]["reward_weights"]
+
+
+class _ScriptedPolicy:
+    """Continuations with known answers, to check the Math-Shepherd label arithmetic."""
+
+    name, model_name, tokenizer = "scripted", "scripted", None
+
+    def generate(self, prompts, params):
+        from tentalis_pipelines.inference.base import Generation
+
+        # After a wrong step ("= 6") continuations mostly stay wrong; after a right one they finish right.
+        return [[Generation("<answer>6</answer>" if ("= 6" in p and j < 3) else "<answer>5</answer>", [1], "stop", 1, 0.0)
+                 for j in range(params.num_generations)] for p in prompts]
+
+
+def test_monte_carlo_step_labels(home):
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    _seed(lake)
+    res = pipeline.build_step_labels(lake, paths, "b1", pipeline.PolicySettings(), k=4, backend=_ScriptedPolicy())
+    labels = {r["rollout_id"]: r["label"] for r in lake.read("step_labels").to_pylist()}
+    assert res.rows == 2 and labels == {"r0": 1.0, "r1": 0.25}
+    pipeline.build_step_labels(lake, paths, "b1", pipeline.PolicySettings(), k=4, backend=_ScriptedPolicy())
+    assert lake.count("step_labels") == 2
