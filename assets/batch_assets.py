@@ -45,15 +45,18 @@ def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, polic
 
 
 @asset(partitions_def=task_batches, deps=[rollouts], group_name="learning_loop", kinds={"delta"})
-def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-    """One score per parsed step (the calculator process verifier checks every stated equation)."""
-    return to_materialize_result(pipeline.build_step_scores(lakehouse.lakehouse(), context.partition_key), "step_scores")
+def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
+    """One score per parsed step: the calculator verifier, or the LLM judge with majority vote."""
+    judge = review.judge(lakehouse.paths().models) if review.step_scorer == "judge" else None
+    res = pipeline.build_step_scores(lakehouse.lakehouse(), context.partition_key, scorer=review.step_scorer, judge=judge)
+    return to_materialize_result(res, "step_scores")
 
 
 @asset(partitions_def=task_batches, deps=[step_scores], group_name="learning_loop", kinds={"delta"})
 def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """The manager's review of every rollout: score, critique and hint."""
-    res = pipeline.build_reviews(lakehouse.lakehouse(), context.partition_key, review.manager)
+    llm = review.llm_manager(lakehouse.paths().models) if review.manager == "llm" else None
+    res = pipeline.build_reviews(lakehouse.lakehouse(), context.partition_key, review.manager, llm_manager=llm)
     return to_materialize_result(res, "reviews")
 
 

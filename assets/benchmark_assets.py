@@ -6,6 +6,7 @@ from dagster import (
     AssetCheckSpec,
     AssetExecutionContext,
     AssetMaterialization,
+    Config,
     DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
@@ -18,7 +19,7 @@ from assets.batch_assets import stage_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
-from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource
+from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
 
 # One partition per checkpoint ("base" for the base model) x benchmark.
 checkpoint_ids = DynamicPartitionsDefinition(name="checkpoint_ids")
@@ -81,3 +82,32 @@ def learning_curve(lakehouse: LakehouseResource, bench: BenchmarkResource) -> Ma
     n = sum(1 for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == bench.gate_benchmark)
     return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": n,
                                        "curve": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})
+
+
+class ProcessBenchConfig(Config):
+    """ProcessBench splits to evaluate the judge on, samples per split (seeded subset) and the mode."""
+
+    splits: list[str] = ["gsm8k"]
+    limit: int = 100
+    seed: int = 0
+    mode: str = "first_error"
+
+
+@asset(group_name="evaluation", kinds={"pytorch"}, pool="gpu")
+def prm_evaluation(config: ProcessBenchConfig, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
+    """How good are the reviews? The judge PRM on ProcessBench (from TENTALIS_DATA_DIR): accuracy on
+    erroneous and on correct samples and their harmonic mean (F1), per split, with the judge and votes used."""
+    from tentalis_pipelines.evaluation.processbench import (
+        evaluate_processbench,
+        load_processbench,
+        markdown_table,
+    )
+
+    judge = review.judge(lakehouse.paths().models)
+    splits = {s: load_processbench(s, limit=config.limit, seed=config.seed) for s in config.splits}
+    result = evaluate_processbench(splits, judge, mode=config.mode, settings={"limit": config.limit, "seed": config.seed})
+    meta = {"judge": review.judge_model, "num_votes": review.num_votes, "mode": config.mode, "results": MetadataValue.md(markdown_table(result))}
+    for name, split in result.splits.items():
+        if split.metrics.f1 is not None:
+            meta[f"{name}_f1"] = MetadataValue.float(float(split.metrics.f1))
+    return MaterializeResult(metadata=meta)

@@ -76,8 +76,10 @@ def process_batch(
     stages = [
         ("tasks", lambda: pipeline.build_tasks(lake, paths, batch_id)),
         ("rollouts", lambda: pipeline.build_rollouts(lake, paths, batch_id, policy.settings())),
-        ("step_scores", lambda: pipeline.build_step_scores(lake, batch_id)),
-        ("reviews", lambda: pipeline.build_reviews(lake, batch_id, review.manager)),
+        ("step_scores", lambda: pipeline.build_step_scores(
+            lake, batch_id, scorer=review.step_scorer, judge=review.judge(paths.models) if review.step_scorer == "judge" else None)),
+        ("reviews", lambda: pipeline.build_reviews(
+            lake, batch_id, review.manager, llm_manager=review.llm_manager(paths.models) if review.manager == "llm" else None)),
         ("trajectories", lambda: pipeline.build_trajectories(lake, batch_id, **trainer.trajectory_settings(policy.max_new_tokens))),
     ]
     for name, run in stages:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dagster import Definitions
 
 from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
-from assets.benchmark_assets import benchmark_results, learning_curve
+from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
 from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_learning_cycle, task_inbox
@@ -19,7 +19,7 @@ from tentalis_pipelines.resources import (
 )
 
 defs = Definitions(
-    assets=[tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve],
+    assets=[tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],
     jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job],
     sensors=[task_inbox, fresh_trajectories, new_checkpoints],
     schedules=[nightly_learning_cycle],

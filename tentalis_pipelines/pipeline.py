@@ -165,34 +165,50 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
 
 
 # --------------------------------------------------------------------------- step scores
-def build_step_scores(lake: Lakehouse, batch_id: str) -> StageResult:
-    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "steps"]).to_pylist()
+def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
+    """One row per parsed step. ``calculator`` checks the equations a step states (1/0, null when it
+    states none); ``judge`` asks an LLM judge (``rewards.judge.JudgePRM``) with ``num_votes`` votes per
+    step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict)."""
+    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps"]).to_pylist()
     rows = []
-    for r in rollouts:
-        for i, step in enumerate(r["steps"] or []):
-            chk = check_step(step)
-            rows.append(
-                {
-                    "batch_id": batch_id,
-                    "rollout_id": r["rollout_id"],
-                    "step_index": i,
-                    "step_text": step,
-                    "scorer": "calculator",
-                    "score": chk.score,
-                    "votes": [] if chk.score is None else [chk.score],
-                    "rationale": chk.rationale,
-                }
-            )
+    if scorer == "calculator":
+        for r in rollouts:
+            for i, step in enumerate(r["steps"] or []):
+                chk = check_step(step)
+                rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
+                             "scorer": "calculator", "score": chk.score, "votes": [] if chk.score is None else [chk.score],
+                             "rationale": chk.rationale})
+    elif scorer == "judge":
+        if judge is None:
+            raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)")
+        from tentalis_pipelines.rewards.judge import JudgeRequest
+
+        tasks = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        judged = judge.score_steps([JudgeRequest(tasks[r["task_id"]], list(r["steps"] or [])) for r in rollouts])
+        for r, verdicts in zip(rollouts, judged):
+            for i, (step, v) in enumerate(zip(r["steps"] or [], verdicts)):
+                rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
+                             "scorer": "judge", "score": v.score, "votes": v.votes, "rationale": v.rationale})
+    else:
+        raise ValueError(f"unknown step scorer {scorer!r}; choose calculator or judge")
     n = lake.write_batch("step_scores", batch_id, rows)
     checked = [r["score"] for r in rows if r["score"] is not None]
     return StageResult(
         n,
         {
             "num_steps": n,
-            "checked_steps": len(checked),
-            "correct_step_rate": round(sum(checked) / len(checked), 3) if checked else None,
+            "scorer": scorer,
+            "scored_steps": len(checked),
+            "mean_step_score": round(sum(checked) / len(checked), 3) if checked else None,
         },
     )
+
+
+def step_reward(score: float | None, scorer: str) -> float | None:
+    """Step scores on one scale for rewards: calculator 0/1 as is, judge -1/0/1 mapped to 0/0.5/1."""
+    if score is None:
+        return None
+    return (score + 1.0) / 2.0 if scorer == "judge" else score
 
 
 # --------------------------------------------------------------------------- reviews
@@ -223,7 +239,7 @@ def _review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInp
                     answer_tagged=parsed.has_answer_tag,
                     format_score=format_score(parsed, r["finish_reason"]),
                     steps=list(r["steps"] or []),
-                    step_scores=[x["score"] for x in s],
+                    step_scores=[step_reward(x["score"], x["scorer"]) for x in s],
                     step_rationales=[x["rationale"] for x in s],
                     finish_reason=r["finish_reason"],
                 ),

@@ -85,9 +85,32 @@ class TrainerResource(ConfigurableResource):
 
 
 class ReviewResource(ConfigurableResource):
-    """Which manager reviews each rollout (``verifier`` by default)."""
+    """How rollouts are judged: the step scorer (``calculator`` or the LLM ``judge`` with ``num_votes``
+    votes per step) and the manager (``verifier``, ``llm`` or ``human``; set it per run to choose per
+    batch). The judge and the llm manager use ``judge_model`` (``embedded`` or a local folder)."""
 
     manager: str = "verifier"
+    step_scorer: str = "calculator"
+    judge_model: str = "embedded"
+    num_votes: int = 3
+    judge_temperature: float = 0.7
+    judge_forced_verdict: bool = True
+
+    def judge(self, models_dir):
+        from tentalis_pipelines.inference.base import make_backend
+        from tentalis_pipelines.inference.models import resolve_model
+        from tentalis_pipelines.rewards.judge import JudgeConfig, JudgePRM
+
+        backend = make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir))
+        cfg = JudgeConfig(num_votes=self.num_votes, temperature=self.judge_temperature, forced_verdict=self.judge_forced_verdict)
+        return JudgePRM(backend, cfg)
+
+    def llm_manager(self, models_dir):
+        from tentalis_pipelines.inference.base import make_backend
+        from tentalis_pipelines.inference.models import resolve_model
+        from tentalis_pipelines.rewards.llm_manager import LLMManager
+
+        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)))
 
 
 class BenchmarkResource(ConfigurableResource):

@@ -1,0 +1,46 @@
+"""The judge PRM and the llm manager inside the pipeline (real models)."""
+
+import json
+
+import pytest
+from dagster import DagsterInstance, materialize
+
+from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+from tentalis_pipelines.rewards.llm_manager import parse_review
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.tasks.batches import register_generated_batch
+
+
+def test_parse_review_is_tolerant():
+    assert parse_review('{"score": 8, "critique": "Good.", "hint": "Tag it."}') == (0.8, "Good.", "Tag it.")
+    assert parse_review("Score: 3\nThe sum is wrong.")[0] == 0.3
+    assert parse_review("no idea") is None and parse_review('{"score": 42}') is None
+
+
+@pytest.mark.integration
+def test_embedded_judge_scores_every_step_with_num_votes_votes(home, embedded_model_dir, instance=None):
+    paths = Paths.from_env(home).ensure()
+    (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
+    batch_id = register_generated_batch(paths.batches, seed=11, num_tasks=2, levels=(1,))
+    resources = {
+        "lakehouse": LakehouseResource(home=str(home)),
+        "policy": PolicyResource(num_generations=2, max_new_tokens=48),
+        "review": ReviewResource(step_scorer="judge", num_votes=3, manager="llm"),
+        "trainer": TrainerResource(),
+    }
+    with DagsterInstance.ephemeral() as inst:
+        inst.add_dynamic_partitions("task_batches", [batch_id])
+        assert materialize([tasks, rollouts, step_scores, reviews, trajectories], partition_key=batch_id, instance=inst,
+                           resources=resources).success
+    lake = Lakehouse(paths.lakehouse)
+    n_steps = sum(len(r["steps"]) for r in lake.read("rollouts").to_pylist())
+    scores = lake.read("step_scores").to_pylist()
+    assert len(scores) == n_steps > 0
+    assert all(r["scorer"] == "judge" and len(r["votes"]) == 3 for r in scores)
+    assert all(r["score"] in (-1.0, 0.0, 1.0, None) for r in scores)
+    revs = lake.read("reviews").to_pylist()
+    assert len(revs) == 4 and all(0.0 <= r["score"] <= 1.0 and r["critique"] for r in revs)
+    weights = json.loads(lake.read("trajectories").to_pylist()[0]["reward_weights"])
+    assert set(weights) == {"outcome", "format", "process", "manager"}
