@@ -95,6 +95,7 @@ class ReviewResource(ConfigurableResource):
     num_votes: int = 3
     judge_temperature: float = 0.7
     judge_forced_verdict: bool = True
+    manager_max_new_tokens: int = 96
 
     def judge(self, models_dir):
         from tentalis_pipelines.inference.base import make_backend
@@ -110,7 +111,8 @@ class ReviewResource(ConfigurableResource):
         from tentalis_pipelines.inference.models import resolve_model
         from tentalis_pipelines.rewards.llm_manager import LLMManager
 
-        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)))
+        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)),
+                          max_new_tokens=self.manager_max_new_tokens)
 
 
 class BenchmarkResource(ConfigurableResource):

@@ -20,14 +20,14 @@ def test_parse_review_is_tolerant():
 
 
 @pytest.mark.integration
-def test_embedded_judge_scores_every_step_with_num_votes_votes(home, embedded_model_dir, instance=None):
+def test_embedded_judge_scores_every_step_with_num_votes_votes(home, embedded_model_dir):
     paths = Paths.from_env(home).ensure()
     (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
     batch_id = register_generated_batch(paths.batches, seed=11, num_tasks=2, levels=(1,))
     resources = {
         "lakehouse": LakehouseResource(home=str(home)),
-        "policy": PolicyResource(num_generations=2, max_new_tokens=48),
-        "review": ReviewResource(step_scorer="judge", num_votes=3, manager="llm"),
+        "policy": PolicyResource(num_generations=2, max_new_tokens=32),
+        "review": ReviewResource(step_scorer="judge", num_votes=3, manager="llm", manager_max_new_tokens=32),
         "trainer": TrainerResource(),
     }
     with DagsterInstance.ephemeral() as inst:
