@@ -34,7 +34,8 @@ BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
 DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20}
 MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384}
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
-CODE_STOP = ("\n```",)
+# "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
+CODE_STOP = ("\n```\n",)
 CODE_INSTRUCTION = "Complete the following Python function. Write only code.\n\n```python\n{prompt}```"
 _CODE_BLOCK = re.compile(r"```(?:python|py)?\s*\n(.*?)(?:\n```|\Z)", re.S)
 
