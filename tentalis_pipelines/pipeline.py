@@ -483,10 +483,6 @@ def summarize(lake: Lakehouse) -> dict[str, Any]:
         con.close()
 
 
-def loads(s: str) -> Any:
-    return json.loads(s) if s else {}
-
-
 # --------------------------------------------------------------------------- benchmarks and the gate
 def resolve_checkpoint(lake: Lakehouse, ref: str) -> tuple[str, str | None]:
     """``base``, ``promoted`` or a checkpoint id -> (checkpoint_id, adapter_dir or None)."""
