@@ -3,6 +3,13 @@
 Per-batch tables are partitioned by ``batch_id``; writing a batch replaces that batch's rows with one
 atomic Delta commit (overwrite by predicate), so re-running a batch never duplicates anything.
 Concurrent writers that lose the optimistic-concurrency race retry with backoff.
+
+Cost model: a batch's read, write and replace touch only that batch's partition (its files are
+selected from the Delta log by partition value; no other data file is opened), and building a
+DuckDB view lists the files from the log without reading them. What is left that grows with history
+is loading the log: the JSON commits since the last checkpoint (bounded by ``TABLE_PROPERTIES``) and
+the file list, at least one file per batch and table (cheap per file; ``maintain()`` compacts what
+appends and re-runs add beyond that, checkpoints the log and vacuums replaced files).
 """
 
 from __future__ import annotations
@@ -10,19 +17,57 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import duckdb
 import pyarrow as pa
-from deltalake import DeltaTable, write_deltalake
+import pyarrow.compute as pc
+import pyarrow.dataset as pds
+import pyarrow.fs as pafs
+from deltalake import DeltaTable, PostCommitHookProperties, write_deltalake
 from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tentalis_pipelines.schemas import BATCH_TABLES, SCHEMAS
+from tentalis_pipelines.settings import vacuum_retention_hours
 
 _BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+# Unpartitioned tables whose writes and lookups select rows by these columns (replace_where keys, merge
+# keys). Z-ordering clusters those values so per-file min/max statistics let such predicates skip files;
+# it pays once a table spans several files (beyond the ~100 MB compaction target) and rewrites every
+# file on each run, so maintenance does it only when asked.
+ZORDER_COLUMNS: dict[str, tuple[str, ...]] = {
+    "benchmark_items": ("checkpoint_id", "benchmark"),
+    "benchmark_results": ("checkpoint_id", "benchmark"),
+    "quarantine": ("batch_id", "stage"),
+    "human_reviews": ("rollout_id",),
+}
+
+# Table properties, set when a table is created (and by maintain() on older tables). Every read and
+# write loads the table's log, and that load is what grew with history:
+# * it replays every JSON commit since the last checkpoint (about 0.4 ms each here) and delta-rs
+#   checkpoints every 100 commits by default; Spark's default of 10 bounds the replay;
+# * it parses every file's statistics, about 2.5x the load time with stats on all 18 columns. Per-batch
+#   tables are read and replaced by partition, so their data-column statistics only serve point lookups
+#   by id from other engines: keep them for the first two columns (the ids). Unpartitioned tables keep
+#   all statistics: their replace_where and merge predicates skip files with them.
+TABLE_PROPERTIES = {"delta.checkpointInterval": "10"}
+BATCH_TABLE_PROPERTIES = {**TABLE_PROPERTIES, "delta.dataSkippingNumIndexedCols": "2"}
+
+# Reader features that pyarrow datasets cannot honour; such tables go through deltalake's own reader,
+# which refuses them with a clear error instead of returning wrong rows.
+_UNSUPPORTED_READER_FEATURES = {"deletionVectors", "columnMapping"}
+
+# Maintenance commits never delete expired log files: only vacuum may cost time travel.
+_KEEP_LOG = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+_INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
+_HOURS_PER_UNIT = {"nanosecond": 1 / 3.6e12, "microsecond": 1 / 3.6e9, "millisecond": 1 / 3.6e6, "second": 1 / 3600,
+                   "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
 
 
 class LakehouseError(ValueError):
@@ -71,6 +116,32 @@ def _schema(name: str) -> pa.Schema:
         raise LakehouseError(f"unknown table {name!r}; known tables: {sorted(SCHEMAS)}") from None
 
 
+def _partition_by(name: str) -> list[str] | None:
+    return ["batch_id"] if name in BATCH_TABLES else None
+
+
+def _add_actions(dt: DeltaTable, batch_id: str | None = None) -> pa.Table:
+    """The current snapshot's data files (path, size, row count, partition values) from the log;
+    with ``batch_id``, only that partition's (the table must be partitioned by batch_id)."""
+    actions = pa.table(dt.get_add_actions(flatten=True))
+    if batch_id is None or actions.num_rows == 0:
+        return actions
+    return actions.filter(pc.equal(actions["partition.batch_id"], batch_id))
+
+
+def table_properties(name: str) -> dict[str, str]:
+    """The Delta table properties Tentalis sets on table ``name``."""
+    return dict(BATCH_TABLE_PROPERTIES if name in BATCH_TABLES else TABLE_PROPERTIES)
+
+
+def _interval_hours(value: str | None, default: float) -> float:
+    """Hours of a Delta interval property such as ``interval 7 days`` (``default`` when unset or unreadable)."""
+    m = _INTERVAL.match(value or "")
+    if not m or m.group(2).lower() not in _HOURS_PER_UNIT:
+        return default
+    return int(m.group(1)) * _HOURS_PER_UNIT[m.group(2).lower()]
+
+
 class Lakehouse:
     """The Delta tables under one root folder (a local path; object-store URIs work the same way)."""
 
@@ -98,26 +169,78 @@ class Lakehouse:
         except TableNotFoundError:
             return None
 
-    def dataset(self, name: str):
-        """A pyarrow dataset of the table (or an empty in-memory table before the first write)."""
+    def dataset(self, name: str, *, batch_id: str | None = None) -> pds.Dataset:
+        """A lazy pyarrow dataset of the table (an empty in-memory one before the first write).
+
+        With ``batch_id`` on a per-batch table the dataset holds only that batch's partition files,
+        chosen from the Delta log, so scanning it never opens another batch's file. Nothing is read
+        until the dataset is scanned.
+        """
+        if batch_id is not None:
+            validate_batch_id(batch_id)
         dt = self.table(name)
         if dt is None:
-            return _schema(name).empty_table()
-        return dt.to_pyarrow_dataset()
+            return pds.dataset(_schema(name).empty_table())
+        return self._dataset(name, dt, batch_id)
+
+    def _dataset(self, name: str, dt: DeltaTable, batch_id: str | None = None) -> pds.Dataset:
+        partitions = list(dt.metadata().partition_columns)
+        prune = batch_id is not None and partitions == ["batch_id"]
+        features = set(dt.protocol().reader_features or ())
+        if "://" in self.root or features & _UNSUPPORTED_READER_FEATURES:
+            return dt.to_pyarrow_dataset(file_pruning_predicate=[("batch_id", "=", batch_id)] if prune else None)
+        # deltalake's to_pyarrow_dataset() attaches every file's min/max statistics as a pyarrow
+        # expression (about 1 ms per file), so a view over N batches cost O(N) ms before any query
+        # ran. The file list alone comes from the log in microseconds; parquet footers still prune
+        # row groups when a query filters, and partition expressions still prune whole batches.
+        schema = pa.schema(dt.schema().to_arrow())
+        actions = _add_actions(dt, batch_id if prune else None)
+        if actions.num_rows == 0:
+            return pds.dataset(schema.empty_table())
+        fs = pafs.SubTreeFileSystem(str(Path(self.uri(name)).resolve()), pafs.LocalFileSystem())
+        fmt = pds.ParquetFileFormat(default_fragment_scan_options=pds.ParquetFragmentScanOptions(pre_buffer=True))
+        values = {c: actions[f"partition.{c}"].to_pylist() for c in partitions}
+        fragments = []
+        for i, path in enumerate(actions["path"].to_pylist()):
+            expr = pc.scalar(True)
+            for c in partitions:
+                v = values[c][i]
+                expr = expr & (pc.field(c).is_null() if v is None else pc.field(c) == pa.scalar(v, type=schema.field(c).type))
+            # Log paths are URL-encoded (RFC 2396); the files on disk carry the decoded names.
+            fragments.append(fmt.make_fragment(unquote(path), filesystem=fs, partition_expression=expr))
+        return pds.FileSystemDataset(fragments, schema, fmt, fs)
 
     def read(self, name: str, *, batch_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
         """Read a table, pruned to one batch's partition when ``batch_id`` is given."""
-        dt = self.table(name)
-        if dt is None:
-            empty = _schema(name).empty_table()
-            return empty.select(columns) if columns else empty
-        if batch_id is not None:
-            validate_batch_id(batch_id)
-            return dt.to_pyarrow_table(partitions=[("batch_id", "=", batch_id)], columns=columns)
-        return dt.to_pyarrow_table(columns=columns)
+        ds = self.dataset(name, batch_id=batch_id)
+        if batch_id is not None and "batch_id" not in _schema(name).names:
+            raise LakehouseError(f"table {name!r} has no batch_id column")
+        # The row filter is exact for unpartitioned tables (quarantine, human_reviews) and free for
+        # per-batch ones, whose dataset already holds only the batch's files.
+        flt = pc.field("batch_id") == batch_id if batch_id is not None else None
+        return ds.to_table(columns=columns, filter=flt)
 
     def count(self, name: str, *, batch_id: str | None = None) -> int:
-        return self.read(name, batch_id=batch_id, columns=["batch_id"] if name in BATCH_TABLES else None).num_rows
+        """Rows in a table (or in one batch), from the Delta log's per-file statistics where it can."""
+        dt = self.table(name)
+        if dt is None:
+            _schema(name)
+            return 0
+        if batch_id is not None and list(dt.metadata().partition_columns) != ["batch_id"]:
+            return self.read(name, batch_id=batch_id, columns=["batch_id"]).num_rows
+        if batch_id is not None:
+            validate_batch_id(batch_id)
+        return self._rows(name, dt, _add_actions(dt, batch_id), batch_id)
+
+    def _rows(self, name: str, dt: DeltaTable, actions: pa.Table, batch_id: str | None = None) -> int:
+        if actions.num_rows == 0:
+            return 0
+        nums = actions["num_records"]
+        features = set(dt.protocol().reader_features or ())
+        if nums.null_count == 0 and "deletionVectors" not in features:
+            return int(pc.sum(nums).as_py() or 0)
+        # A file written without statistics (or rows hidden by deletion vectors): count by scanning.
+        return self._dataset(name, dt, batch_id).count_rows()
 
     # ---------------------------------------------------------------- writing
     def write_batch(self, name: str, batch_id: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
@@ -144,28 +267,41 @@ class Lakehouse:
             others = set(table.column(col).to_pylist()) - {value} if table.num_rows else set()
             if others:
                 raise LakehouseError(f"rows for {col}={value!r} carry other {col} values {sorted(map(str, others))}")
-        if table.num_rows == 0 and not self.exists(name):
-            return 0
         predicate = " AND ".join(f"{col} = '{_sql_quote(value)}'" for col, value in keys.items())
         self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
-        """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write)."""
-        if not self.exists(name):
-            self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", partition_by=partition_by))
-            return
-        self._commit(
-            lambda: write_deltalake(
-                self.uri(name), table, mode="overwrite", predicate=predicate, schema_mode="merge", partition_by=partition_by
-            )
-        )
+        """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write).
+
+        With a predicate on the partition column only, Delta selects the files to drop from the log
+        and removes them whole: the cost is that partition's files, not the table's.
+        """
+
+        def write() -> None:
+            # One log load per attempt, handed to the writer (a URI would make it load the log again).
+            dt = self.table(name)
+            if dt is None:
+                if table.num_rows:
+                    write_deltalake(self.uri(name), table, mode="append", partition_by=partition_by,
+                                    configuration=table_properties(name))
+                return
+            if table.num_rows == 0 and not dt.file_uris(file_pruning_predicate=predicate):
+                # Nothing to write and no file can hold a matching row (quarantine() clears a batch's
+                # rejects on every run): skip the empty commit instead of growing the log.
+                return
+            write_deltalake(dt, table, mode="overwrite", predicate=predicate, schema_mode="merge", partition_by=partition_by)
+
+        self._commit(write)
 
     def append(self, name: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
         table = to_table(name, rows)
         if table.num_rows == 0 and self.exists(name):
             return 0
-        self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", schema_mode="merge"))
+        # A per-batch table created by an append must be partitioned like one created by write_batch.
+        # configuration only applies when this append creates the table.
+        self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", schema_mode="merge",
+                                             partition_by=_partition_by(name), configuration=table_properties(name)))
         return table.num_rows
 
     def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str]) -> int:
@@ -175,7 +311,7 @@ class Lakehouse:
         if table.num_rows == 0:
             return 0
         if not self.exists(name):
-            self._commit(lambda: write_deltalake(self.uri(name), table, mode="append"))
+            self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", configuration=table_properties(name)))
             return table.num_rows
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
         self._commit(
@@ -205,12 +341,11 @@ class Lakehouse:
             return self.append("quarantine", rows) if rows else 0
         return self.replace_where("quarantine", {"batch_id": batch_id, "stage": stage}, rows)
 
-    def _commit(self, write) -> None:
+    def _commit(self, write: Callable[[], Any]) -> Any:
         delay = 0.05
         for attempt in range(self.max_commit_retries + 1):
             try:
-                write()
-                return
+                return write()
             except CommitFailedError:
                 if attempt == self.max_commit_retries:
                     raise
@@ -218,34 +353,178 @@ class Lakehouse:
                 delay = min(delay * 2, 2.0)
 
     # ---------------------------------------------------------------- maintenance
-    def optimize(self, name: str) -> dict[str, Any]:
-        dt = self.table(name)
-        return {} if dt is None else dict(dt.optimize.compact())
-
-    def vacuum(self, name: str, retention_hours: int = 168) -> list[str]:
+    def stats(self, name: str) -> dict[str, Any]:
+        """Version, files, rows and bytes of the table's current snapshot, from the Delta log alone."""
         dt = self.table(name)
         if dt is None:
+            return {"table": name, "exists": False, "version": None, "files": 0, "rows": 0, "bytes": 0}
+        actions = _add_actions(dt)
+        size = int(pc.sum(actions["size_bytes"]).as_py() or 0) if actions.num_rows else 0
+        return {"table": name, "exists": True, "version": dt.version(), "files": actions.num_rows,
+                "rows": self._rows(name, dt, actions), "bytes": size}
+
+    def ensure_table_properties(self, name: str) -> bool:
+        """Give a table created before ``table_properties()`` existed those properties (one metadata
+        commit, only when something differs; files written later, compaction's included, follow them).
+        Returns whether it committed."""
+        dt = self.table(name)
+        if dt is None:
+            return False
+        wanted, config = table_properties(name), dt.metadata().configuration
+        if all(config.get(k) == v for k, v in wanted.items()):
+            return False
+        self._commit(lambda: DeltaTable(self.uri(name)).alter.set_table_properties(wanted))
+        return True
+
+    def optimize(self, name: str, *, zorder_by: Sequence[str] | None = None, target_size: int | None = None) -> dict[str, Any]:
+        """Compact small files into ~``target_size`` files (Delta's default 100 MB), per partition.
+
+        With ``zorder_by`` the files are also rewritten in Z-order of those columns. Rows and their
+        values do not change; the replaced files stay on disk (time travel keeps working) until
+        ``vacuum`` deletes them after the retention period. Returns Delta's optimize metrics
+        (``numFilesAdded``, ``numFilesRemoved``, ...), or ``{}`` when the table does not exist.
+        """
+        for col in zorder_by or ():
+            if col not in _schema(name).names:
+                raise LakehouseError(f"table {name!r} has no column {col!r} to z-order by")
+        if self.table(name) is None:
+            return {}
+
+        def run() -> dict[str, Any]:
+            # A fresh snapshot per attempt: compaction conflicts with a concurrent overwrite of the
+            # same files and must be planned again.
+            opt = DeltaTable(self.uri(name)).optimize
+            if zorder_by:
+                return dict(opt.z_order(list(zorder_by), target_size=target_size, post_commithook_properties=_KEEP_LOG))
+            return dict(opt.compact(target_size=target_size, post_commithook_properties=_KEEP_LOG))
+
+        return self._commit(run)
+
+    def min_retention_hours(self, name: str) -> float:
+        """Delta's safe minimum for vacuum: the table's ``delta.deletedFileRetentionDuration`` (default one week)."""
+        dt = self.table(name)
+        config = dt.metadata().configuration if dt is not None else {}
+        return _interval_hours(config.get("delta.deletedFileRetentionDuration"), 168.0)
+
+    def vacuum(
+        self, name: str, retention_hours: int | None = None, *, allow_unsafe_retention: bool = False, dry_run: bool = False,
+    ) -> list[str]:
+        """Delete files that no version within ``retention_hours`` needs (default: the setting
+        ``$TENTALIS_VACUUM_RETENTION_HOURS``, 168 h), and orphans that no commit references.
+
+        A retention below the table's ``delta.deletedFileRetentionDuration`` could delete files that
+        a running reader or writer still uses, so it is refused unless ``allow_unsafe_retention``.
+        Time travel to versions older than the retention is lost. Returns the files (to be) deleted.
+        """
+        hours = self._retention(name, retention_hours, allow_unsafe_retention)
+        if self.table(name) is None:
             return []
-        return dt.vacuum(retention_hours=retention_hours, enforce_retention_duration=False, dry_run=False)
+        # full: also delete files that no commit references (left by writers that lost a commit race);
+        # they are older than the retention too, so an in-flight write's files are safe.
+        return self._commit(lambda: DeltaTable(self.uri(name)).vacuum(
+            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=True,
+            post_commithook_properties=_KEEP_LOG))
+
+    def _retention(self, name: str, retention_hours: int | None, allow_unsafe_retention: bool) -> int:
+        """The retention to vacuum with; refused below Delta's safe minimum unless explicitly allowed."""
+        hours = vacuum_retention_hours() if retention_hours is None else retention_hours
+        if hours < 0:
+            raise LakehouseError(f"retention_hours must not be negative, not {hours}")
+        minimum = self.min_retention_hours(name)
+        if hours < minimum and not allow_unsafe_retention:
+            raise LakehouseError(
+                f"vacuum retention {hours} h for table {name!r} is below Delta's safe minimum of {minimum:g} h "
+                "(delta.deletedFileRetentionDuration): files that running readers or writers still need could be "
+                "deleted. Use a longer retention, or pass allow_unsafe_retention (--allow-unsafe-retention) if "
+                "nothing else uses the table"
+            )
+        return hours
+
+    def create_checkpoint(self, name: str) -> int | None:
+        """Write a Delta checkpoint of the current version, so loading the table replays one parquet
+        file instead of every JSON commit since the last checkpoint. Returns the version (None: no table)."""
+        dt = self.table(name)
+        if dt is None:
+            return None
+        dt.create_checkpoint()
+        return dt.version()
+
+    def maintain(
+        self, name: str, *, compact: bool = True, zorder: bool = False, vacuum: bool = True, checkpoint: bool = True,
+        retention_hours: int | None = None, allow_unsafe_retention: bool = False,
+    ) -> dict[str, Any]:
+        """Compact (and with ``zorder`` Z-order, for tables in ``ZORDER_COLUMNS``), vacuum, then checkpoint one table.
+
+        Returns files, rows and bytes before and after, and what each step did. Row counts are
+        checked to be unchanged; only vacuum can cost time travel (to versions older than the retention).
+        """
+        t0 = time.perf_counter()
+        before = self.stats(name)
+        report: dict[str, Any] = {
+            "table": name, "exists": before["exists"], "version_before": before["version"], "files_before": before["files"],
+            "rows_before": before["rows"], "bytes_before": before["bytes"], "files_compacted": 0, "files_written": 0,
+            "zorder_by": None, "vacuumed_files": 0, "checkpoint_version": None, "properties_set": False,
+        }
+        if before["exists"]:
+            if vacuum:
+                self._retention(name, retention_hours, allow_unsafe_retention)  # refuse before rewriting anything
+            report["properties_set"] = self.ensure_table_properties(name)
+            if compact:
+                zorder_by = ZORDER_COLUMNS.get(name) if zorder else None
+                metrics = self.optimize(name, zorder_by=zorder_by)
+                report.update(files_compacted=int(metrics.get("numFilesRemoved", 0)),
+                              files_written=int(metrics.get("numFilesAdded", 0)),
+                              zorder_by=list(zorder_by) if zorder_by else None)
+                rows = self.stats(name)["rows"]
+                if rows != before["rows"]:
+                    raise LakehouseError(f"compaction of {name!r} changed its row count from {before['rows']} to {rows}")
+            if vacuum:
+                report["vacuumed_files"] = len(self.vacuum(name, retention_hours, allow_unsafe_retention=allow_unsafe_retention))
+            if checkpoint:
+                report["checkpoint_version"] = self.create_checkpoint(name)
+        after = self.stats(name)
+        report.update(version_after=after["version"], files_after=after["files"], rows_after=after["rows"],
+                      bytes_after=after["bytes"], seconds=round(time.perf_counter() - t0, 3))
+        return report
+
+    def maintain_all(self, tables: Sequence[str] | None = None, **options: Any) -> list[dict[str, Any]]:
+        """``maintain()`` every table that exists (or the given ones); ``options`` as for ``maintain``."""
+        names = list(tables) if tables else list(SCHEMAS)
+        for name in names:
+            _schema(name)
+        return [self.maintain(name, **options) for name in names if self.exists(name)]
 
     # ---------------------------------------------------------------- SQL
-    def duckdb(self) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB connection with every table registered as a view.
+    def duckdb(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB connection with every table (or the given ones) registered as a view.
 
-        Tables are registered from ``DeltaTable.to_pyarrow_dataset()`` (not DuckDB's ``delta_scan``,
-        which downloads an extension at run time), so filters on ``batch_id`` prune partitions.
+        Tables are registered as lazy pyarrow datasets (not DuckDB's ``delta_scan``, which downloads an
+        extension at run time): registering lists the files from the Delta log and reads nothing, and
+        filters on ``batch_id`` prune partitions when the query runs.
         """
         con = duckdb.connect()
-        for name in SCHEMAS:
+        for name in SCHEMAS if tables is None else tables:
             con.register(name, self.dataset(name))
         return con
 
     def sql(self, query: str) -> pa.Table:
-        con = self.duckdb()
+        """Run one DuckDB query over the tables it names (only those are registered)."""
+        named = [n for n in SCHEMAS if re.search(rf"\b{n}\b", query, re.IGNORECASE)]
+        con = self.duckdb(named)
         try:
-            return con.execute(query).fetch_arrow_table()
+            return con.execute(query).to_arrow_table()
         finally:
             con.close()
+
+
+def human_bytes(n: int | None) -> str:
+    """1536 -> '1.5 KiB' (for maintenance reports)."""
+    value = float(n or 0)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
 
 
 def dumps(obj: Any) -> str:

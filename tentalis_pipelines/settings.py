@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DEFAULT_HOME = ".tentalis"
+# Delta's default `delta.deletedFileRetentionDuration` (one week): files a commit removed stay on disk this
+# long, so readers of an older snapshot and time travel keep working; vacuum never goes below it by default.
+DEFAULT_VACUUM_RETENTION_HOURS = 168
 
 
 @dataclass(frozen=True)
@@ -55,3 +58,17 @@ def data_dir() -> Path | None:
     """Benchmark data folder (GSM8K, MATH-500, ProcessBench) from ``$TENTALIS_DATA_DIR``, if set."""
     raw = os.environ.get("TENTALIS_DATA_DIR")
     return Path(raw).expanduser().resolve() if raw else None
+
+
+def vacuum_retention_hours() -> int:
+    """How long vacuum keeps removed files: ``$TENTALIS_VACUUM_RETENTION_HOURS``, default 168 (one week)."""
+    raw = os.environ.get("TENTALIS_VACUUM_RETENTION_HOURS")
+    if not raw:
+        return DEFAULT_VACUUM_RETENTION_HOURS
+    try:
+        hours = int(raw)
+    except ValueError:
+        raise ValueError(f"TENTALIS_VACUUM_RETENTION_HOURS must be a whole number of hours, not {raw!r}") from None
+    if hours < 0:
+        raise ValueError(f"TENTALIS_VACUUM_RETENTION_HOURS must not be negative, not {hours}")
+    return hours

@@ -1,0 +1,1 @@
+"""Benchmarks of Tentalis' own machinery (no model involved): plain functions that return dicts."""
