@@ -8,6 +8,7 @@ from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tas
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
+from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.resources import (
     BenchmarkResource,
@@ -20,12 +21,12 @@ from tentalis_pipelines.resources import (
 
 defs = Definitions(
     assets=[tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],
-    jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job],
+    jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job, maintain_lakehouse_job],
     sensors=[task_inbox, fresh_trajectories, new_checkpoints],
-    schedules=[nightly_learning_cycle],
+    schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),
-        "policy": PolicyResource(model=env_or("TENTALIS_MODEL", "embedded")),
+        "policy": PolicyResource(model=env_or("TENTALIS_MODEL", "embedded"), base_url=env_or("OPENAI_BASE_URL", None)),
         "review": ReviewResource(),
         "trainer": TrainerResource(),
         "bench": BenchmarkResource(),

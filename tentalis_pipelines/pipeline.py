@@ -11,9 +11,10 @@ import json
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from tentalis_pipelines.inference.base import SamplingParams, make_backend
+from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams, make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
@@ -46,19 +47,32 @@ class PolicySettings:
     seed: int = 0
     max_batch_tokens: int = 16384
     worked_example: bool = True
+    # backend "openai" only: the server (default $OPENAI_BASE_URL), the model name it serves (default
+    # model_name) and how many requests may be in flight at once.
+    base_url: str | None = None
+    served_model: str | None = None
+    max_concurrency: int = 8
 
     @property
     def model_name(self) -> str:
         return EMBEDDED_NAME if self.model == EMBEDDED else self.model
 
+    def make_backend(self, model_dir: Path | str | None, adapter_dir: Path | str | None = None) -> GenerationBackend:
+        """The backend this policy samples with (``model_dir`` from ``resolve_model``; ``adapter_dir``
+        the serving checkpoint's LoRA adapter or None for the base model)."""
+        kwargs: dict[str, Any] = {"model_dir": model_dir, "adapter_dir": adapter_dir, "model_name": self.model_name}
+        if self.backend == "openai":
+            kwargs.update(base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency)
+        return make_backend(self.backend, **kwargs)
+
 
 def markdown_table(rows: list[dict[str, Any]], limit: int = 10) -> str:
     if not rows:
         return "_no rows_"
-    cols = list(rows[0])
+    cols = list(dict.fromkeys(c for r in rows for c in r))  # union, first-seen order
     out = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows[:limit]:
-        out.append("| " + " | ".join(_cell(r[c]) for c in cols) + " |")
+        out.append("| " + " | ".join(_cell(r.get(c, "")) for c in cols) + " |")
     if len(rows) > limit:
         out.append(f"\n_{len(rows) - limit} more rows_")
     return "\n".join(out)
@@ -108,7 +122,7 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
     version, adapter = current_policy(lake, paths)
     if backend is None:
         model_dir = resolve_model(policy.model, paths.models)
-        backend = make_backend(policy.backend, model_dir=model_dir, adapter_dir=adapter, model_name=policy.model_name)
+        backend = policy.make_backend(model_dir, adapter)
     prompts = [render_prompt(backend.tokenizer, t["prompt"], worked_example=policy.worked_example) for t in tasks]
     params = SamplingParams(
         num_generations=policy.num_generations,
@@ -140,7 +154,7 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
                     "answer": parsed.answer,
                     "parse_mode": parsed.parse_mode,
                     "prompt_tokens": g.prompt_tokens,
-                    "completion_tokens": len(g.token_ids),
+                    "completion_tokens": g.completion_tokens,
                     "completion_token_ids": g.token_ids,
                     "sampling_logprobs": g.logprobs,
                     "finish_reason": g.finish_reason,
@@ -509,7 +523,7 @@ def benchmark_checkpoint(
     checkpoint_id, adapter = resolve_checkpoint(lake, checkpoint_ref)
     if backend is None:
         model_dir = resolve_model(policy.model, paths.models)
-        backend = make_backend(policy.backend, model_dir=model_dir, adapter_dir=adapter, model_name=policy.model_name)
+        backend = policy.make_backend(model_dir, adapter)
     summary, results = run_benchmark(backend, benchmark, limit=limit, seed=seed, max_new_tokens=max_new_tokens)
     created = now_utc()
     config = {"limit": limit, "seed": seed, "decoding": "greedy", "model": policy.model_name, "max_new_tokens": max_new_tokens}
@@ -574,6 +588,7 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
 
 def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
     """Every checkpoint's result on one benchmark, base first, as a markdown table and a PNG plot."""
+    from tentalis_pipelines.evaluation.benchmarks import gate_decision
     from tentalis_pipelines.evaluation.plots import accuracy_plot_png, markdown_image
 
     rows = [r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark]
@@ -581,8 +596,16 @@ def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
     for i, c in enumerate(sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"]), start=1):
         order[c["checkpoint_id"]] = i
     rows.sort(key=lambda r: order.get(r["checkpoint_id"], len(order)))
-    table = markdown_table([{k: r[k] for k in ("checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate", "ci_low", "ci_high")}
-                            for r in rows], limit=50)
+    # Each checkpoint against the base model on the same items: the paired bootstrap the gate uses.
+    base = item_correctness(lake, "base", benchmark)
+    table_rows = []
+    for r in rows:
+        row = {k: r[k] for k in ("checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate", "ci_low", "ci_high")}
+        if base and r["checkpoint_id"] != "base":
+            d = gate_decision(item_correctness(lake, r["checkpoint_id"], benchmark), base)
+            row.update({"vs_base": round(d.diff, 4), "vs_base_ci_low": round(d.diff_ci_low, 4), "vs_base_ci_high": round(d.diff_ci_high, 4)})
+        table_rows.append(row)
+    table = markdown_table(table_rows, limit=50)
     return {"history": table, "plot": markdown_image(accuracy_plot_png(rows, f"{benchmark}: accuracy per checkpoint"), benchmark)}
 
 
@@ -635,8 +658,7 @@ def build_step_labels(
         rollouts = rollouts[:max_rollouts]
     if backend is None:
         _, adapter = current_policy(lake, paths)
-        backend = make_backend(policy.backend, model_dir=resolve_model(policy.model, paths.models), adapter_dir=adapter,
-                               model_name=policy.model_name)
+        backend = policy.make_backend(resolve_model(policy.model, paths.models), adapter)
     prompts, keys = [], []
     for r in rollouts:
         for i in range(len(r["steps"])):

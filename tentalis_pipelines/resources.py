@@ -32,7 +32,11 @@ class LakehouseResource(ConfigurableResource):
 
 class PolicyResource(ConfigurableResource):
     """The policy that samples rollouts: model (``embedded`` = SmolLM2-135M-Instruct, or a local folder),
-    backend and sampling settings (TRL names: ``num_generations``, ``temperature``)."""
+    backend and sampling settings (TRL names: ``num_generations``, ``temperature``).
+
+    ``backend``: ``transformers`` (default), ``openai`` (an OpenAI-compatible server at ``base_url``,
+    default ``$OPENAI_BASE_URL``; the API key comes from ``$OPENAI_API_KEY``; ``model`` still names the
+    local folder whose tokenizer renders prompts) or ``vllm`` (GPU, ``pip install 'tentalis[vllm]'``)."""
 
     model: str = "embedded"
     backend: str = "transformers"
@@ -41,11 +45,15 @@ class PolicyResource(ConfigurableResource):
     temperature: float = 0.8
     top_p: float = 1.0
     seed: int = 0
+    base_url: str | None = None
+    served_model: str | None = None  # the model name the server knows (default: the policy's model name)
+    max_concurrency: int = 8
 
     def settings(self) -> PolicySettings:
         return PolicySettings(
             model=self.model, backend=self.backend, num_generations=self.num_generations,
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
+            base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency,
         )
 
 

@@ -18,12 +18,21 @@ class SamplingParams:
 
 @dataclass
 class Generation:
+    """One sampled completion. ``logprobs`` (when kept) are the sampled tokens' log-probabilities,
+    aligned one-to-one with ``token_ids``. ``completion_tokens`` defaults to ``len(token_ids)``; a
+    backend that knows the count but not the ids (a server without token ids or tokenizer) sets it."""
+
     text: str
     token_ids: list[int]
     finish_reason: str  # "stop" | "length"
     prompt_tokens: int
     seconds: float
     logprobs: list[float] | None = field(default=None)
+    completion_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.completion_tokens is None:
+            self.completion_tokens = len(self.token_ids)
 
 
 class GenerationBackend(Protocol):
@@ -39,19 +48,31 @@ class BackendNotAvailable(RuntimeError):
     pass
 
 
+BACKENDS = ("transformers", "openai", "vllm")
+
+
 def make_backend(kind: str, **kwargs) -> GenerationBackend:
-    """Construct a backend by name; backends that need extras fail with a clear message."""
+    """Construct a backend by name; backends that need extras fail with a clear message.
+
+    ``transformers`` (default, CPU or GPU), ``openai`` (any OpenAI-compatible server: vLLM, llama.cpp,
+    SGLang, ...; see ``openai_backend.OpenAIBackend``) or ``vllm`` (offline vLLM engine on a GPU)."""
     if kind == "transformers":
         from tentalis_pipelines.inference.transformers_backend import TransformersBackend
 
         return TransformersBackend(**kwargs)
+    if kind == "openai":
+        from tentalis_pipelines.inference.openai_backend import OpenAIBackend
+
+        return OpenAIBackend(**kwargs)
     if kind == "vllm":
         try:
             import vllm  # noqa: F401
         except ImportError:
             raise BackendNotAvailable(
                 "backend 'vllm' needs vLLM and a GPU: pip install 'tentalis[vllm]' on a CUDA machine, "
-                "or choose backend='transformers'"
+                "or choose backend='transformers' (or 'openai' with a running server)"
             ) from None
-        raise BackendNotAvailable("backend 'vllm' is not wired into this version yet; use 'transformers'")
-    raise BackendNotAvailable(f"unknown backend {kind!r}: choose 'transformers' or 'vllm'")
+        from tentalis_pipelines.inference.vllm_backend import VLLMBackend
+
+        return VLLMBackend(**kwargs)
+    raise BackendNotAvailable(f"unknown backend {kind!r}: choose one of {', '.join(BACKENDS)}")

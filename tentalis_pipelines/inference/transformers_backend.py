@@ -29,8 +29,17 @@ def load_policy(model_dir: Path, adapter_dir: Path | None = None, *, merge: bool
 
 
 class TransformersBackend:
-    """Batched sampling with a KV cache; prompts are grouped by length to limit padding and each
-    prompt's ``num_generations`` samples are drawn in the same batch."""
+    """Batched sampling with a KV cache, written as its own decode loop because that is where the time
+    goes on a CPU:
+
+    * each prompt is prefilled once and its KV cache copied to its ``num_generations`` rows (the samples
+      share the prompt prefix), so prefill costs prompts, not samples;
+    * prompts are grouped by length (less left padding) into chunks under a KV token budget;
+    * a row leaves the batch as soon as it emits EOS or a stop string (e.g. ``</answer>``), so finished
+      samples cost nothing while the others keep decoding;
+    * the log-probability of every sampled token (at the sampling temperature) is returned, so the
+      trainer can use it as the old policy's log-prob.
+    """
 
     name = "transformers"
 
@@ -40,7 +49,7 @@ class TransformersBackend:
         adapter_dir: Path | str | None = None,
         *,
         model_name: str | None = None,
-        max_batch_tokens: int = 16384,
+        max_batch_tokens: int = 65536,
         model=None,
         tokenizer=None,
     ):
@@ -54,68 +63,108 @@ class TransformersBackend:
     @torch.inference_mode()
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
         tok = self.tokenizer
-        tok.padding_side = "left"
         encoded = [tok(p, add_special_tokens=False)["input_ids"] for p in prompts]
         order = sorted(range(len(prompts)), key=lambda i: len(encoded[i]))
         results: list[list[Generation]] = [[] for _ in prompts]
-        eos_ids = _eos_ids(self.model, tok)
         n = params.num_generations
-        # Rows per batch from a token budget: longer prompts -> fewer rows, same memory.
         start = 0
-        batch_no = 0
+        chunk_no = 0
         while start < len(order):
-            longest = len(encoded[order[start]]) + params.max_new_tokens
-            prompts_per_batch = max(1, self.max_batch_tokens // max(1, longest * n))
-            chunk = order[start : start + prompts_per_batch]
-            # chunk is sorted ascending; re-check the budget with its longest member
-            while len(chunk) > 1 and (len(encoded[chunk[-1]]) + params.max_new_tokens) * n * len(chunk) > self.max_batch_tokens:
-                chunk = chunk[:-1]
+            # Rows per chunk from a KV-cache token budget: longer prompts -> fewer rows, same memory.
+            chunk = [order[start]]
+            while start + len(chunk) < len(order):
+                longest = len(encoded[order[start + len(chunk)]]) + params.max_new_tokens
+                if longest * n * (len(chunk) + 1) > self.max_batch_tokens:
+                    break
+                chunk.append(order[start + len(chunk)])
             start += len(chunk)
             t0 = time.perf_counter()
-            ids = [encoded[i] for i in chunk for _ in range(n)]
-            width = max(len(x) for x in ids)
-            pad = tok.pad_token_id
-            input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in ids])
-            attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in ids])
-            torch.manual_seed(params.seed + batch_no)
-            batch_no += 1
-            do_sample = params.temperature > 0
-            out = self.model.generate(
-                input_ids=input_ids,
-                attention_mask=attention,
-                max_new_tokens=params.max_new_tokens,
-                do_sample=do_sample,
-                temperature=params.temperature if do_sample else None,
-                top_p=params.top_p if do_sample else None,
-                top_k=None,
-                stop_strings=list(params.stop) or None,
-                tokenizer=tok,
-                pad_token_id=pad,
-                eos_token_id=sorted(eos_ids),
-            )
-            seconds = (time.perf_counter() - t0) / len(ids)
-            # Sampling log-probs are not kept: storing full-vocabulary logits per step costs GBs; the
-            # trainer recomputes old log-probs in one forward pass when num_iterations > 1.
-            new_tokens = out[:, width:]
-            for row, prompt_idx in enumerate(i for i in chunk for _ in range(n)):
-                toks = new_tokens[row].tolist()
-                gen = _trim(toks, eos_ids, pad, tok, params.stop)
-                text = tok.decode(gen.token_ids, skip_special_tokens=True)
+            rows = self._sample([encoded[i] for i in chunk], params, seed=params.seed + chunk_no)
+            chunk_no += 1
+            seconds = (time.perf_counter() - t0) / max(1, len(rows))
+            for r, (toks, logps, finish) in enumerate(rows):
+                prompt_idx = chunk[r // n]
                 results[prompt_idx].append(
                     Generation(
-                        text=text,
-                        token_ids=gen.token_ids,
-                        finish_reason=gen.finish_reason,
+                        text=tok.decode(toks, skip_special_tokens=True),
+                        token_ids=toks,
+                        finish_reason=finish,
                         prompt_tokens=len(encoded[prompt_idx]),
                         seconds=seconds,
+                        logprobs=logps,
                     )
                 )
         return results
 
+    def _sample(self, prompt_ids: list[list[int]], params: SamplingParams, *, seed: int) -> list[tuple[list[int], list[float], str]]:
+        """(tokens, sampled-token log-probs, finish reason) for ``num_generations`` rows per prompt, in
+        prompt order."""
+        tok, model = self.tokenizer, self.model
+        n, temperature = params.num_generations, params.temperature
+        eos = torch.tensor(sorted(_eos_ids(model, tok)), dtype=torch.long)
+        pad = tok.pad_token_id if tok.pad_token_id is not None else int(eos[0])
+        width = max(len(x) for x in prompt_ids)
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in prompt_ids])
+        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in prompt_ids])
+        positions = (attention.cumsum(-1) - 1).clamp(min=0)
+        out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
+        cache = out.past_key_values
+        logits = out.logits[:, -1, :].float()
+        if n > 1:
+            cache.batch_repeat_interleave(n)
+            logits = logits.repeat_interleave(n, dim=0)
+            attention = attention.repeat_interleave(n, dim=0)
+        next_pos = attention.sum(-1, keepdim=True)
+        total = logits.shape[0]
+        tokens: list[list[int]] = [[] for _ in range(total)]
+        logps: list[list[float]] = [[] for _ in range(total)]
+        finish = ["length"] * total
+        alive = list(range(total))  # batch position -> output row
+        gen = torch.Generator().manual_seed(seed)
+        stops = tuple(s for s in params.stop if s)
+        tail = max((len(tok(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0) + 2
+        for step in range(params.max_new_tokens):
+            if temperature > 0:
+                logp_all = torch.log_softmax(logits / temperature, dim=-1)
+                probs = logp_all.exp()
+                if params.top_p < 1.0:
+                    probs = _top_p_filter(probs, params.top_p)
+                nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+            else:
+                logp_all = torch.log_softmax(logits, dim=-1)
+                nxt = logits.argmax(-1)
+            chosen = logp_all.gather(1, nxt[:, None]).squeeze(1).tolist()
+            nxt_list = nxt.tolist()
+            is_eos = torch.isin(nxt, eos).tolist()
+            keep = []
+            for j, row in enumerate(alive):
+                tokens[row].append(nxt_list[j])
+                logps[row].append(chosen[j])
+                if is_eos[j] or (stops and any(s in tok.decode(tokens[row][-tail:], skip_special_tokens=True) for s in stops)):
+                    finish[row] = "stop"
+                else:
+                    keep.append(j)
+            if not keep or step == params.max_new_tokens - 1:
+                break
+            if len(keep) < len(alive):
+                # Finished rows leave the batch (and the KV cache): decoding cost follows live rows only.
+                idx = torch.tensor(keep)
+                cache.batch_select_indices(idx)
+                attention, next_pos, nxt = attention[idx], next_pos[idx], nxt[idx]
+                alive = [alive[j] for j in keep]
+            attention = torch.cat([attention, torch.ones(len(alive), 1, dtype=attention.dtype)], dim=1)
+            out = model(input_ids=nxt[:, None], attention_mask=attention, position_ids=next_pos, past_key_values=cache, use_cache=True)
+            next_pos = next_pos + 1
+            logits = out.logits[:, -1, :].float()
+        return [(tokens[r], logps[r], finish[r]) for r in range(total)]
 
-class _Trimmed:
-    def __init__(self, token_ids: list[int], finish_reason: str):
-        self.token_ids, self.finish_reason = token_ids, finish_reason
+
+def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus sampling: keep the smallest set of tokens whose probability mass reaches ``top_p``."""
+    sorted_p, idx = probs.sort(dim=-1, descending=True)
+    cum = sorted_p.cumsum(-1)
+    sorted_p[(cum - sorted_p) > top_p] = 0.0
+    return torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
 
 
 def _eos_ids(model, tok) -> set[int]:
@@ -124,21 +173,3 @@ def _eos_ids(model, tok) -> set[int]:
     if tok.eos_token_id is not None:
         ids.add(tok.eos_token_id)
     return ids
-
-
-def _trim(toks: list[int], eos_ids: set[int], pad: int, tok, stop: tuple[str, ...]) -> _Trimmed:
-    """Cut a generated row at its end: the EOS token is kept (the policy learns to stop); padding
-    after a stop string is dropped."""
-    for i, t in enumerate(toks):
-        if t in eos_ids or t == pad:
-            prefix = toks[:i]
-            text = tok.decode(prefix, skip_special_tokens=True)
-            if any(text.rstrip().endswith(s) for s in stop):
-                return _Trimmed(prefix, "stop")
-            if t in eos_ids:
-                return _Trimmed(toks[: i + 1], "stop")
-            return _Trimmed(prefix, "stop")
-    text = tok.decode(toks, skip_special_tokens=True)
-    if any(text.rstrip().endswith(s) for s in stop):
-        return _Trimmed(toks, "stop")
-    return _Trimmed(toks, "length")
