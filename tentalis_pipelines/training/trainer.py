@@ -40,6 +40,9 @@ class GRPOConfig:
     max_grad_norm: float = 1.0
     per_step_rows: int = 64
     micro_batch_tokens: int = 4096
+    # Rows that share a prompt (a group's samples) run the prompt once and branch from its KV cache:
+    # the prompt (system message + worked example) is most of each row's tokens.
+    share_prompt_prefix: bool = True
     temperature: float = 0.8
     max_completion_length: int = 128
     lora_r: int = 16
@@ -123,8 +126,58 @@ def _pack(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Te
     }
 
 
+def _pack_shared(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """Rows with one common prompt: the prompt once, completions right-padded."""
+    C = max(len(s.completion_ids) for s in samples)
+    comp, cmask, adv = [], [], []
+    for s in samples:
+        c = s.completion_ids
+        comp.append(list(c) + [pad_id] * (C - len(c)))
+        cmask.append([1] * len(c) + [0] * (C - len(c)))
+        ta = s.token_advantages if s.token_advantages is not None else [s.advantage] * len(c)
+        adv.append(list(ta) + [0.0] * (C - len(c)))
+    return {
+        "shared": True,
+        "prompt_ids": torch.tensor([samples[0].prompt_ids], device=device),
+        "completion_ids": torch.tensor(comp, device=device),
+        "completion_mask": torch.tensor(cmask, dtype=torch.float32, device=device),
+        "advantages": torch.tensor(adv, dtype=torch.float32, device=device),
+        "completion_len": C,
+    }
+
+
+def pack(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Tensor]:
+    """A micro-batch as tensors: the shared-prefix layout when every row has the same prompt."""
+    first = samples[0].prompt_ids
+    if len(samples) > 1 and all(s.prompt_ids == first for s in samples):
+        return _pack_shared(samples, pad_id, device)
+    return _pack(samples, pad_id, device)
+
+
+def _shared_prefix_logps(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+    """One prompt pass, its KV cache repeated per row, then the completions on top. Gradients flow
+    through the repeated cache into the prompt pass, so this equals the full-sequence computation."""
+    prompt, comp, cmask = batch["prompt_ids"], batch["completion_ids"], batch["completion_mask"]
+    rows, C = comp.shape
+    P = prompt.shape[1]
+    out = model(input_ids=prompt, use_cache=True, logits_to_keep=1)
+    logits = out.logits[:, -1:, :].expand(rows, 1, -1)  # predicts each row's first completion token
+    if C > 1:
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(rows)
+        fed = comp[:, :-1]
+        attention = torch.cat([torch.ones(rows, P, dtype=torch.long, device=comp.device), cmask[:, :-1].long()], dim=1)
+        positions = torch.arange(P, P + C - 1, device=comp.device).expand(rows, -1)
+        rest = model(input_ids=fed, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True).logits
+        logits = torch.cat([logits, rest], dim=1)
+    logits = logits.float() / max(temperature, 1e-6)
+    return torch.log_softmax(logits, dim=-1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+
+
 def completion_logps(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
     """Per-token log-probs of the completion tokens, [rows, C]."""
+    if batch.get("shared"):
+        return _shared_prefix_logps(model, batch, temperature)
     C = batch["completion_len"]
     out = model(
         input_ids=batch["input_ids"],
@@ -136,6 +189,30 @@ def completion_logps(model, batch: dict[str, torch.Tensor], temperature: float) 
     logits = out.logits[:, :-1, :].float() / max(temperature, 1e-6)
     targets = batch["input_ids"][:, -C:]
     return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def prefix_micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
+    """One micro-batch per prompt (its group's rows), split when prompt + rows x longest completion
+    exceeds ``token_budget``; rows whose prompt is unique fall back to ``micro_batches``."""
+    by_prompt: dict[tuple[int, ...], list[TrainSample]] = {}
+    for s in samples:
+        by_prompt.setdefault(tuple(s.prompt_ids), []).append(s)
+    out, singles = [], []
+    for prompt, rows in by_prompt.items():
+        if len(rows) == 1:
+            singles.extend(rows)
+            continue
+        rows = sorted(rows, key=lambda s: len(s.completion_ids))
+        cur, longest = [], 0
+        for s in rows:
+            c = len(s.completion_ids)
+            if cur and len(prompt) + max(longest, c) * (len(cur) + 1) > token_budget:
+                out.append(cur)
+                cur, longest = [], 0
+            cur.append(s)
+            longest = max(longest, c)
+        out.append(cur)
+    return out + (micro_batches(singles, token_budget) if singles else [])
 
 
 def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
@@ -160,7 +237,7 @@ def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, 
     out = {"ref": None, "old": None}
     if config.beta == 0.0 and config.num_iterations == 1:
         return out
-    batch = _pack(mb, pad_id, device)
+    batch = pack(mb, pad_id, device)
     with torch.inference_mode():
         if config.beta != 0.0:
             with model.disable_adapter():
@@ -209,7 +286,8 @@ def train_grpo(model, tokenizer, samples: list[TrainSample], config: GRPOConfig,
     order = list(range(len(samples)))
     rng.shuffle(order)
     steps = [[samples[i] for i in order[k : k + config.per_step_rows]] for k in range(0, len(order), config.per_step_rows)]
-    plan = [micro_batches(step, config.micro_batch_tokens) for step in steps]
+    split = prefix_micro_batches if config.share_prompt_prefix else micro_batches
+    plan = [split(step, config.micro_batch_tokens) for step in steps]
     # Reference and old log-probs do not change during this call: one no-grad pass per micro-batch.
     fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device) for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
 
@@ -221,7 +299,7 @@ def train_grpo(model, tokenizer, samples: list[TrainSample], config: GRPOConfig,
             totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0}
             optimizer.zero_grad(set_to_none=True)
             for mi, mb in enumerate(mbs):
-                batch = _pack(mb, pad_id, device)
+                batch = pack(mb, pad_id, device)
                 ex = fixed[(si, mi)]
                 logps = completion_logps(model, batch, config.temperature)
                 old = ex["old"] if ex["old"] is not None else logps.detach()
