@@ -6,7 +6,7 @@ export TENTALIS_HOME ?= $(CURDIR)/.tentalis
 export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: install run test lint ui clean
+.PHONY: install run test test-server bench lint ui clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,16 @@ test: install
 	$(BIN)/dagster definitions validate -w workspace.yaml
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The openai backend against a real llama.cpp server (compiles llama-cpp-python the first time).
+test-server: install
+	$(BIN)/pip install -q -e '.[dev,server]'
+	$(BIN)/python -m pytest -q tests/test_openai_backend.py
+
+# Speed, side by side: rollouts vs a plain generate loop, GRPO update vs TRL, lakehouse figures.
+bench: install
+	$(BIN)/pip install -q -e '.[bench]'
+	$(BIN)/tentalis bench
 
 lint: install
 	$(BIN)/ruff check .
