@@ -45,7 +45,7 @@ class PolicySettings:
     temperature: float = 0.8
     top_p: float = 1.0
     seed: int = 0
-    max_batch_tokens: int = 16384
+    max_batch_tokens: int = 65536  # transformers backend: KV-cache tokens per generation chunk
     worked_example: bool = True
     # backend "openai" only: the server (default $OPENAI_BASE_URL), the model name it serves (default
     # model_name) and how many requests may be in flight at once.
@@ -61,6 +61,8 @@ class PolicySettings:
         """The backend this policy samples with (``model_dir`` from ``resolve_model``; ``adapter_dir``
         the serving checkpoint's LoRA adapter or None for the base model)."""
         kwargs: dict[str, Any] = {"model_dir": model_dir, "adapter_dir": adapter_dir, "model_name": self.model_name}
+        if self.backend == "transformers":
+            kwargs["max_batch_tokens"] = self.max_batch_tokens
         if self.backend == "openai":
             kwargs.update(base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency)
         return make_backend(self.backend, **kwargs)
