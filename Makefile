@@ -6,7 +6,7 @@ export TENTALIS_HOME ?= $(CURDIR)/.tentalis
 export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: install run test test-server bench lint ui clean
+.PHONY: install run test test-server bench mutants lint ui clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,10 @@ test-server: install
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/tentalis bench
+
+# Mutation testing of the RL core: plant each catalogued bug, run its tests, print the score (>= 90%).
+mutants: install
+	$(BIN)/python scripts/mutants.py --jobs 2
 
 lint: install
 	$(BIN)/ruff check .

@@ -62,11 +62,20 @@ class TrainerResource(ConfigurableResource):
 
     loss_type: str = "grpo"
     beta: float = 0.04
-    epsilon: float = 0.2
-    epsilon_high: float | None = None
+    epsilon: float | None = None  # default: 0.2, or GSPO's 3e-4 at sequence level
+    epsilon_high: float | None = None  # default: epsilon, DAPO's 0.28, or GSPO's 4e-4
+    importance_sampling_level: str | None = None  # token | sequence (default: sequence for gspo)
     num_iterations: int = 1
+    old_logprobs: str = "recompute"  # recompute (one pre-update pass) | sampling (stored per-token log-probs)
     learning_rate: float = 1e-4
+    lr_scheduler_type: str = "constant"
+    warmup_steps: int = 0
+    max_steps: int = 0  # horizon of linear/cosine schedules across the whole chain of cycles
     per_step_rows: int = 64
+    gradient_checkpointing: bool = False
+    device: str = "auto"  # auto: CUDA when present
+    dtype: str = "auto"  # auto: bf16 where the hardware computes it natively, else float32
+    seed: int = 0  # LoRA init and row shuffling
     scale_rewards: str | None = None  # default: "none" for dr_grpo, else "group"
     dynamic_sampling: bool | None = None  # default: on for dapo
     advantage_mode: str = "outcome"  # outcome | process (DeepSeekMath, from the step scores)
@@ -88,7 +97,10 @@ class TrainerResource(ConfigurableResource):
     def config(self) -> GRPOConfig:
         return GRPOConfig(
             loss_type=self.loss_type, beta=self.beta, epsilon=self.epsilon, epsilon_high=self.epsilon_high,
-            num_iterations=self.num_iterations, learning_rate=self.learning_rate, per_step_rows=self.per_step_rows,
+            importance_sampling_level=self.importance_sampling_level, num_iterations=self.num_iterations,
+            old_logprobs=self.old_logprobs, learning_rate=self.learning_rate, lr_scheduler_type=self.lr_scheduler_type,
+            warmup_steps=self.warmup_steps, max_steps=self.max_steps, per_step_rows=self.per_step_rows,
+            gradient_checkpointing=self.gradient_checkpointing, device=self.device, dtype=self.dtype, seed=self.seed,
         )
 
 

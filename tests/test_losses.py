@@ -1,5 +1,7 @@
 """Each loss_type's defining property (names and definitions as in TRL's GRPOTrainer)."""
 
+import math
+
 import pytest
 import torch
 
@@ -98,3 +100,108 @@ def test_beta_zero_computes_no_reference_pass(tiny_model_dir):
         res = train_grpo(model, tok, samples, GRPOConfig(beta=beta, per_step_rows=2))
         assert len(calls) == expected_calls
         assert (res.metrics["kl"] == 0.0) if beta == 0.0 else True
+
+
+# --------------------------------------------------------------------------- gradients vs hand computation
+E = math.e
+
+
+def _grad(loss_type, logps, old, adv, mask, *, rows, tokens, max_len=4, **kw):
+    lp = torch.tensor(logps, requires_grad=True)
+    parts = per_token_loss(loss_type, lp, torch.tensor(old), torch.tensor(adv), torch.tensor(mask), **kw)
+    loss = aggregate(loss_type, parts.per_token, torch.tensor(mask), rows_in_step=rows, tokens_in_step=tokens,
+                     max_completion_length=max_len)
+    loss.backward()
+    return lp.grad, parts, loss
+
+
+# Row 0: ratios e^0 (inside), e^0.3 (above 1 + 0.2, A > 0: clipped), e^-0.3 (below 1 - 0.2, A > 0: not clipped).
+# Row 1 (A < 0): e^0.3 (above, A < 0: not clipped), e^-0.3 (below, A < 0: clipped), padding.
+LOGPS = [[0.0, 0.3, -0.3], [0.3, -0.3, 0.0]]
+OLD = [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+ADV = [[2.0, 2.0, 2.0], [-1.0, -1.0, -1.0]]
+MASK = [[1.0, 1.0, 1.0], [1.0, 1.0, 0.0]]
+
+
+def test_grpo_gradient_matches_hand_computation_clip_from_both_sides():
+    g, parts, _ = _grad("grpo", LOGPS, OLD, ADV, MASK, rows=2, tokens=5, epsilon=0.2)
+    # d/dlogp of -r*A is -A*r where the clip does not bind, 0 where it does; grpo divides by the row's
+    # token count and by the rows in the step.
+    expected = torch.tensor([
+        [-2.0 * 1.0 / 3 / 2, 0.0, -2.0 * E ** -0.3 / 3 / 2],
+        [1.0 * E ** 0.3 / 2 / 2, 0.0, 0.0],
+    ])
+    assert torch.allclose(g, expected, atol=1e-6), g
+    assert parts.clipped.tolist() == [[False, True, False], [False, True, False]]
+
+
+def test_epsilon_high_binds_only_above_its_own_bound():
+    logps = [[0.25, 0.2]]  # ratios 1.284 (> 1.28: clipped) and 1.221 (> 1.2 but < 1.28: not clipped)
+    g, parts, _ = _grad("dapo", logps, [[0.0, 0.0]], [[1.0, 1.0]], [[1.0, 1.0]], rows=1, tokens=2,
+                        epsilon=0.2, epsilon_high=0.28)
+    assert g[0, 0] == 0.0
+    assert g[0, 1].item() == pytest.approx(-(E ** 0.2) / 2, rel=1e-6)  # token-mean over the step's 2 tokens
+    assert parts.clipped.tolist() == [[True, False]]
+
+
+def test_dapo_normaliser_is_the_steps_tokens_across_micro_batches():
+    # One step of 5 tokens in two micro-batches: each micro-batch divides by 5, not by its own count.
+    g_a, _, loss_a = _grad("dapo", [LOGPS[0]], [OLD[0]], [ADV[0]], [MASK[0]], rows=2, tokens=5, epsilon=0.2, epsilon_high=0.28)
+    g_b, _, loss_b = _grad("dapo", [LOGPS[1]], [OLD[1]], [ADV[1]], [MASK[1]], rows=2, tokens=5, epsilon=0.2, epsilon_high=0.28)
+    g_all, _, loss_all = _grad("dapo", LOGPS, OLD, ADV, MASK, rows=2, tokens=5, epsilon=0.2, epsilon_high=0.28)
+    assert torch.allclose(torch.cat([g_a, g_b]), g_all, atol=1e-7)
+    assert (loss_a + loss_b).item() == pytest.approx(loss_all.item(), rel=1e-6)
+    # By hand: ratio e^0.3 = 1.35 > 1.28 with A = 2 is clipped at 1.28; e^-0.3 with A = -1 is clipped at 0.8.
+    by_hand = -(2 * 1 + 2 * 1.28 + 2 * E ** -0.3 + (-1) * E ** 0.3 + (-1) * 0.8) / 5
+    assert loss_all.item() == pytest.approx(by_hand, rel=1e-6)
+
+
+def test_dr_grpo_gradient_uses_the_constant_normaliser():
+    g, _, _ = _grad("dr_grpo", LOGPS, OLD, ADV, MASK, rows=2, tokens=5, max_len=4, epsilon=0.2)
+    assert g[0, 0].item() == pytest.approx(-2.0 / (2 * 4))
+    assert g[1, 0].item() == pytest.approx(E ** 0.3 / (2 * 4), rel=1e-6)
+
+
+def test_cispo_gradient_is_clipped_weight_times_advantage():
+    g, _, _ = _grad("cispo", LOGPS, OLD, ADV, MASK, rows=2, tokens=5, epsilon=0.2, epsilon_high=0.28)
+    # loss = -sg(min(r, 1 + eps_high)) * A * logp  ->  d/dlogp = -min(r, 1.28) * A / tokens
+    expected = torch.tensor([
+        [-1.0 * 2 / 5, -1.28 * 2 / 5, -(E ** -0.3) * 2 / 5],
+        [1.28 * 1 / 5, E ** -0.3 * 1 / 5, 0.0],
+    ])
+    assert torch.allclose(g, expected, atol=1e-6), g
+
+
+def test_kl_term_sign_and_size():
+    # logp above the reference: the k3 gradient beta * (1 - exp(ref - logp)) is positive, pulling logp down.
+    lp = torch.tensor([[0.5]], requires_grad=True)
+    ref = torch.tensor([[0.0]])
+    parts = per_token_loss("grpo", lp, lp.detach(), torch.zeros(1, 1), torch.ones(1, 1), beta=0.1, ref_logps=ref)
+    assert parts.kl.item() == pytest.approx(math.exp(-0.5) + 0.5 - 1, rel=1e-6)
+    parts.per_token.sum().backward()
+    assert lp.grad.item() == pytest.approx(0.1 * (1 - math.exp(-0.5)), rel=1e-6)
+    assert lp.grad.item() > 0
+
+
+def test_gspo_defaults_and_sequence_gradient():
+    cfg = GRPOConfig(loss_type="gspo")
+    assert (cfg.importance_sampling_level, cfg.epsilon, cfg.epsilon_high) == ("sequence", 3e-4, 4e-4)
+    # Orthogonal to the loss type, as TRL's importance_sampling_level.
+    dapo_seq = GRPOConfig(loss_type="dapo", importance_sampling_level="sequence")
+    assert (dapo_seq.epsilon, dapo_seq.epsilon_high) == (3e-4, 4e-4)
+    assert GRPOConfig(loss_type="grpo").importance_sampling_level == "token"
+    # Inside the clip: s = exp(mean log-ratio); d(-s*A)/dlogp_t = -A * s / n, then / rows.
+    d = 1e-4
+    g, parts, _ = _grad("grpo", [[d, 0.0, -d / 2]], [[0.0, 0.0, 0.0]], [[1.5, 1.5, 1.5]], [[1.0, 1.0, 1.0]], rows=1, tokens=3,
+                        epsilon=3e-4, epsilon_high=4e-4, importance_sampling_level="sequence")
+    s = math.exp(d / 2 / 3)
+    assert torch.allclose(g, torch.full((1, 3), -1.5 * s / 3), rtol=1e-5)
+    assert not parts.clipped.any()
+    # Outside it (mean log-ratio 1e-3 > log(1 + 4e-4)) with A > 0: no gradient at all.
+    g2, parts2, _ = _grad("grpo", [[1e-3, 1e-3]], [[0.0, 0.0]], [[1.0, 1.0]], [[1.0, 1.0]], rows=1, tokens=2,
+                          epsilon=3e-4, epsilon_high=4e-4, importance_sampling_level="sequence")
+    assert torch.all(g2 == 0) and parts2.clipped.all()
+    # A token-level ratio would not have clipped the small token of a mixed sequence; the sequence ratio does.
+    g3, _, _ = _grad("grpo", [[3e-3, 0.0]], [[0.0, 0.0]], [[1.0, 1.0]], [[1.0, 1.0]], rows=1, tokens=2,
+                     epsilon=3e-4, epsilon_high=4e-4, importance_sampling_level="sequence")
+    assert torch.all(g3 == 0)

@@ -1,12 +1,20 @@
 """A GRPO-family trainer on a LoRA adapter (peft), on per-completion-token log-probs.
 
-* log-probs are computed only for completion tokens (``logits_to_keep``), at the sampling temperature;
+* log-probs are computed only for completion tokens (``logits_to_keep``), each row at the temperature
+  it was sampled with (``TrainSample.temperature``), in fp32 on top of bf16/fp32 logits;
 * the reference policy for the KL is the base model: the adapter disabled (no second model in memory),
   and no reference pass at all when ``beta == 0``;
-* old log-probs are the detached current ones when ``num_iterations == 1`` (ratio 1, as in TRL), and are
-  computed once before the first update otherwise;
+* old (behaviour-policy) log-probs, as TRL: when a generation batch takes exactly one optimizer step
+  (one step, ``num_iterations == 1``) the ratio is 1 and old = the detached current log-probs; whenever
+  it takes more (``per_step_rows`` smaller than the batch, or ``num_iterations > 1``) one no-grad pass
+  *before the first update* fixes them, so later steps see a real importance ratio and the clip binds.
+  ``old_logprobs='sampling'`` uses the per-token log-probs stored at sampling time instead (always,
+  also for a single step: it corrects any generation/training mismatch);
+* the optimizer (AdamW moments and step counts) and the global step of the LR schedule are returned
+  in ``TrainResult.state`` and saved with each checkpoint (``trainer_state.pt``), so a chain of
+  learning cycles trains like one long run instead of restarting Adam from zero every cycle;
 * rows are split into optimizer steps of ``per_step_rows``; each step is cut into micro-batches by a
-  token budget, with gradient accumulation.
+  token budget, with gradient accumulation and step-level loss normalisers.
 """
 
 from __future__ import annotations
@@ -14,53 +22,92 @@ from __future__ import annotations
 import math
 import random
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
 
-from tentalis_pipelines.training.losses import LOSS_TYPES, aggregate, per_token_loss
+from tentalis_pipelines.hardware import autocast, dtype_name, resolve_device, resolve_dtype
+from tentalis_pipelines.training.losses import (
+    IMPORTANCE_SAMPLING_LEVELS,
+    LOSS_TYPES,
+    aggregate,
+    per_token_loss,
+)
+
+# peft asks transformers 5 for the deprecated `is_gradient_checkpointing` on every adapter load.
+warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+TRAINER_STATE_FILE = "trainer_state.pt"
+OLD_LOGPROBS = ("recompute", "sampling")
 
 
 @dataclass
 class GRPOConfig:
-    """Training settings, named as in TRL's GRPOConfig where the idea is the same."""
+    """Training settings, named as in TRL's GRPOConfig where the idea is the same.
+
+    ``epsilon``/``epsilon_high`` default by algorithm: 0.2 (token level), DAPO's clip-higher 0.28,
+    and GSPO's 3e-4/4e-4 when ``importance_sampling_level == 'sequence'`` (a sequence-level ratio
+    moves far less than a token's, so 0.2 would never bind). ``max_steps`` is the horizon of the
+    linear/cosine schedules across a whole chain of cycles (0: this call's steps).
+    """
 
     loss_type: str = "grpo"
     beta: float = 0.04
-    epsilon: float = 0.2
+    epsilon: float | None = None
     epsilon_high: float | None = None
+    importance_sampling_level: str | None = None  # token | sequence (default: sequence for gspo)
     num_iterations: int = 1
+    old_logprobs: str = "recompute"  # recompute | sampling
     learning_rate: float = 1e-4
     lr_scheduler_type: str = "constant"  # constant | linear | cosine
     warmup_ratio: float = 0.0
+    warmup_steps: int = 0
+    max_steps: int = 0
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
     per_step_rows: int = 64
     micro_batch_tokens: int = 4096
+    shuffle: bool = True
     # Rows that share a prompt (a group's samples) run the prompt once and branch from its KV cache:
-    # the prompt (system message + worked example) is most of each row's tokens.
+    # the prompt (system message + worked example) is most of each row's tokens. Gradient checkpointing
+    # cannot keep a KV cache, so it switches this off (a documented trade: memory for prefix reuse).
     share_prompt_prefix: bool = True
-    temperature: float = 0.8
+    gradient_checkpointing: bool = False
+    temperature: float = 0.8  # for samples that do not carry their own sampling temperature
     max_completion_length: int = 128
     lora_r: int = 16
     lora_alpha: int = 32
     lora_dropout: float = 0.0
     lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
     seed: int = 0
+    device: str = "auto"  # auto | cpu | cuda[:N]
+    dtype: str = "auto"  # auto (bf16 where native) | float32 | bfloat16 | float16
 
     def __post_init__(self):
-        # DAPO's clip-higher: a wider upper clip keeps low-probability tokens explorable.
-        if self.loss_type == "dapo" and self.epsilon_high is None:
-            self.epsilon_high = 0.28
         if self.loss_type not in LOSS_TYPES:
             raise ValueError(f"loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}")
+        if self.importance_sampling_level is None:
+            self.importance_sampling_level = "sequence" if self.loss_type == "gspo" else "token"
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            raise ValueError(f"importance_sampling_level must be one of {IMPORTANCE_SAMPLING_LEVELS}, "
+                             f"got {self.importance_sampling_level!r}")
+        sequence = self.importance_sampling_level == "sequence"
+        if self.epsilon is None:
+            self.epsilon = 3e-4 if sequence else 0.2
+        if self.epsilon_high is None:
+            # DAPO's clip-higher: a wider upper clip keeps low-probability tokens explorable.
+            self.epsilon_high = 4e-4 if sequence else 0.28 if self.loss_type == "dapo" else self.epsilon
         if self.num_iterations < 1:
             raise ValueError("num_iterations must be >= 1")
+        if self.old_logprobs not in OLD_LOGPROBS:
+            raise ValueError(f"old_logprobs must be one of {OLD_LOGPROBS}, got {self.old_logprobs!r}")
         if self.lr_scheduler_type not in ("constant", "linear", "cosine"):
             raise ValueError("lr_scheduler_type must be constant, linear or cosine")
+        if self.per_step_rows < 1:
+            raise ValueError("per_step_rows must be >= 1")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -74,21 +121,35 @@ class TrainSample:
     completion_ids: list[int]
     advantage: float
     token_advantages: list[float] | None = None  # process supervision: one advantage per completion token
-    old_logps: list[float] | None = None
+    old_logps: list[float] | None = None  # per-token log-probs under the sampling policy, at ``temperature``
+    temperature: float | None = None  # the temperature this completion was sampled at
+
+
+@dataclass
+class TrainerState:
+    """What continues across learning cycles: AdamW's state and the schedule's global step."""
+
+    optimizer: dict
+    global_step: int
+    param_names: list[str]
 
 
 @dataclass
 class TrainResult:
     metrics: dict
     history: list[dict] = field(default_factory=list)
+    state: TrainerState | None = None
 
 
 def build_policy(model_dir: Path, parent_adapter: Path | None, config: GRPOConfig):
-    """Base model with a trainable LoRA adapter: a fresh one, or the parent checkpoint's to continue."""
+    """Base model (frozen, on ``config.device`` in ``config.dtype``) with a trainable LoRA adapter in
+    fp32 (master weights): a fresh one, or the parent checkpoint's to continue."""
     from peft import LoraConfig, PeftModel, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    base = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device)
     if parent_adapter is not None:
         model = PeftModel.from_pretrained(base, str(parent_adapter), is_trainable=True)
     else:
@@ -99,11 +160,52 @@ def build_policy(model_dir: Path, parent_adapter: Path | None, config: GRPOConfi
             target_modules=list(config.lora_target_modules),
             task_type="CAUSAL_LM",
         )
-        model = get_peft_model(base, lora)
+        # A fresh adapter's lora_A is random: seed it, so the same config gives the same run.
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            model = get_peft_model(base, lora)
+    for p in model.parameters():
+        if p.requires_grad and p.dtype != torch.float32:
+            p.data = p.data.float()
     return model
 
 
-def _pack(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Tensor]:
+def _trainable(model) -> list[tuple[str, torch.nn.Parameter]]:
+    return [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+
+
+def save_trainer_state(folder: str | Path, state: TrainerState) -> Path:
+    """Write ``state`` into a checkpoint folder (called inside the atomic save, before the marker)."""
+    path = Path(folder) / TRAINER_STATE_FILE
+    torch.save({"format": 1, "optimizer": state.optimizer, "global_step": state.global_step,
+                "param_names": state.param_names}, path)
+    return path
+
+
+def load_trainer_state(folder: str | Path | None, device: str | torch.device = "cpu") -> TrainerState | None:
+    """The state saved with a checkpoint, or None (base model, or a checkpoint from before states were kept)."""
+    if folder is None:
+        return None
+    path = Path(folder) / TRAINER_STATE_FILE
+    if not path.exists():
+        return None
+    raw = torch.load(path, map_location=device, weights_only=True)
+    return TrainerState(raw["optimizer"], int(raw["global_step"]), list(raw["param_names"]))
+
+
+def _row_temperature(s: TrainSample, default: float) -> float:
+    return float(s.temperature) if s.temperature is not None else default
+
+
+def _row_advantages(s: TrainSample) -> list[float]:
+    if s.token_advantages is None:
+        return [s.advantage] * len(s.completion_ids)
+    if len(s.token_advantages) != len(s.completion_ids):
+        raise ValueError(f"token_advantages has {len(s.token_advantages)} entries for {len(s.completion_ids)} completion tokens")
+    return list(s.token_advantages)
+
+
+def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Left-pad prompts and right-pad completions so every completion occupies the last C positions."""
     P = max(len(s.prompt_ids) for s in samples)
     C = max(len(s.completion_ids) for s in samples)
@@ -113,20 +215,21 @@ def _pack(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Te
         ids.append([pad_id] * (P - len(p)) + p + c + [pad_id] * (C - len(c)))
         attn.append([0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c)))
         cmask.append([1] * len(c) + [0] * (C - len(c)))
-        ta = s.token_advantages if s.token_advantages is not None else [s.advantage] * len(c)
-        adv.append(list(ta) + [0.0] * (C - len(c)))
+        adv.append(_row_advantages(s) + [0.0] * (C - len(c)))
     attn_t = torch.tensor(attn, device=device)
     return {
         "input_ids": torch.tensor(ids, device=device),
         "attention_mask": attn_t,
+        # Left padding: positions count real tokens only, so a padded row sees the same positions as alone.
         "position_ids": (attn_t.cumsum(-1) - 1).clamp(min=0),
         "completion_mask": torch.tensor(cmask, dtype=torch.float32, device=device),
         "advantages": torch.tensor(adv, dtype=torch.float32, device=device),
+        "temperature": torch.tensor([_row_temperature(s, default_temperature) for s in samples], dtype=torch.float32, device=device),
         "completion_len": C,
     }
 
 
-def _pack_shared(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Tensor]:
+def _pack_shared(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Rows with one common prompt: the prompt once, completions right-padded."""
     C = max(len(s.completion_ids) for s in samples)
     comp, cmask, adv = [], [], []
@@ -134,27 +237,38 @@ def _pack_shared(samples: list[TrainSample], pad_id: int, device) -> dict[str, t
         c = s.completion_ids
         comp.append(list(c) + [pad_id] * (C - len(c)))
         cmask.append([1] * len(c) + [0] * (C - len(c)))
-        ta = s.token_advantages if s.token_advantages is not None else [s.advantage] * len(c)
-        adv.append(list(ta) + [0.0] * (C - len(c)))
+        adv.append(_row_advantages(s) + [0.0] * (C - len(c)))
     return {
         "shared": True,
         "prompt_ids": torch.tensor([samples[0].prompt_ids], device=device),
         "completion_ids": torch.tensor(comp, device=device),
         "completion_mask": torch.tensor(cmask, dtype=torch.float32, device=device),
         "advantages": torch.tensor(adv, dtype=torch.float32, device=device),
+        "temperature": torch.tensor([_row_temperature(s, default_temperature) for s in samples], dtype=torch.float32, device=device),
         "completion_len": C,
     }
 
 
-def pack(samples: list[TrainSample], pad_id: int, device) -> dict[str, torch.Tensor]:
-    """A micro-batch as tensors: the shared-prefix layout when every row has the same prompt."""
+def pack(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0, *, shared: bool = True) -> dict:
+    """A micro-batch as tensors: the shared-prefix layout when every row has the same prompt (and
+    ``shared``)."""
     first = samples[0].prompt_ids
-    if len(samples) > 1 and all(s.prompt_ids == first for s in samples):
-        return _pack_shared(samples, pad_id, device)
-    return _pack(samples, pad_id, device)
+    if shared and len(samples) > 1 and all(s.prompt_ids == first for s in samples):
+        return _pack_shared(samples, pad_id, device, default_temperature)
+    return _pack(samples, pad_id, device, default_temperature)
 
 
-def _shared_prefix_logps(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
+def _token_logps(logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor | float | None) -> torch.Tensor:
+    """log softmax(logits / T) at the targets, in fp32; ``temperature`` per row ([rows]) or one float."""
+    logits = logits.float()
+    if isinstance(temperature, torch.Tensor):
+        logits = logits / temperature.clamp(min=1e-6).view(-1, 1, 1)
+    elif temperature is not None:
+        logits = logits / max(float(temperature), 1e-6)
+    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+
+
+def _shared_prefix_logits(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
     """One prompt pass, its KV cache repeated per row, then the completions on top. Gradients flow
     through the repeated cache into the prompt pass, so this equals the full-sequence computation."""
     prompt, comp, cmask = batch["prompt_ids"], batch["completion_ids"], batch["completion_mask"]
@@ -170,14 +284,15 @@ def _shared_prefix_logps(model, batch: dict[str, torch.Tensor], temperature: flo
         positions = torch.arange(P, P + C - 1, device=comp.device).expand(rows, -1)
         rest = model(input_ids=fed, attention_mask=attention, position_ids=positions, past_key_values=cache, use_cache=True).logits
         logits = torch.cat([logits, rest], dim=1)
-    logits = logits.float() / max(temperature, 1e-6)
-    return torch.log_softmax(logits, dim=-1).gather(-1, comp.unsqueeze(-1)).squeeze(-1)
+    return logits
 
 
-def completion_logps(model, batch: dict[str, torch.Tensor], temperature: float) -> torch.Tensor:
-    """Per-token log-probs of the completion tokens, [rows, C]."""
+def completion_logps(model, batch: dict[str, torch.Tensor], temperature: float | None = None) -> torch.Tensor:
+    """Per-token log-probs of the completion tokens, [rows, C], each row at its own sampling
+    temperature (``batch['temperature']``) unless one ``temperature`` is given for all rows."""
+    temp = batch.get("temperature") if temperature is None else temperature
     if batch.get("shared"):
-        return _shared_prefix_logps(model, batch, temperature)
+        return _token_logps(_shared_prefix_logits(model, batch), batch["completion_ids"], temp)
     C = batch["completion_len"]
     out = model(
         input_ids=batch["input_ids"],
@@ -186,9 +301,7 @@ def completion_logps(model, batch: dict[str, torch.Tensor], temperature: float) 
         logits_to_keep=C + 1,
         use_cache=False,
     )
-    logits = out.logits[:, :-1, :].float() / max(temperature, 1e-6)
-    targets = batch["input_ids"][:, -C:]
-    return torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    return _token_logps(out.logits[:, :-1, :], batch["input_ids"][:, -C:], temp)
 
 
 def prefix_micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[TrainSample]]:
@@ -231,82 +344,123 @@ def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[Tr
     return out
 
 
-def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, device) -> dict:
-    """Reference log-probs (adapter disabled; skipped when beta == 0) and old log-probs (only when
-    num_iterations > 1: from sampling if the backend kept them, else one forward pass now)."""
-    out = {"ref": None, "old": None}
-    if config.beta == 0.0 and config.num_iterations == 1:
+def _stored_old_logps(mb: list[TrainSample], C: int, device) -> torch.Tensor | None:
+    """The sampling-time log-probs of a micro-batch, right-padded, or None when any row lacks them."""
+    if not all(s.old_logps is not None and len(s.old_logps) == len(s.completion_ids) for s in mb):
+        return None
+    return torch.tensor([list(s.old_logps) + [0.0] * (C - len(s.old_logps)) for s in mb], dtype=torch.float32, device=device)
+
+
+def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, device, *, needs_old: bool, shared: bool) -> dict:
+    """Reference log-probs (adapter disabled; skipped when beta == 0) and old log-probs (stored
+    sampling log-probs with ``old_logprobs='sampling'``; else, when ``needs_old``, one no-grad pass
+    now, before any update)."""
+    out: dict = {"ref": None, "old": None}
+    batch = pack(mb, pad_id, device, config.temperature, shared=shared)
+    if config.old_logprobs == "sampling":
+        out["old"] = _stored_old_logps(mb, batch["completion_len"], device)
+    if config.beta == 0.0 and (out["old"] is not None or not needs_old):
         return out
-    batch = pack(mb, pad_id, device)
-    with torch.inference_mode():
+    dtype = resolve_dtype(config.dtype, device)
+    with torch.inference_mode(), autocast(device, dtype):
         if config.beta != 0.0:
             with model.disable_adapter():
-                out["ref"] = completion_logps(model, batch, config.temperature).clone()
-        if config.num_iterations > 1:
-            if all(s.old_logps is not None for s in mb):
-                C = batch["completion_len"]
-                out["old"] = torch.tensor([s.old_logps + [0.0] * (C - len(s.old_logps)) for s in mb], device=device)
-            else:
-                out["old"] = completion_logps(model, batch, config.temperature).clone()
+                out["ref"] = completion_logps(model, batch).clone()
+        if out["old"] is None and needs_old:
+            out["old"] = completion_logps(model, batch).clone()
     return out
 
 
-def _lr_lambda(config: GRPOConfig, total_steps: int):
-    warmup = int(config.warmup_ratio * total_steps)
-
-    def f(step: int) -> float:
-        if warmup and step < warmup:
-            return (step + 1) / warmup
-        if config.lr_scheduler_type == "constant":
-            return 1.0
-        progress = (step - warmup) / max(1, total_steps - warmup)
-        if config.lr_scheduler_type == "linear":
-            return max(0.0, 1.0 - progress)
-        return 0.5 * (1 + math.cos(math.pi * progress))
-
-    return f
+def lr_factor(config: GRPOConfig, step: int, horizon: int) -> float:
+    """The LR multiplier at global optimizer step ``step`` (0-based) of a run of ``horizon`` steps."""
+    warmup = config.warmup_steps or int(config.warmup_ratio * horizon)
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if config.lr_scheduler_type == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, horizon - warmup))
+    if config.lr_scheduler_type == "linear":
+        return max(0.0, 1.0 - progress)
+    return 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def train_grpo(model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, on_step=None) -> TrainResult:
-    """Run ``num_iterations`` passes of GRPO-family updates over ``samples`` (in place on ``model``)."""
+def _make_optimizer(params: list[tuple[str, torch.nn.Parameter]], config: GRPOConfig, state: TrainerState | None):
+    optimizer = torch.optim.AdamW([p for _, p in params], lr=config.learning_rate, weight_decay=config.weight_decay)
+    if state is not None:
+        names = [n for n, _ in params]
+        if names != state.param_names:
+            raise ValueError(
+                "the parent checkpoint's optimizer state does not match this adapter's parameters "
+                f"({len(state.param_names)} saved vs {len(names)} now, e.g. a different lora_r or target modules): "
+                "train from the base model (promote 'base') to start a new chain"
+            )
+        optimizer.load_state_dict(state.optimizer)
+        for group in optimizer.param_groups:  # today's settings win over the saved ones
+            group["weight_decay"] = config.weight_decay
+    return optimizer
+
+
+def train_grpo(
+    model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None
+) -> TrainResult:
+    """Run ``num_iterations`` passes of GRPO-family updates over ``samples`` (in place on ``model``).
+
+    ``state`` continues a chain (the parent checkpoint's ``TrainerState``); the returned
+    ``TrainResult.state`` is what the next cycle continues from."""
     if not samples:
         raise ValueError("no training samples: every group had equal rewards or the batch was empty")
     torch.manual_seed(config.seed)
     rng = random.Random(config.seed)
     device = next(model.parameters()).device
+    dtype = resolve_dtype(config.dtype, device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     t0 = time.perf_counter()
 
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.learning_rate, weight_decay=config.weight_decay)
-    steps_per_iter = math.ceil(len(samples) / config.per_step_rows)
-    total_steps = steps_per_iter * config.num_iterations
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config, total_steps))
-    # Fixed micro-batch split per step across iterations, so cached old/ref log-probs line up.
+    params = _trainable(model)
+    optimizer = _make_optimizer(params, config, state)
+    start_step = state.global_step if state is not None else 0
     order = list(range(len(samples)))
-    rng.shuffle(order)
+    if config.shuffle:
+        rng.shuffle(order)
     steps = [[samples[i] for i in order[k : k + config.per_step_rows]] for k in range(0, len(order), config.per_step_rows)]
-    split = prefix_micro_batches if config.share_prompt_prefix else micro_batches
+    total_steps = len(steps) * config.num_iterations
+    horizon = config.max_steps or (start_step + total_steps)
+    shared = config.share_prompt_prefix and not config.gradient_checkpointing
+    if config.gradient_checkpointing:
+        # (transformers 5's activation_checkpointing_enable drops LoRA gradients under peft here: measured
+        # a 4x smaller grad norm than without checkpointing; the older entry point matches exactly.)
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    split = prefix_micro_batches if shared else micro_batches
+    # Fixed micro-batch split per step across iterations, so cached old/ref log-probs line up.
     plan = [split(step, config.micro_batch_tokens) for step in steps]
-    # Reference and old log-probs do not change during this call: one no-grad pass per micro-batch.
-    fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device) for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
+    # More than one optimizer step per generation batch: every step after the first is off-policy, so
+    # the behaviour policy's log-probs are fixed now, before any update (TRL does the same).
+    needs_old = total_steps > 1
+    fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device, needs_old=needs_old, shared=shared)
+             for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
 
     history = []
     model.train()
     for it in range(config.num_iterations):
         for si, (step_rows, mbs) in enumerate(zip(steps, plan)):
+            global_step = start_step + len(history)
+            lr = config.learning_rate * lr_factor(config, global_step, horizon)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
             tokens_in_step = sum(len(s.completion_ids) for s in step_rows)
-            totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0}
+            totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0}
             optimizer.zero_grad(set_to_none=True)
             for mi, mb in enumerate(mbs):
-                batch = pack(mb, pad_id, device)
+                batch = pack(mb, pad_id, device, config.temperature, shared=shared)
                 ex = fixed[(si, mi)]
-                logps = completion_logps(model, batch, config.temperature)
+                with autocast(device, dtype):
+                    logps = completion_logps(model, batch)
                 old = ex["old"] if ex["old"] is not None else logps.detach()
                 mask = batch["completion_mask"]
                 parts = per_token_loss(
                     config.loss_type, logps, old, batch["advantages"], mask,
                     epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta, ref_logps=ex["ref"],
+                    importance_sampling_level=config.importance_sampling_level,
                 )
                 loss = aggregate(
                     config.loss_type, parts.per_token, mask, rows_in_step=len(step_rows),
@@ -317,33 +471,43 @@ def train_grpo(model, tokenizer, samples: list[TrainSample], config: GRPOConfig,
                 totals["loss"] += float(loss.detach())
                 totals["tokens"] += n_tok
                 totals["clipped"] += float((parts.clipped.float() * mask).sum())
+                totals["drift"] += float(((logps.detach() - old).abs() * mask).sum())
                 if parts.kl is not None:
                     totals["kl"] += float((parts.kl.detach() * mask).sum())
-            grad_norm = torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            grad_norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], config.max_grad_norm)
             optimizer.step()
-            scheduler.step()
             rec = {
                 "iteration": it,
                 "step": len(history),
+                "global_step": global_step,
                 "loss": totals["loss"],
                 "kl": totals["kl"] / max(totals["tokens"], 1),
                 "clip_fraction": totals["clipped"] / max(totals["tokens"], 1),
+                # Mean |log pi - log pi_old| per token: how off-policy this step was (0 on the first step).
+                "policy_drift": totals["drift"] / max(totals["tokens"], 1),
                 "grad_norm": float(grad_norm),
-                "lr": scheduler.get_last_lr()[0],
+                "lr": lr,
                 "rows": len(step_rows),
             }
             history.append(rec)
             if on_step:
                 on_step(rec)
+    if config.gradient_checkpointing:
+        model.gradient_checkpointing_disable()
     model.eval()
+    new_state = TrainerState(optimizer.state_dict(), start_step + len(history), [n for n, _ in params])
     metrics = {
         "loss": sum(h["loss"] for h in history) / len(history),
         "kl": sum(h["kl"] for h in history) / len(history),
         "clip_fraction": sum(h["clip_fraction"] for h in history) / len(history),
+        "policy_drift": max(h["policy_drift"] for h in history),
         "grad_norm": history[-1]["grad_norm"],
         "optimizer_steps": len(history),
+        "global_step": new_state.global_step,
         "samples": len(samples),
         "completion_tokens": sum(len(s.completion_ids) for s in samples),
         "seconds": time.perf_counter() - t0,
+        "device": str(device),
+        "dtype": dtype_name(dtype),
     }
-    return TrainResult(metrics, history)
+    return TrainResult(metrics, history, new_state)

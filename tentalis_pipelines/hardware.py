@@ -1,0 +1,73 @@
+"""Where models run and in which precision: one place that resolves ``device`` and ``dtype`` settings.
+
+* ``device="auto"``: CUDA when present, else the CPU.
+* ``dtype="auto"``: bfloat16 where the hardware computes it natively (CUDA with bf16 support; a CPU with
+  AVX512-BF16 or AMX-BF16, where bf16 matmuls run several times faster than fp32), else float32.
+
+Training in bf16 keeps fp32 *master* weights for everything that learns (the LoRA adapter) and does the
+loss maths (log-softmax, ratios, KL, advantages) in fp32; only the frozen base weights and the matmuls
+run in bf16. This module imports nothing but torch, so the training and inference modules stay usable
+on a bare GPU machine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from pathlib import Path
+
+import torch
+
+DEVICES = ("auto", "cpu", "cuda")
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+_DTYPE_BY_NAME = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+                  "float16": torch.float16, "fp16": torch.float16}
+
+
+@functools.lru_cache(maxsize=1)
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU advertises AVX512-BF16 or AMX-BF16 (Linux ``/proc/cpuinfo`` flags)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_device(device: str | torch.device = "auto") -> torch.device:
+    """``auto`` -> CUDA when available, else CPU; ``cuda`` without a GPU is a clear error."""
+    name = str(device)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError(f"device={name!r} but torch sees no CUDA device: use device='auto' or 'cpu'")
+    if name.split(":")[0] not in ("cpu", "cuda"):
+        raise ValueError(f"unknown device {name!r}; choose one of {DEVICES} (or 'cuda:N')")
+    return torch.device(name)
+
+
+def resolve_dtype(dtype: str | torch.dtype = "auto", device: str | torch.device = "cpu") -> torch.dtype:
+    """``auto`` -> bf16 where the device computes it natively, else fp32; names as in ``DTYPES``."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype == "auto":
+        dev = torch.device(device) if not isinstance(device, torch.device) else device
+        if dev.type == "cuda":
+            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float32
+        return torch.bfloat16 if cpu_has_native_bf16() else torch.float32
+    try:
+        return _DTYPE_BY_NAME[dtype]
+    except KeyError:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of {DTYPES}") from None
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def autocast(device: torch.device, dtype: torch.dtype):
+    """Mixed precision for the matmuls when ``dtype`` is lower than fp32; a no-op context otherwise."""
+    if dtype == torch.float32:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

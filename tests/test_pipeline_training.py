@@ -1,0 +1,69 @@
+"""train_checkpoint end to end over a real lakehouse: what reaches the trainer from the tables."""
+
+from __future__ import annotations
+
+from tentalis_pipelines import pipeline
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.training.trainer import GRPOConfig
+
+
+def _write_batch(lake: Lakehouse, tok, batch_id: str, policy_version: str, temperature: float) -> None:
+    prompt = "What is 2 + 3?"
+    texts = [" <answer>5</answer>", " 7", " <answer>6</answer>", " five"]
+    rewards = [1.0, 0.0, 0.0, 0.2]
+    advantages = [1.3, -0.7, -0.7, 0.1]
+    now = now_utc()
+    rollouts, trajectories = [], []
+    for i, (text, r, a) in enumerate(zip(texts, rewards, advantages)):
+        rid = f"{batch_id}-r{i}"
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        rollouts.append({
+            "batch_id": batch_id, "rollout_id": rid, "task_id": "t0", "group_index": i, "policy_version": policy_version,
+            "backend": "transformers", "model": "tiny", "prompt_text": prompt, "completion": text, "steps": [], "answer": None,
+            "parse_mode": "fallback", "prompt_tokens": 5, "completion_tokens": len(ids), "completion_token_ids": ids,
+            "sampling_logprobs": [-1.0] * len(ids), "finish_reason": "stop", "temperature": temperature, "seconds": 0.1,
+            "created_at": now,
+        })
+        trajectories.append({
+            "batch_id": batch_id, "rollout_id": rid, "task_id": "t0", "group_index": i, "policy_version": policy_version,
+            "outcome_reward": r, "format_reward": 0.0, "process_reward": None, "step_rewards": [], "manager_score": r,
+            "overlong_penalty": 0.0, "reward": r, "reward_weights": "{}", "advantage": a, "step_advantages": [],
+            "advantage_mode": "outcome", "kept": True, "created_at": now,
+        })
+    lake.write_batch("rollouts", batch_id, rollouts)
+    lake.write_batch("trajectories", batch_id, trajectories)
+
+
+def test_training_cycles_use_row_temperatures_and_continue_the_optimizer(home, tiny_model_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    paths = Paths.from_env(home)
+    lake = Lakehouse(paths.lakehouse)
+    seen = []
+    real = pipeline.train_grpo
+
+    def spy(model, tokenizer, samples, config, *, state=None, on_step=None):
+        seen.append({"temperatures": [s.temperature for s in samples], "advantages": sorted(s.advantage for s in samples),
+                     "start_step": None if state is None else state.global_step, "config_temperature": config.temperature})
+        return real(model, tokenizer, samples, config, state=state, on_step=on_step)
+
+    monkeypatch.setattr(pipeline, "train_grpo", spy)
+    policy = pipeline.PolicySettings(model=str(tiny_model_dir), temperature=0.9)
+    cfg = GRPOConfig(beta=0.0, per_step_rows=4, dtype="float32", device="cpu")
+
+    _write_batch(lake, tok, "b1", "base", temperature=0.6)
+    first = pipeline.train_checkpoint(lake, paths, policy, cfg, promote=True)
+    version, adapter = pipeline.current_policy(lake, paths)
+    assert version == first.metadata["checkpoint_id"]
+    _write_batch(lake, tok, "b2", version, temperature=1.1)
+    pipeline.train_checkpoint(lake, paths, policy, cfg, promote=True)
+
+    # Each row is scored at the temperature it was sampled at, not today's policy setting (0.9).
+    assert seen[0]["temperatures"] == [0.6] * 4 and seen[1]["temperatures"] == [1.1] * 4
+    assert seen[0]["advantages"] == sorted([1.3, -0.7, -0.7, 0.1])
+    # The second cycle continues the first one's optimizer: its schedule starts at global step 1.
+    assert seen[0]["start_step"] is None and seen[1]["start_step"] == 1
+    second = [r for r in lake.read("checkpoints").to_pylist() if r["parent_id"] == version]
+    assert len(second) == 1 and '"global_step": 2' in second[0]["metrics"]
