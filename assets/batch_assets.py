@@ -39,7 +39,7 @@ def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource) -> Mater
 
 @asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
 def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
-    """`num_generations` sampled answers per task from the newest promoted checkpoint (or the base model)."""
+    """`num_generations` sampled answers per task from the serving checkpoint (the serving pointer; or the base model)."""
     res = pipeline.build_rollouts(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
     return to_materialize_result(res, "rollouts")
 

@@ -20,6 +20,7 @@ from assets.training_assets import checkpoints
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
+from tentalis_pipelines.training import serving
 
 # One partition per checkpoint ("base" for the base model) x benchmark.
 checkpoint_ids = DynamicPartitionsDefinition(name="checkpoint_ids")
@@ -66,7 +67,7 @@ def benchmark_results(
         check_name="promotion_gate",
         passed=decision.promote,
         severity=AssetCheckSeverity.ERROR,
-        metadata={"incumbent": incumbent, "reason": decision.reason,
+        metadata={"incumbent": incumbent, "reason": decision.reason, "serving": serving.serving_checkpoint(lake),
                   **{k: MetadataValue.float(float(v)) for k, v in decision.as_dict().items() if isinstance(v, float)},
                   "n_paired": decision.n_paired},
     )

@@ -25,6 +25,7 @@ from tentalis_pipelines.resources import (
     TrainerResource,
 )
 from tentalis_pipelines.tasks.batches import next_generator_seed, register_generated_batch
+from tentalis_pipelines.training import serving
 
 rollout_job = define_asset_job(
     "rollout_job",
@@ -128,6 +129,7 @@ def gate_checkpoint(
         meta = stage_metadata(res, "benchmark_results")
         if ref == checkpoint_id:
             meta.update({"promotion_gate": MetadataValue.text(decision.reason), "promoted": MetadataValue.bool(decision.promote),
+                         "serving": MetadataValue.text(serving.serving_checkpoint(lake)),
                          "accuracy_per_checkpoint": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})
         context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{bench.gate_benchmark}|{ref}", metadata=meta))
     context.log.info(f"promotion gate for {checkpoint_id}: {decision.reason}")

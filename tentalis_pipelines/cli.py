@@ -51,6 +51,7 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
     with console.status("Preparing the model (first time: converting the embedded GGUF to safetensors)..."):
         model_dir = resolve_model(model, paths.models)
     console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
+    _reconcile(paths)
 
 
 STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints", "gate_checkpoint"]
@@ -152,6 +153,8 @@ def learn(
     learning_rate: float = typer.Option(2e-4, help="LoRA learning rate."),
     beta: float = typer.Option(0.0, help="k3 KL coefficient; 0 skips the reference pass."),
     num_iterations: int = typer.Option(1, help="Updates per batch of rollouts (mu)."),
+    dtype: str = typer.Option("auto", help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
+    seed: int | None = typer.Option(None, help="Trainer seed (LoRA init, shuffling); record runs per seed."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -164,7 +167,9 @@ def learn(
     from tentalis_pipelines.pipeline import benchmark_history
 
     lv = [int(x) for x in levels.split(",") if x.strip()]
-    trainer = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations}
+    trainer = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations, "dtype": dtype}
+    if seed is not None:
+        trainer["seed"] = seed
     t0 = time.time()
     for k in range(1, cycles + 1):
         _execute_cycle(_cycle_config(num_tasks, None, num_generations, max_new_tokens, True, gate_limit, lv, trainer),
@@ -177,7 +182,7 @@ def learn(
 
 @app.command()
 def status(home: str | None = HomeOpt):
-    """Batches, trajectories, checkpoints and the last reward."""
+    """Batches, trajectories, checkpoints, the last reward, what serves and the serving history."""
     paths = _paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.pipeline import summarize
@@ -202,6 +207,93 @@ def status(home: str | None = HomeOpt):
             m = json.loads(metrics)
             c.add_row(cid, parent or "base", "yes" if promoted else "no", str(n), f"{m.get('loss', 0):.4f}", f"{m.get('reward_mean', 0):.3f}")
         console.print(c)
+    _print_serving(Lakehouse(paths.lakehouse))
+
+
+def _actor(actor: str | None) -> str:
+    return actor or os.environ.get("USER") or "cli"
+
+
+def _print_serving(lake) -> None:
+    from tentalis_pipelines.training import checkpoints as ckpt
+    from tentalis_pipelines.training.serving import serving_checkpoint, serving_history
+
+    console.print(f"serving: [bold]{serving_checkpoint(lake)}[/]")
+    history = serving_history(lake)
+    if history:
+        h = Table(title="serving history (newest last; the last row serves)")
+        for col in ("seq", "from", "to", "action", "actor", "reason", "at"):
+            h.add_column(col)
+        for r in history[-20:]:
+            h.add_row(str(r["seq"]), r["from_checkpoint"], r["to_checkpoint"], r["action"], r["actor"], r["reason"],
+                      f"{r['created_at']:%Y-%m-%d %H:%M:%S}")
+        console.print(h)
+    for claim in ckpt.active_claims(lake):
+        state = "training" if claim.alive() else "stale: `tentalis reconcile` settles it"
+        console.print(f"training claim on {claim.policy_version}: {claim.holder()} ({state})")
+
+
+def _reconcile(paths) -> dict:
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.training.checkpoints import reconcile as run_reconcile
+
+    report = run_reconcile(Lakehouse(paths.lakehouse), paths)
+    for key, items in report.items():
+        if items:
+            console.print(f"reconcile: {key.replace('_', ' ')}: {', '.join(items)}")
+    return report
+
+
+@app.command()
+def promote(
+    checkpoint_id: str = typer.Argument(..., help="The checkpoint to serve (or 'base')."),
+    reason: str = typer.Option(..., "--reason", help="Why (kept in the serving history)."),
+    actor: str | None = typer.Option(None, "--actor", help="Who (default: $USER, else 'cli')."),
+    home: str | None = HomeOpt,
+):
+    """Serve CHECKPOINT_ID from the next rollout on (recorded in the `serving` table)."""
+    paths = _paths(home)
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.training.serving import ServingError
+    from tentalis_pipelines.training.serving import promote as do_promote
+
+    try:
+        row = do_promote(Lakehouse(paths.lakehouse), checkpoint_id, actor=_actor(actor), reason=reason)
+    except ServingError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"serving [bold]{row['to_checkpoint']}[/] (was {row['from_checkpoint']}; seq {row['seq']})")
+
+
+@app.command()
+def rollback(
+    reason: str = typer.Option(..., "--reason", help="Why (kept in the serving history)."),
+    to: str | None = typer.Option(None, "--to", help="Checkpoint id or 'base' (default: what served before the current one)."),
+    actor: str | None = typer.Option(None, "--actor", help="Who (default: $USER, else 'cli')."),
+    home: str | None = HomeOpt,
+):
+    """Go back to what served before the current policy (or to --to); recorded in the `serving` table."""
+    paths = _paths(home)
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.training.serving import ServingError
+    from tentalis_pipelines.training.serving import rollback as do_rollback
+
+    try:
+        row = do_rollback(Lakehouse(paths.lakehouse), actor=_actor(actor), reason=reason, to=to)
+    except ServingError as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    console.print(f"serving [bold]{row['to_checkpoint']}[/] (rolled back from {row['from_checkpoint']}; seq {row['seq']})")
+
+
+@app.command()
+def reconcile(home: str | None = HomeOpt):
+    """Settle what crashed training runs left: stale claims, unfinished promotions, orphan adapter folders
+    and temporary folders of dead writers (every training run does this first, too)."""
+    paths = _paths(home)
+    report = _reconcile(paths)
+    if not any(report.values()):
+        console.print("nothing to reconcile")
 
 
 @app.command()

@@ -27,7 +27,15 @@ from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import load_batch
 from tentalis_pipelines.training import checkpoints as ckpt
-from tentalis_pipelines.training.trainer import GRPOConfig, TrainSample, build_policy, train_grpo
+from tentalis_pipelines.training import serving
+from tentalis_pipelines.training.trainer import (
+    GRPOConfig,
+    TrainSample,
+    build_policy,
+    load_trainer_state,
+    save_trainer_state,
+    train_grpo,
+)
 
 
 @dataclass
@@ -105,9 +113,9 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str) -> StageResult:
 
 # --------------------------------------------------------------------------- rollouts
 def current_policy(lake: Lakehouse, paths: Paths) -> tuple[str, str | None]:
-    """(policy_version, adapter_dir) of the newest promoted checkpoint, or ('base', None)."""
-    row = ckpt.latest_promoted(lake)
-    return ("base", None) if row is None else (row["checkpoint_id"], row["adapter_uri"])
+    """(policy_version, adapter_dir) of the serving checkpoint (the serving pointer), or ('base', None).
+    Raises ``serving.ServingError`` when its adapter files are missing: never falls back to another."""
+    return serving.serving_policy(lake)
 
 
 def rollout_id(batch_id: str, task_id: str, policy_version: str, group_index: int) -> str:
@@ -379,7 +387,7 @@ def build_trajectories(
 FRESH_SQL = """
 select t.* from trajectories t
 where t.kept and t.policy_version = $policy
-  and t.rollout_id not in (select unnest(trajectory_ids) from checkpoints)
+  and t.rollout_id not in (""" + ckpt.CONSUMED_SQL + """)
 """
 
 
@@ -397,11 +405,13 @@ def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
     return fresh_trajectories(lake, version).num_rows
 
 
+@ckpt.abandons_claims_on_error
 def train_checkpoint(
     lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None
 ) -> StageResult:
     from transformers import AutoTokenizer
 
+    ckpt.reconcile(lake, paths)  # settle what earlier crashed runs left (see training/checkpoints.py)
     version, adapter = current_policy(lake, paths)
     fresh = fresh_trajectories(lake, version).to_pylist()
     if not fresh:
@@ -410,11 +420,12 @@ def train_checkpoint(
             "(every trajectory sampled by this policy has been trained on)"
         )
     ids = {r["rollout_id"] for r in fresh}
+    claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
     batches = sorted({r["batch_id"] for r in fresh})
     rollouts = {}
     for b in batches:
         for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids",
-                                                            "sampling_logprobs"]).to_pylist():
+                                                            "sampling_logprobs", "temperature"]).to_pylist():
             if r["rollout_id"] in ids:
                 rollouts[r["rollout_id"]] = r
     model_dir = resolve_model(policy.model, paths.models)
@@ -435,17 +446,20 @@ def train_checkpoint(
             sa = t["step_advantages"] or []
             token_adv = [sa[j] if j is not None and j < len(sa) else 0.0 for j in owner]
         samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
-                                   old_logps=ro["sampling_logprobs"]))
+                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
     if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
         raise ValueError(
             f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
             "sample more generations per task, raise the temperature, or add easier tasks"
         )
-    config = GRPOConfig(**{**config.to_dict(), "temperature": policy.temperature, "max_completion_length": policy.max_new_tokens})
+    # Each sample carries the temperature it was sampled at; the config's is only a fallback.
+    config = GRPOConfig(**{**config.to_dict(), "max_completion_length": policy.max_new_tokens})
     model = build_policy(model_dir, adapter, config)
-    result = train_grpo(model, tokenizer, samples, config, on_step=on_step)
-    checkpoint_id = ckpt.new_checkpoint_id()
-    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id)
+    # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
+    state = load_trainer_state(adapter, next(model.parameters()).device)
+    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
+    checkpoint_id = claim.checkpoint_id
+    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id, extra=lambda folder: save_trainer_state(folder, result.state))
     metrics = {**result.metrics, "reward_mean": sum(t["reward"] for t in fresh) / len(fresh),
                "accuracy_mean": sum(t["outcome_reward"] for t in fresh) / len(fresh)}
     ckpt.record_checkpoint(
@@ -464,8 +478,10 @@ def train_checkpoint(
             "promoted": False,
         },
     )
-    if promote:
-        ckpt.promote(lake, checkpoint_id)
+    if promote:  # only over the policy it trained from: a promotion or rollback made meanwhile wins
+        serving.promote(lake, checkpoint_id, actor="trainer", reason=f"trained on {len(fresh)} fresh trajectories of {version} "
+                        "(trainer.promotion = always)", expect_from=version)
+    ckpt.finish_claim(lake, claim)
     return StageResult(
         1,
         {
@@ -504,9 +520,8 @@ def resolve_checkpoint(lake: Lakehouse, ref: str) -> tuple[str, str | None]:
     """``base``, ``promoted`` or a checkpoint id -> (checkpoint_id, adapter_dir or None)."""
     if ref == "base":
         return "base", None
-    if ref == "promoted":
-        row = ckpt.latest_promoted(lake)
-        return ("base", None) if row is None else (row["checkpoint_id"], row["adapter_uri"])
+    if ref == "promoted":  # what serves now (the serving pointer)
+        return serving.serving_policy(lake)
     rows = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == ref]
     if not rows:
         known = [r["checkpoint_id"] for r in lake.read("checkpoints", columns=["checkpoint_id"]).to_pylist()]
@@ -564,12 +579,13 @@ def item_correctness(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> dic
 
 
 def incumbent_for(lake: Lakehouse, checkpoint_id: str) -> str:
-    """What a new checkpoint is compared with: the promoted checkpoint at the time, else the base model."""
-    row = ckpt.latest_promoted(lake)
-    if row is None or row["checkpoint_id"] == checkpoint_id:
+    """What a new checkpoint is compared with: the serving policy (the serving pointer), or, when the
+    candidate itself serves already, its parent (else the base model)."""
+    current = serving.serving_checkpoint(lake)
+    if current == checkpoint_id:
         parent = next((r["parent_id"] for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == checkpoint_id), None)
         return parent or "base"
-    return row["checkpoint_id"]
+    return current
 
 
 def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, margin: float = 0.0, apply: bool = True):
@@ -584,7 +600,7 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
         raise ValueError(f"no {benchmark!r} results for {missing!r}: benchmark it before deciding promotion")
     decision = gate_decision(cand, inc, margin=margin)
     if apply and decision.promote:
-        ckpt.promote(lake, checkpoint_id)
+        serving.promote(lake, checkpoint_id, actor="gate", action="gate", reason=f"{benchmark} vs {incumbent}: {decision.reason}")
     return incumbent, decision
 
 

@@ -128,6 +128,32 @@ class CheckpointRow(BaseModel):
     created_at: datetime
 
 
+class ServingRow(BaseModel):
+    seq: int = Field(description="position in the serving log; the row with the highest seq is what serves")
+    from_checkpoint: str = Field(description="what served before this change: a checkpoint id or 'base'")
+    to_checkpoint: str = Field(description="what serves from this change on: a checkpoint id or 'base'")
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate")
+    actor: str = Field(description="who: a user name, 'gate', 'trainer' or 'reconcile'")
+    reason: str
+    created_at: datetime
+
+
+class TrainingClaimRow(BaseModel):
+    claim_id: str
+    event: str = Field(description="claimed | done | abandoned; a claim's last event is its state")
+    policy_version: str = Field(description="the serving policy whose fresh trajectories the run trains on")
+    checkpoint_id: str = Field(description="the checkpoint the run writes")
+    promote: bool = Field(description="whether the run intends to promote it (trainer.promotion = always)")
+    trajectory_count: int
+    host: str
+    pid: int
+    pid_start: int | None = Field(None, description="the process's start time in clock ticks (tells a reused pid apart)")
+    thread: int
+    run: str
+    reason: str
+    created_at: datetime
+
+
 class QuarantineRow(BaseModel):
     source: str
     line: int | None
@@ -323,6 +349,34 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "serving": pa.schema(
+        [
+            ("seq", pa.int64(), False),
+            ("from_checkpoint", pa.string()),
+            ("to_checkpoint", pa.string(), False),
+            ("action", pa.string()),
+            ("actor", pa.string()),
+            ("reason", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "training_claims": pa.schema(
+        [
+            ("claim_id", pa.string(), False),
+            ("event", pa.string(), False),
+            ("policy_version", pa.string()),
+            ("checkpoint_id", pa.string()),
+            ("promote", pa.bool_()),
+            ("trajectory_count", pa.int64()),
+            ("host", pa.string()),
+            ("pid", pa.int64()),
+            ("pid_start", pa.int64()),
+            ("thread", pa.int64()),
+            ("run", pa.string()),
+            ("reason", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
     "quarantine": pa.schema(
         [
             ("source", pa.string()),
@@ -347,6 +401,8 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "checkpoints": CheckpointRow,
     "benchmark_results": BenchmarkResultRow,
     "benchmark_items": BenchmarkItemRow,
+    "serving": ServingRow,
+    "training_claims": TrainingClaimRow,
     "quarantine": QuarantineRow,
 }
 

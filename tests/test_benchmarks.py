@@ -19,6 +19,7 @@ from tentalis_pipelines.evaluation.benchmarks import (
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training.serving import serving_checkpoint
 
 NOW = datetime.now(timezone.utc)
 
@@ -136,7 +137,7 @@ def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
         checks = res.get_asset_check_evaluations()
         assert len(checks) == 1 and checks[0].check_name == "promotion_gate"
         # The tiny random model is equally wrong with and without its (zero-initialised) adapter: not worse -> promoted.
-        assert checks[0].passed and ckpt.latest_promoted(lake)["checkpoint_id"] == "ckpt-a"
+        assert checks[0].passed and serving_checkpoint(lake) == "ckpt-a"
         assert lake.count("benchmark_results") == 2  # the incumbent (base) was benchmarked on the same items too
         mats = instance.fetch_materializations(AssetKey("benchmark_results"), limit=10).records
         assert {m.asset_materialization.partition for m in mats} == {"arithmetic|ckpt-a", "arithmetic|base"}

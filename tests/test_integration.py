@@ -11,7 +11,8 @@ from dagster import DagsterInstance
 from tentalis_pipelines.definitions import defs
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.training.checkpoints import latest_promoted, verify_adapter
+from tentalis_pipelines.training.checkpoints import verify_adapter
+from tentalis_pipelines.training.serving import serving_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,10 +43,9 @@ def test_learning_cycle_on_embedded_model_trains_and_next_rollouts_use_the_check
 
         _, decision = decide_promotion(lake, row["checkpoint_id"], "arithmetic", apply=False)
         assert row["promoted"] is decision.promote
-        serving = latest_promoted(lake)
+        expected = serving_checkpoint(lake)
         assert job.execute_in_process(run_config=cycle(4, False), instance=instance).success
         versions = lake.sql("select batch_id, min(policy_version) v, count(*) n from rollouts group by 1 order by 1").to_pylist()
-        expected = serving["checkpoint_id"] if serving else "base"
         assert [(v["v"], v["n"]) for v in versions] == [("base", 16), (expected, 16)]
         assert len(instance.get_dynamic_partitions("task_batches")) == 2
 
