@@ -18,11 +18,23 @@ from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams,
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
-from tentalis_pipelines.rewards.advantages import group_advantages, process_advantages, token_step_index
+from tentalis_pipelines.rewards.advantages import (
+    group_advantages,
+    process_advantages,
+    token_advantages,
+    token_step_index,
+)
 from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
 from tentalis_pipelines.rewards.math_answers import answers_match
-from tentalis_pipelines.rewards.process import check_step
-from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine, format_score, overlong_penalty
+from tentalis_pipelines.rewards.process import check_steps
+from tentalis_pipelines.rewards.scoring import (
+    DEFAULT_WEIGHTS,
+    combine,
+    final_answer,
+    format_score,
+    overlong_penalty,
+    process_credit,
+)
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import load_batch
@@ -54,6 +66,8 @@ class PolicySettings:
     top_p: float = 1.0
     seed: int = 0
     max_batch_tokens: int = 65536  # transformers backend: KV-cache tokens per generation chunk
+    device: str = "auto"  # transformers backend: auto = CUDA when present
+    dtype: str = "auto"  # transformers backend: auto = bf16 where the hardware computes it natively
     worked_example: bool = True
     # backend "openai" only: the server (default $OPENAI_BASE_URL), the model name it serves (default
     # model_name) and how many requests may be in flight at once.
@@ -70,7 +84,7 @@ class PolicySettings:
         the serving checkpoint's LoRA adapter or None for the base model)."""
         kwargs: dict[str, Any] = {"model_dir": model_dir, "adapter_dir": adapter_dir, "model_name": self.model_name}
         if self.backend == "transformers":
-            kwargs["max_batch_tokens"] = self.max_batch_tokens
+            kwargs.update(max_batch_tokens=self.max_batch_tokens, device=self.device, dtype=self.dtype)
         if self.backend == "openai":
             kwargs.update(base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency)
         return make_backend(self.backend, **kwargs)
@@ -196,9 +210,10 @@ def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculat
     rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps"]).to_pylist()
     rows = []
     if scorer == "calculator":
+        prompts = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()}
         for r in rollouts:
-            for i, step in enumerate(r["steps"] or []):
-                chk = check_step(step)
+            steps = list(r["steps"] or [])
+            for i, (step, chk) in enumerate(zip(steps, check_steps(prompts.get(r["task_id"], ""), steps))):
                 rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
                              "scorer": "calculator", "score": chk.score, "votes": [] if chk.score is None else [chk.score],
                              "rationale": chk.rationale})
@@ -253,13 +268,14 @@ def _review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInp
         parsed = parse_completion(r["completion"])
         ref = tasks[r["task_id"]]["reference"]
         s = steps.get(r["rollout_id"], [])
+        answer = final_answer(parsed, r["finish_reason"])
         out.append(
             (
                 r,
                 ReviewInput(
                     reference=ref,
-                    answer=r["answer"],
-                    correct=answers_match(r["answer"], ref),
+                    answer=answer,
+                    correct=answers_match(answer, ref),
                     answer_tagged=parsed.has_answer_tag,
                     format_score=format_score(parsed, r["finish_reason"]),
                     steps=list(r["steps"] or []),
@@ -337,8 +353,7 @@ def build_trajectories(
             raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
         env = tasks[r["task_id"]]["environment"]
         weights = DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
-        checked = [s for s in x.step_scores if s is not None]
-        process = sum(checked) / len(checked) if checked else None
+        process = process_credit(x.step_scores, x.answer)
         outcome = 1.0 if x.correct else 0.0
         manager = reviews[r["rollout_id"]]["score"]
         penalty = overlong_penalty(r["completion_tokens"], max_completion_length, overlong_buffer)
@@ -441,10 +456,9 @@ def train_checkpoint(
         p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
         token_adv = None
         if t.get("advantage_mode") == "process":
-            # Each token gets the process advantage of its step (0 after the last step).
+            # Outcome advantage on every token, plus the process advantage of the token's step.
             owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
-            sa = t["step_advantages"] or []
-            token_adv = [sa[j] if j is not None and j < len(sa) else 0.0 for j in owner]
+            token_adv = token_advantages(owner, float(t["advantage"]), t["step_advantages"] or [])
         samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
                                    old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
     if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):

@@ -67,3 +67,21 @@ def test_training_cycles_use_row_temperatures_and_continue_the_optimizer(home, t
     assert seen[0]["start_step"] is None and seen[1]["start_step"] == 1
     second = [r for r in lake.read("checkpoints").to_pylist() if r["parent_id"] == version]
     assert len(second) == 1 and '"global_step": 2' in second[0]["metrics"]
+
+
+def test_training_refuses_a_batch_without_learning_signal(home, tiny_model_dir):
+    import pytest
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    paths = Paths.from_env(home)
+    lake = Lakehouse(paths.lakehouse)
+    _write_batch(lake, tok, "b1", "base", temperature=0.6)
+    rows = lake.read("trajectories", batch_id="b1").to_pylist()
+    for r in rows:
+        r["advantage"] = 0.0
+    lake.write_batch("trajectories", "b1", rows)
+    with pytest.raises(ValueError, match="carry no learning signal"):
+        pipeline.train_checkpoint(lake, paths, pipeline.PolicySettings(model=str(tiny_model_dir)),
+                                  GRPOConfig(dtype="float32", device="cpu"))
+    assert not lake.exists("checkpoints") or lake.read("checkpoints").num_rows == 0

@@ -36,7 +36,13 @@ def group_advantages(
 def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequence[float | None]], *, eps: float = 1e-4) -> list[list[float]]:
     """DeepSeekMath process supervision: each step reward is normalised with the mean and std of all
     step rewards in its group; a step's advantage is the sum of the normalised rewards of that step and
-    every later step of the same sample. Unscored steps (None) contribute 0."""
+    every later step of the same sample, divided by the sample's number of scored steps. Unscored steps
+    (None) contribute 0.
+
+    The division is ours: DeepSeekMath's plain suffix sum grows with the number of steps, so padding a
+    solution with many cheap, correct steps (``1 + 1 = 2`` nine times) outscored an honest right
+    answer. Per scored step, a solution's process advantage is bounded by the best normalised step, however many
+    steps it writes."""
     idx: dict[str, list[int]] = defaultdict(list)
     for i, k in enumerate(group_keys):
         idx[k].append(i)
@@ -47,8 +53,17 @@ def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequenc
         std = pool.std(ddof=1) if pool.size > 1 else 0.0
         for i in members:
             norm = [0.0 if r is None else (r - mean) / (std + eps) for r in step_rewards[i]]
-            out[i] = np.cumsum(norm[::-1])[::-1].tolist() if norm else []
+            scored = max(1, sum(r is not None for r in step_rewards[i]))
+            out[i] = (np.cumsum(norm[::-1])[::-1] / scored).tolist() if norm else []
     return out
+
+
+def token_advantages(owner: Sequence[int | None], outcome_advantage: float, step_advantages: Sequence[float]) -> list[float]:
+    """Process-mode advantage of every completion token: the outcome advantage (the group-normalised
+    total reward: verifier, format, manager, process) plus the process advantage of the token's step.
+    Tokens after the last step (the ``<answer>`` tag) carry the outcome advantage alone, so the answer
+    is credited, and a batch whose steps carry no signal still trains on the outcome."""
+    return [outcome_advantage + (step_advantages[j] if j is not None and j < len(step_advantages) else 0.0) for j in owner]
 
 
 def token_step_index(tokenizer, token_ids: Sequence[int], completion: str, steps: Sequence[str]) -> list[int | None]:

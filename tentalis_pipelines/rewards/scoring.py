@@ -20,6 +20,26 @@ def format_score(parsed: ParsedCompletion, finish_reason: str) -> float:
     return round(score, 4)
 
 
+def final_answer(parsed: ParsedCompletion, finish_reason: str) -> str | None:
+    """The answer that is graded: the tagged one; else the last number of a completion that *ended*.
+    A truncated untagged completion (``finish_reason == 'length'``) has no answer: its last number is
+    wherever the token limit cut it, not a conclusion."""
+    if parsed.has_answer_tag:
+        return parsed.answer
+    if parsed.parse_mode == "fallback" and finish_reason != "length":
+        return parsed.answer
+    return None
+
+
+def process_credit(step_scores: list[float | None], answer: str | None) -> float | None:
+    """The process reward: the mean of the scored steps, and only for a solution that reaches an answer,
+    so steps without a conclusion never outscore an honest wrong attempt. None: nothing to credit."""
+    checked = [s for s in step_scores if s is not None]
+    if answer is None or not checked:
+        return None
+    return sum(checked) / len(checked)
+
+
 @dataclass(frozen=True)
 class RewardWeights:
     """How the components add up to the reward: outcome (verifier), format, process (mean step

@@ -5,8 +5,9 @@ often ignore the tags, so parsing falls back (documented in the README):
 
 * steps: the ``<step>`` blocks if there are any, else the non-empty lines of the text before any
   ``<answer>`` tag;
-* answer: the text of the first ``<answer>`` block (``parse_mode='tagged'``), else the last number in
-  the text (``parse_mode='fallback'``), else ``None``.
+* answer: the text of the ``<answer>`` block (``parse_mode='tagged'``), else the last number in
+  the text (``parse_mode='fallback'``), else ``None``. An empty answer tag, or several that disagree,
+  is no answer (``None``, and ``has_answer_tag`` is false).
 """
 
 from __future__ import annotations
@@ -43,5 +44,11 @@ def parse_completion(text: str) -> ParsedCompletion:
     else:
         steps = [ln.strip() for ln in re.split(r"\n+", body) if ln.strip() and not ln.strip().lower().startswith("<answer")]
     if answer_match:
-        return ParsedCompletion(steps, answer_match.group(1).strip(), "tagged", bool(tagged_steps), True)
+        # An empty answer tag, or several answer tags that disagree (hedging), is no answer at all: no
+        # format credit for the tag and no fallback to a number elsewhere in the text.
+        answers = {a.strip() for a in ANSWER_RE.findall(text)}
+        answer = answer_match.group(1).strip()
+        if not answer or len(answers) > 1:
+            return ParsedCompletion(steps, None, "tagged", bool(tagged_steps), False)
+        return ParsedCompletion(steps, answer, "tagged", bool(tagged_steps), True)
     return ParsedCompletion(steps, last_number(text), "fallback", bool(tagged_steps), False)
