@@ -48,12 +48,15 @@ class PolicyResource(ConfigurableResource):
     base_url: str | None = None
     served_model: str | None = None  # the model name the server knows (default: the policy's model name)
     max_concurrency: int = 8
+    device: str = "auto"  # transformers backend: auto = CUDA when present
+    dtype: str = "auto"  # transformers backend: auto = bf16 where native (this CPU: AMX-BF16), else float32
 
     def settings(self) -> PolicySettings:
         return PolicySettings(
             model=self.model, backend=self.backend, num_generations=self.num_generations,
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency,
+            device=self.device, dtype=self.dtype,
         )
 
 

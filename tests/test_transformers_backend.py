@@ -67,3 +67,28 @@ def test_stop_string_ends_a_row_early(backend):
     assert g.finish_reason == "stop"
     assert stop in g.text and len(g.token_ids) < len(free.token_ids)
     assert g.token_ids == free.token_ids[: len(g.token_ids)]
+
+
+def test_bf16_generation_runs_on_the_models_device(tiny_model_dir):
+    """The GPU code path exercised on this CPU: a bf16 policy, every tensor of the decode loop on the
+    model's device, fp32 log-probs; greedy output is stable across calls."""
+    import math
+
+    import torch
+
+    from tentalis_pipelines.inference.base import SamplingParams
+    from tentalis_pipelines.inference.transformers_backend import TransformersBackend
+
+    backend = TransformersBackend(tiny_model_dir, device="auto", dtype="bfloat16")
+    assert backend.model.dtype == torch.bfloat16 and backend.model.device.type == "cpu"
+    greedy = SamplingParams(num_generations=1, max_new_tokens=8, temperature=0.0, seed=0)
+    a = backend.generate(["What is 2 + 3?", "Hi"], greedy)
+    b = backend.generate(["What is 2 + 3?", "Hi"], greedy)
+    assert [g[0].token_ids for g in a] == [g[0].token_ids for g in b]
+    sampled = backend.generate(["What is 2 + 3?"], SamplingParams(num_generations=3, max_new_tokens=8, temperature=0.8, seed=1))
+    vocab = backend.model.config.vocab_size
+    for g in sampled[0]:
+        assert g.token_ids and all(0 <= t < vocab for t in g.token_ids)
+        assert len(g.logprobs) == len(g.token_ids) and all(lp <= 0 and math.isfinite(lp) for lp in g.logprobs)
+    with __import__("pytest").raises(RuntimeError, match="no CUDA device"):
+        TransformersBackend(tiny_model_dir, device="cuda")

@@ -10,20 +10,27 @@ import torch
 from tentalis_pipelines.inference.base import Generation, SamplingParams
 
 
-def load_policy(model_dir: Path, adapter_dir: Path | None = None, *, merge: bool = True, dtype=torch.float32):
-    """Base model plus (optionally) a LoRA adapter, merged for fast inference."""
+def load_policy(model_dir: Path, adapter_dir: Path | None = None, *, merge: bool = True, device="cpu", dtype=torch.float32):
+    """Base model plus (optionally) a LoRA adapter, merged for fast inference, then placed on ``device``
+    in ``dtype`` (``auto`` for either: see ``tentalis_pipelines.hardware``). The merge happens in fp32,
+    so a bf16 policy carries one rounding of the merged weights, not of the adapter's delta."""
+    from tentalis_pipelines.hardware import resolve_device, resolve_dtype
+
+    device = resolve_device(device)
+    dtype = resolve_dtype(dtype, device)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     if adapter_dir is not None:
         from peft import PeftModel
 
         model = PeftModel.from_pretrained(model, str(adapter_dir))
         if merge:
             model = model.merge_and_unload()
+    model = model.to(device=device, dtype=dtype)
     model.eval()
     return model, tokenizer
 
@@ -52,11 +59,13 @@ class TransformersBackend:
         max_batch_tokens: int = 65536,
         model=None,
         tokenizer=None,
+        device: str = "auto",
+        dtype: str = "auto",
     ):
         self.model_dir = Path(model_dir)
         self.model_name = model_name or self.model_dir.name
         if model is None:
-            model, tokenizer = load_policy(self.model_dir, Path(adapter_dir) if adapter_dir else None)
+            model, tokenizer = load_policy(self.model_dir, Path(adapter_dir) if adapter_dir else None, device=device, dtype=dtype)
         self.model, self.tokenizer = model, tokenizer
         self.max_batch_tokens = max_batch_tokens
 
@@ -101,11 +110,12 @@ class TransformersBackend:
         prompt order."""
         tok, model = self.tokenizer, self.model
         n, temperature = params.num_generations, params.temperature
-        eos = torch.tensor(sorted(_eos_ids(model, tok)), dtype=torch.long)
+        dev = model.device  # every tensor of the loop lives where the model does (CPU or GPU)
+        eos = torch.tensor(sorted(_eos_ids(model, tok)), dtype=torch.long, device=dev)
         pad = tok.pad_token_id if tok.pad_token_id is not None else int(eos[0])
         width = max(len(x) for x in prompt_ids)
-        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in prompt_ids])
-        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in prompt_ids])
+        input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in prompt_ids], device=dev)
+        attention = torch.tensor([[0] * (width - len(x)) + [1] * len(x) for x in prompt_ids], device=dev)
         positions = (attention.cumsum(-1) - 1).clamp(min=0)
         out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
@@ -120,7 +130,7 @@ class TransformersBackend:
         logps: list[list[float]] = [[] for _ in range(total)]
         finish = ["length"] * total
         alive = list(range(total))  # batch position -> output row
-        gen = torch.Generator().manual_seed(seed)
+        gen = torch.Generator(device=dev).manual_seed(seed)
         stops = tuple(s for s in params.stop if s)
         tail = max((len(tok(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0) + 2
         for step in range(params.max_new_tokens):
@@ -148,11 +158,11 @@ class TransformersBackend:
                 break
             if len(keep) < len(alive):
                 # Finished rows leave the batch (and the KV cache): decoding cost follows live rows only.
-                idx = torch.tensor(keep)
+                idx = torch.tensor(keep, device=dev)
                 cache.batch_select_indices(idx)
                 attention, next_pos, nxt = attention[idx], next_pos[idx], nxt[idx]
                 alive = [alive[j] for j in keep]
-            attention = torch.cat([attention, torch.ones(len(alive), 1, dtype=attention.dtype)], dim=1)
+            attention = torch.cat([attention, torch.ones(len(alive), 1, dtype=attention.dtype, device=dev)], dim=1)
             out = model(input_ids=nxt[:, None], attention_mask=attention, position_ids=next_pos, past_key_values=cache, use_cache=True)
             next_pos = next_pos + 1
             logits = out.logits[:, -1, :].float()
