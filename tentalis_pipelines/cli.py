@@ -378,7 +378,8 @@ def maintain(
 
 @app.command()
 def bench(
-    parts: str = typer.Option("rollout,grpo,lakehouse", help="Which measurements: rollout, grpo (needs tentalis[bench]), lakehouse."),
+    parts: str = typer.Option("rollout,dtype,grpo,lakehouse",
+                              help="Which measurements: rollout, dtype (fp32 vs bf16), grpo (needs tentalis[bench]), lakehouse."),
     prompts: int = typer.Option(16, help="Prompts per rollout batch / GRPO update."),
     num_generations: int = typer.Option(8, help="Samples per prompt."),
     max_new_tokens: int = typer.Option(96, help="Completion length limit."),
@@ -396,9 +397,9 @@ def bench(
     from tentalis_pipelines.inference.models import resolve_model
 
     wanted = {x.strip() for x in parts.split(",") if x.strip()}
-    unknown = wanted - {"rollout", "grpo", "lakehouse"}
+    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse"}
     if unknown:
-        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, grpo, lakehouse")
+        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse")
         raise typer.Exit(2)
     model_dir = resolve_model("embedded", paths.models)
     report: dict = {"machine": {"cpus": os.cpu_count()}}
@@ -412,6 +413,16 @@ def bench(
         report["rollout"] = r
         rows_out.append(("rollout tokens/s", f"{r['pipeline']['tokens_per_s']} vs {r['plain_loop']['tokens_per_s']} (plain loop)",
                          f"{r['speedup']}x", ">= 5x"))
+    if "dtype" in wanted:
+        from tentalis_pipelines.benchmarking.dtype_bench import dtype_benchmark
+
+        with console.status("fp32 vs bf16: rollouts and one GRPO update, alternated..."):
+            d = dtype_benchmark(model_dir, prompts=min(prompts, 8), num_generations=num_generations, max_new_tokens=max_new_tokens)
+        report["dtype"] = d
+        rows_out.append(("rollout tokens/s, bf16 vs fp32", f"{d['bfloat16']['tokens_per_s']} vs {d['float32']['tokens_per_s']}",
+                         f"{d['bf16_over_fp32_tokens_per_s']}x", "> 1x where bf16 is native"))
+        rows_out.append((f"GRPO update, {d['config']['update_rows']} rows (s), bf16 vs fp32",
+                         f"{d['bfloat16']['update_s']} vs {d['float32']['update_s']}", f"{d['fp32_over_bf16_update_time']}x faster", ""))
     if "grpo" in wanted:
         from tentalis_pipelines.benchmarking.grpo_compare import (
             CompareConfig,

@@ -34,6 +34,8 @@ class Block:
 sys.meta_path.insert(0, Block())
 import tentalis_pipelines.training.trainer, tentalis_pipelines.training.losses, tentalis_pipelines.hardware
 import tentalis_pipelines.inference.transformers_backend
+import tentalis_pipelines.benchmarking.gpu_bench, tentalis_pipelines.benchmarking.dtype_bench
+import tentalis_pipelines.rewards.advantages
 print("ok")
 """
 
@@ -41,3 +43,28 @@ print("ok")
 def test_training_and_inference_import_without_the_data_stack():
     proc = subprocess.run([sys.executable, "-c", BLOCKER], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-2000:]
+
+
+def test_gpu_bench_path_runs_on_cpu_with_a_tiny_config(embedded_model_dir):
+    """scripts/gpu_bench.py's whole Tentalis side (model from a config, rollouts, one GRPO update, on the
+    resolved device in the resolved dtype) on this CPU; the TRL side needs TRL (not in `make test`)."""
+    from tentalis_pipelines.benchmarking.gpu_bench import GpuBenchConfig, gpu_bench
+
+    cfg = GpuBenchConfig.tiny()
+    report = gpu_bench(embedded_model_dir, cfg, with_trl=False)
+    t = report["tentalis"]
+    assert len(t["updates"]) == cfg.updates
+    u = t["updates"][0]
+    assert 0 < u["completion_tokens"] <= cfg.prompts * cfg.num_generations * cfg.max_new_tokens
+    assert u["update_s"] == pytest.approx(u["generation_s"] + u["train_s"], abs=2e-3)
+    assert u["device"] == "cpu" and u["dtype"] in ("bfloat16", "float32")
+
+
+def test_dtype_bench_compares_both_precisions(tiny_model_dir):
+    from tentalis_pipelines.benchmarking.dtype_bench import dtype_benchmark
+
+    d = dtype_benchmark(tiny_model_dir, prompts=2, num_generations=2, max_new_tokens=6, update_rows=4, repeats=1)
+    for dtype in ("float32", "bfloat16"):
+        assert len(d[dtype]["runs"]["tokens_per_s"]) == 1 and d[dtype]["tokens_per_s"] > 0
+    assert d["bf16_over_fp32_tokens_per_s"] == pytest.approx(d["bfloat16"]["tokens_per_s"] / d["float32"]["tokens_per_s"], rel=0.02)
+    assert d["fp32_over_bf16_update_time"] == pytest.approx(d["float32"]["update_s"] / d["bfloat16"]["update_s"], rel=0.02)

@@ -1,0 +1,67 @@
+"""Append one `tentalis learn` run's held-out curve to a CSV (one row per checkpoint), so runs made at
+different times (seeds, machines, commits) are kept side by side and summarised in the README.
+
+    .venv/bin/python scripts/export_learning_run.py --home $TENTALIS_HOME --seed 0 --label "fixed trainer" \
+        --out docs/learning_runs.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import subprocess
+from pathlib import Path
+
+from tentalis_pipelines.evaluation.benchmarks import gate_decision
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.pipeline import item_correctness
+
+FIELDS = ["label", "seed", "commit", "checkpoint", "checkpoint_id", "minutes", "accuracy", "ci_low", "ci_high",
+          "lenient_accuracy", "format_rate", "vs_base", "vs_base_ci_low", "vs_base_ci_high", "promoted"]
+
+
+def rows_for(home: Path, seed: int, label: str, commit: str, benchmark: str = "arithmetic") -> list[dict]:
+    lake = Lakehouse(home / "lakehouse")
+    start = min(t["created_at"] for t in lake.read("tasks", columns=["created_at"]).to_pylist())
+    results = {r["checkpoint_id"]: r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark}
+    ckpts = sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])
+    base = item_correctness(lake, "base", benchmark)
+    out = []
+    for i, cid in enumerate(["base"] + [c["checkpoint_id"] for c in ckpts]):
+        r = results.get(cid)
+        if r is None:
+            continue
+        d = gate_decision(item_correctness(lake, cid, benchmark), base) if cid != "base" else None
+        out.append({
+            "label": label, "seed": seed, "commit": commit, "checkpoint": i, "checkpoint_id": cid,
+            "minutes": round((r["created_at"] - start).total_seconds() / 60, 1), "accuracy": round(r["accuracy"], 4),
+            "ci_low": round(r["ci_low"], 4), "ci_high": round(r["ci_high"], 4), "lenient_accuracy": round(r["lenient_accuracy"], 4),
+            "format_rate": round(r["format_rate"], 4), "vs_base": "" if d is None else round(d.diff, 4),
+            "vs_base_ci_low": "" if d is None else round(d.diff_ci_low, 4), "vs_base_ci_high": "" if d is None else round(d.diff_ci_high, 4),
+            "promoted": "" if cid == "base" else bool(next(c for c in ckpts if c["checkpoint_id"] == cid)["promoted"]),
+        })
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", type=Path, required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--label", required=True)
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--out", type=Path, default=Path("docs/learning_runs.csv"))
+    args = ap.parse_args()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    rows = rows_for(args.home, args.seed, args.label, commit)
+    new = not args.out.exists()
+    with args.out.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    for r in rows:
+        print(r["checkpoint"], r["minutes"], r["accuracy"], r["vs_base"], r["vs_base_ci_low"], r["vs_base_ci_high"], r["promoted"])
+
+
+if __name__ == "__main__":
+    main()
