@@ -66,5 +66,6 @@ def test_dtype_bench_compares_both_precisions(tiny_model_dir):
     d = dtype_benchmark(tiny_model_dir, prompts=2, num_generations=2, max_new_tokens=6, update_rows=4, repeats=1)
     for dtype in ("float32", "bfloat16"):
         assert len(d[dtype]["runs"]["tokens_per_s"]) == 1 and d[dtype]["tokens_per_s"] > 0
-    assert d["bf16_over_fp32_tokens_per_s"] == pytest.approx(d["bfloat16"]["tokens_per_s"] / d["float32"]["tokens_per_s"], rel=0.02)
-    assert d["fp32_over_bf16_update_time"] == pytest.approx(d["float32"]["update_s"] / d["bfloat16"]["update_s"], rel=0.02)
+    # Ratios are rounded to 2 decimals (the tiny model can make bf16 ~0.09x on a shared CPU), hence abs.
+    assert d["bf16_over_fp32_tokens_per_s"] == pytest.approx(d["bfloat16"]["tokens_per_s"] / d["float32"]["tokens_per_s"], rel=0.02, abs=0.01)
+    assert d["fp32_over_bf16_update_time"] == pytest.approx(d["float32"]["update_s"] / d["bfloat16"]["update_s"], rel=0.02, abs=0.01)

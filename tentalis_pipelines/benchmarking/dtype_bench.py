@@ -58,8 +58,8 @@ def dtype_benchmark(model_dir: Path, *, prompts: int = 8, num_generations: int =
             train_grpo(policy, tok, rows, cfg)
             out[dtype]["update_s"].append(time.perf_counter() - t0)
             del policy
-    summary = {d: {"tokens_per_s": round(statistics.median(v["tokens_per_s"]), 1), "update_s": round(statistics.median(v["update_s"]), 2),
-                   "runs": {k: [round(x, 2) for x in xs] for k, xs in v.items()}} for d, v in out.items()}
+    summary = {d: {"tokens_per_s": round(statistics.median(v["tokens_per_s"]), 1), "update_s": round(statistics.median(v["update_s"]), 3),
+                   "runs": {k: [round(x, 3) for x in xs] for k, xs in v.items()}} for d, v in out.items()}
     summary["bf16_over_fp32_tokens_per_s"] = round(summary["bfloat16"]["tokens_per_s"] / summary["float32"]["tokens_per_s"], 2)
     summary["fp32_over_bf16_update_time"] = round(summary["float32"]["update_s"] / summary["bfloat16"]["update_s"], 2)
     summary["config"] = {"prompts": prompts, "num_generations": num_generations, "max_new_tokens": max_new_tokens,
