@@ -246,3 +246,125 @@ def test_batch_keeps_order_and_survives_hostile_programs() -> None:
     results = run_batch(programs, max_workers=2, timeout_s=3, memory_mb=256)
     assert [r.status for r in results] == ["passed", "timeout", "failed", "failed", "memory", "passed"]
     assert [r.passed for r in results] == [True, False, False, False, False, True]
+
+
+# ---------------------------------------------------------------------------------------------------
+# Forged verdicts (issue 11): the program must have no channel that can produce a pass.
+# ---------------------------------------------------------------------------------------------------
+
+# The attack as reported: find the harness's outcome record on an inherited descriptor, take the nonce
+# from its start record, append an "end ok" record and leave before the tests can fail.
+FORGE_FROM_DESCRIPTOR = '''    import os
+    for fd in range(3, 256):
+        try:
+            os.lseek(fd, 0, 0)
+            head = os.read(fd, 4096)
+        except OSError:
+            continue
+        if b'"event": "start"' in head:
+            nonce = head.split(b" ", 1)[0]
+            os.lseek(fd, 0, 2)
+            os.write(fd, nonce + b' {"event": "end", "outcome": "ok"}\\n')
+            os._exit(0)
+    return a - b
+'''
+
+# The same through the harness's memory: walk the frames up to the harness and call its own recorder.
+FORGE_FROM_FRAMES = '''    import os, sys
+    frame = sys._getframe()
+    while frame is not None:
+        rec = frame.f_locals.get("record")
+        if callable(rec):
+            rec(event="end", outcome="ok")
+            os._exit(0)
+        frame = frame.f_back
+    return a - b
+'''
+
+# Anything that reaches another process of the run: its descriptors and memory through /proc.
+FORGE_THROUGH_PROC = '''    import os
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        for fd in range(0, 64):
+            try:
+                with open(f"/proc/{pid}/fd/{fd}", "wb", buffering=0) as fh:
+                    fh.write(b'{"event": "end", "outcome": "ok"}\\n')
+            except OSError:
+                pass
+        try:
+            open(f"/proc/{pid}/mem", "rb").close()
+            print("OPENED-MEM", pid)
+        except OSError:
+            pass
+        try:
+            os.kill(int(pid), 9)
+            print("KILLED", pid)
+        except OSError:
+            pass
+    return a - b
+'''
+
+
+@pytest.mark.parametrize("attack", [FORGE_FROM_DESCRIPTOR, FORGE_FROM_FRAMES, FORGE_THROUGH_PROC],
+                         ids=["descriptor", "frames", "proc"])
+def test_a_wrong_solution_cannot_forge_a_pass(attack: str) -> None:
+    res = run_humaneval_check(PROMPT, attack, TEST, "add")
+    # The descriptor attack finds nothing and the wrong answer fails its test; the frame attack reaches a
+    # recorder whose descriptor the candidate process never holds, so its write raises (an error).
+    assert not res.passed and res.status in (("failed", "error") if attack is FORGE_FROM_FRAMES else ("failed",)), res
+    assert "OPENED-MEM" not in res.stdout and "KILLED" not in res.stdout, res.stdout
+    # The same code path still passes a right answer (the attack is what fails, not the harness).
+    honest = attack.replace("return a - b", "return a + b")
+    if attack is not FORGE_FROM_DESCRIPTOR and attack is not FORGE_FROM_FRAMES:
+        assert run_humaneval_check(PROMPT, honest, TEST, "add").passed
+
+
+def test_candidate_values_cross_to_the_tests_faithfully() -> None:
+    """Tuples stay tuples, floats keep their bits, and an unsupported return value fails the test."""
+    prompt = "def f(x):\n    \"\"\"Echo.\"\"\"\n"
+    test = (
+        "import math\n"
+        "def check(candidate):\n"
+        "    assert candidate((1, 2)) == (1, 2) and type(candidate((1, 2))) is tuple\n"
+        "    assert candidate([1, [2, (3,)]]) == [1, [2, (3,)]]\n"
+        "    assert candidate({1: 'a', (2, 3): {4}}) == {1: 'a', (2, 3): {4}}\n"
+        "    assert candidate(-0.0) == 0.0 and math.copysign(1, candidate(-0.0)) == -1\n"
+        "    assert math.isnan(candidate(float('nan'))) and candidate(float('inf')) == float('inf')\n"
+        "    assert candidate(10**40) == 10**40 and candidate(b'\\x00\\xff') == b'\\x00\\xff'\n"
+        "    assert candidate(frozenset({1})) == frozenset({1}) and candidate(None) is None and candidate(True) is True\n"
+    )
+    assert run_humaneval_check(prompt, "    return x\n", test, "f").passed
+    res = run_humaneval_check(prompt, "    return lambda: 1\n", "def check(candidate):\n    candidate(1)\n", "f")
+    assert not res.passed and res.status == "error" and "TypeError" in res.detail, res
+    raised = run_humaneval_check(prompt, "    raise KeyError('k')\n", "def check(candidate):\n    candidate(1)\n", "f")
+    assert raised.status == "error" and raised.detail.startswith("KeyError"), raised
+
+
+def test_host_unix_sockets_are_unreachable() -> None:
+    """A world-writable Unix socket outside the hidden directories cannot be reached from the sandbox."""
+    folder = REPO / ".tentalis" / f"sock-{uuid.uuid4().hex[:8]}"
+    folder.mkdir(parents=True)
+    path = folder / "agent.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(path))
+        os.chmod(path, 0o777)
+        folder.chmod(0o755)
+        server.listen(1)
+        server.settimeout(0.5)
+        program = (
+            "import socket\n"
+            "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n"
+            f"s.connect({str(path)!r})\n"
+            "s.sendall(b'hello')\n"
+            "print('CONNECTED')\n"
+        )
+        res = run_python(program)
+        assert "CONNECTED" not in res.stdout and res.status == "error", res
+        with pytest.raises(OSError):
+            server.accept()  # no connection ever arrived
+    finally:
+        server.close()
+        path.unlink(missing_ok=True)
+        folder.rmdir()

@@ -28,11 +28,27 @@ than silently scoring every program as failed.
 A failing or hostile program never raises into the caller: it comes back as a :class:`SandboxResult`
 whose ``status`` says what happened.
 
+**Verdicts the program cannot forge** (:func:`run_humaneval_check`). The tests and the candidate run in
+two processes under two different throwaway uids. The *candidate* process runs the model's code and
+answers calls to the entry point over a pipe; the *tester* process runs the benchmark's own prompt and
+tests, calls the entry point through a proxy, and alone holds the descriptor on which the outcome is
+reported. Values cross as data (tagged JSON of None, bool, int, float, str, bytes, list, tuple, dict,
+set, frozenset), never as code or pickles. Being another uid, the candidate cannot read or write the
+tester's descriptors or memory through ``/proc``, ptrace it or signal it; exiting early, printing a fake
+record or writing to every descriptor it has reaches nothing that decides the verdict. A return value
+of another type (a function, a generator, an object) fails the test with a ``TypeError``.
+
+:func:`run_python` runs a plain program in one process and reports how it ended ("passed" = it ran to
+its end without an exception). That is the program's own account, so it is not a verdict on anything:
+scoring code uses :func:`run_humaneval_check`.
+
+**Host Unix sockets** stay reachable through the filesystem even without a network: every socket path
+bound on the host (``/proc/net/unix``) that the hidden directories do not already cover is covered with
+``/dev/null`` inside the sandbox, so ``connect()`` is refused.
+
 Limits of the design: the program can read world-readable host files outside the hidden dirs (the
-repository, /etc); and since the tests run in the same interpreter as the program, a program that
-deliberately introspects the harness could still fake a pass. Exiting early (``sys.exit(0)``,
-``os._exit(0)``) or printing a fake outcome does not count as a pass: the outcome is written, marked
-with a nonce the program never receives on its input or command line, to a separate file descriptor.
+repository, /etc); Unix sockets bound in other network namespaces (containers) are not listed by the
+host's ``/proc/net/unix`` and are not covered.
 
 The child side of the sandbox is this same file, run as a script (``python -I sandbox.py PARAMS``):
 it therefore imports nothing but the standard library.
@@ -50,6 +66,7 @@ import resource
 import secrets
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -137,9 +154,27 @@ def run_humaneval_check(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     memory_mb: int = DEFAULT_MEMORY_MB,
 ) -> SandboxResult:
-    """Run a HumanEval-style completion against its tests in the sandbox; ``passed`` means all pass."""
-    program = build_humaneval_program(prompt, completion, test, entry_point)
-    return run_python(program, timeout_s=timeout_s, memory_mb=memory_mb)
+    """Run a HumanEval-style completion against its tests in the sandbox; ``passed`` means all pass.
+
+    The verdict comes from a separate tester process that the completion cannot reach (module
+    docstring): ``prompt + completion`` run in the candidate process, ``prompt + test`` and
+    ``check(entry_point)`` in the tester, which calls the entry point through a pipe.
+    """
+    check_sandbox()
+    try:
+        return _run_sandboxed(
+            prompt + completion,
+            tester_source=f"{prompt}\n\n{test}\n",
+            entry_point=entry_point,
+            timeout_s=timeout_s,
+            memory_mb=memory_mb,
+            max_procs=DEFAULT_MAX_PROCS,
+            max_file_mb=DEFAULT_MAX_FILE_MB,
+            disk_mb=DEFAULT_DISK_MB,
+            max_output_bytes=DEFAULT_MAX_OUTPUT_BYTES,
+        )
+    except Exception as exc:  # noqa: BLE001 - the caller must go on whatever happened
+        return SandboxResult(False, ERROR, "", f"sandbox error: {exc!r}", 0.0, None, f"sandbox error: {exc}")
 
 
 def run_python(
@@ -287,9 +322,26 @@ def _read_capped(fh: IO[bytes], limit: int, *, keep: str) -> str:
     return f"[{size - limit} bytes cut ...]\n" + fh.read(limit).decode("utf-8", errors="replace")
 
 
+def host_unix_socket_paths(limit: int = 4096) -> list[str]:
+    """Filesystem paths of the Unix sockets bound in this network namespace (from ``/proc/net/unix``)."""
+    paths: list[str] = []
+    try:
+        with open("/proc/net/unix", encoding="utf-8", errors="surrogateescape") as fh:
+            next(fh, None)  # header
+            for line in fh:
+                fields = line.rstrip("\n").split(None, 7)
+                if len(fields) == 8 and fields[7].startswith("/"):
+                    paths.append(fields[7])
+    except OSError:
+        return []
+    return sorted(set(paths))[:limit]
+
+
 def _run_sandboxed(
     code: str,
     *,
+    tester_source: str | None = None,
+    entry_point: str | None = None,
     timeout_s: float,
     memory_mb: int,
     max_procs: int,
@@ -298,6 +350,7 @@ def _run_sandboxed(
     max_output_bytes: int,
 ) -> SandboxResult:
     uid = _allocate_uid()
+    tester_uid = _allocate_uid() if tester_source is not None else None
     # A host directory (root-only) that holds the source for the child; inside the sandbox a fresh
     # size-limited tmpfs owned by the sandbox uid is mounted on the same path as the working directory.
     workdir = tempfile.mkdtemp(prefix="tentalis-sandbox-")
@@ -306,6 +359,10 @@ def _run_sandboxed(
         program_path = os.path.join(workdir, _PROGRAM_NAME)
         with open(program_path, "w", encoding="utf-8") as fh:
             fh.write(code)
+        tester_path = os.path.join(workdir, "tester.py")
+        if tester_source is not None:
+            with open(tester_path, "w", encoding="utf-8") as fh:
+                fh.write(tester_source)
 
         # A nonce, sent on stdin, marks the child's outcome records: the program cannot forge an outcome
         # by printing or writing one, and exiting early (sys.exit(0), os._exit(0)) leaves no "ok" record.
@@ -326,7 +383,10 @@ def _run_sandboxed(
                 "cpu_s": cpu_s,
                 "file_bytes": int(max_file_mb) * 1024 * 1024,
                 "disk_bytes": int(disk_mb) * 1024 * 1024,
+                "hide_sockets": host_unix_socket_paths(),
             }
+            if tester_source is not None:
+                params.update(tester=tester_path, tester_uid=tester_uid, entry_point=entry_point)
             cmd = [
                 shutil.which("unshare") or "unshare",
                 "--mount", "--net", "--pid", "--ipc", "--uts",
@@ -380,9 +440,11 @@ def _run_sandboxed(
             records = _read_records(rec, nonce)
         return _classify(records, proc.returncode, timed_out, stdout, stderr, seconds)
     finally:
-        _kill_uid(uid)
+        for u in (uid, tester_uid):
+            if u is not None:
+                _kill_uid(u)
+                _release_uid(u)
         shutil.rmtree(workdir, ignore_errors=True)
-        _release_uid(uid)
 
 
 def _read_records(fh: IO[bytes], nonce: str) -> list[dict]:
@@ -435,6 +497,8 @@ def _classify(
         return result(MEMORY, "memory limit (MemoryError)")
     if exc_type == "SystemExit":
         return result(FAILED, f"program called exit({message}) before its end")
+    if exc_type == _CANDIDATE_EXITED:
+        return result(FAILED, f"the candidate process ended before the tests did: {message}")
     return result(ERROR, f"{exc_type}: {message}".rstrip(": "))
 
 
@@ -515,8 +579,10 @@ def _blocking_ancestor(path: str) -> str | None:
     return None
 
 
-def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int) -> None:
-    """Make everything read-only except ``workdir``; hide scratch and home dirs; keep Python reachable."""
+def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int,
+                      hide_sockets: Sequence[str] = ()) -> None:
+    """Make everything read-only except ``workdir``; hide scratch and home dirs and host Unix sockets;
+    keep Python reachable."""
     # Python must stay importable for the unprivileged uid: its prefixes may sit under a hidden dir
     # (a venv in /tmp) or under a directory closed to other users (pyenv in /root, mode 0700).
     exe_dir = os.path.dirname(os.path.realpath(sys.executable))
@@ -557,6 +623,18 @@ def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int
         _mount(libc, f"/proc/self/fd/{fd}", path, None, MS_BIND | MS_REC)
         _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID)
         os.close(fd)
+    # 4b. Host Unix sockets outside the overlays: connect() needs only the path, and a read-only mount
+    #     does not stop it. /dev/null on top makes the path a character device, so connect() is refused.
+    for path in hide_sockets:
+        if any(_under(path, o) for o in overlays):
+            continue
+        try:
+            if not stat.S_ISSOCK(os.lstat(path).st_mode):
+                continue
+        except OSError:
+            continue  # gone since the parent listed it
+        _mount(libc, "/dev/null", path, None, MS_BIND)
+        _mount(libc, None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
     # 5. The working directory, the one writable place: a size-limited tmpfs owned by the sandbox uid
     #    (a host directory would let the program fill the host disk); it vanishes with the namespace.
     os.makedirs(workdir, exist_ok=True)
@@ -608,6 +686,209 @@ def _set_limits(params: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (params["cpu_s"], params["cpu_s"] + 1))
 
 
+# ---- two processes: the candidate answers calls, the tester decides ---------------------------------
+
+_CANDIDATE_EXITED = "CandidateExited"
+_MAX_MESSAGE_BYTES = 16 * 1024 * 1024
+_MAX_DEPTH = 64
+
+
+class _CandidateError(Exception):
+    """An exception raised by the candidate's code, rebuilt in the tester by name and message only."""
+
+    def __init__(self, remote_type: str, message: str):
+        super().__init__(message)
+        self.remote_type = remote_type
+
+
+def encode_value(value: object, depth: int = 0) -> object:
+    """A Python value as tagged JSON (exact for the types HumanEval uses); TypeError for anything else."""
+    if depth > _MAX_DEPTH:
+        raise TypeError("value nested too deeply to cross the sandbox")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return {"i": str(value)}  # as text: JSON numbers lose big ints in some readers
+    if isinstance(value, float):
+        return {"f": repr(value)}  # repr round-trips exactly, including -0.0, inf and nan
+    if isinstance(value, bytes):
+        return {"b": value.hex()}
+    if isinstance(value, list):
+        return [encode_value(v, depth + 1) for v in value]
+    if isinstance(value, tuple):
+        return {"t": [encode_value(v, depth + 1) for v in value]}
+    if isinstance(value, dict):
+        return {"d": [[encode_value(k, depth + 1), encode_value(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, frozenset):
+        return {"fs": [encode_value(v, depth + 1) for v in value]}
+    if isinstance(value, set):
+        return {"s": [encode_value(v, depth + 1) for v in value]}
+    raise TypeError(f"a value of type {type(value).__name__} cannot cross the sandbox (data types only)")
+
+
+def decode_value(data: object, depth: int = 0) -> object:
+    """The inverse of :func:`encode_value`; builds only built-in data types, whatever ``data`` holds."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("value nested too deeply")
+    if data is None or isinstance(data, (bool, str)):
+        return data
+    if isinstance(data, list):
+        return [decode_value(v, depth + 1) for v in data]
+    if isinstance(data, dict) and len(data) == 1:
+        (tag, v), = data.items()
+        if tag == "i" and isinstance(v, str):
+            return int(v)
+        if tag == "f" and isinstance(v, str):
+            return float(v)
+        if tag == "b" and isinstance(v, str):
+            return bytes.fromhex(v)
+        if isinstance(v, list):
+            if tag == "t":
+                return tuple(decode_value(x, depth + 1) for x in v)
+            if tag == "s":
+                return {decode_value(x, depth + 1) for x in v}
+            if tag == "fs":
+                return frozenset(decode_value(x, depth + 1) for x in v)
+            if tag == "d":
+                return {decode_value(k, depth + 1): decode_value(x, depth + 1) for k, x in v}
+    raise ValueError(f"not an encoded value: {str(data)[:80]}")
+
+
+def _send(fd: int, message: dict, write=os.write, dumps=json.dumps) -> None:
+    payload = dumps(message).encode()
+    data = len(payload).to_bytes(8, "big") + payload
+    while data:
+        data = data[write(fd, data):]
+
+
+def _recv(fd: int, read=os.read, loads=json.loads) -> dict | None:
+    """One message, or None at end of stream (the other side is gone)."""
+    def exactly(n: int) -> bytes | None:
+        chunks, got = [], 0
+        while got < n:
+            chunk = read(fd, min(n - got, 1 << 20))
+            if not chunk:
+                return None
+            chunks.append(chunk)
+            got += len(chunk)
+        return b"".join(chunks)
+
+    head = exactly(8)
+    if head is None:
+        return None
+    size = int.from_bytes(head, "big")
+    if size > _MAX_MESSAGE_BYTES:
+        raise ValueError(f"message of {size} bytes from the candidate (limit {_MAX_MESSAGE_BYTES})")
+    body = exactly(size)
+    if body is None:
+        return None
+    message = loads(body.decode("utf-8"))
+    if not isinstance(message, dict):
+        raise ValueError("malformed message from the candidate")
+    return message
+
+
+def _two_process_check(libc, params, source, tester_source, result_fd, record, print_exception):  # pragma: no cover
+    """Fork the candidate (runs ``source``, serves calls) and become the tester (runs the tests). Never returns."""
+    entry_point = str(params["entry_point"])
+    calls_r, calls_w = os.pipe()
+    replies_r, replies_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the candidate: it never holds the outcome descriptor
+        try:
+            os.close(result_fd)
+            os.close(calls_w)
+            os.close(replies_r)
+            _drop_privileges(libc, int(params["uid"]))
+        except BaseException:  # noqa: BLE001
+            os._exit(3)
+        _serve_candidate(source, entry_point, calls_r, replies_w, print_exception)
+    os.close(calls_r)
+    os.close(replies_w)
+    try:
+        _drop_privileges(libc, int(params["tester_uid"]))
+        os.chdir("/")  # the working directory belongs to the candidate's uid
+    except BaseException as exc:  # noqa: BLE001
+        record(event="end", outcome="sandbox_error", message=f"{type(exc).__name__}: {exc}")
+        os._exit(3)
+
+    def remote_error(reply: dict | None) -> _CandidateError:
+        if reply is None:
+            return _CandidateError(_CANDIDATE_EXITED, "it exited or was killed")
+        name, message = reply.get("raise", ["Error", ""])[:2]
+        return _CandidateError(str(name)[:100], str(message)[:500])
+
+    def candidate(*args, **kwargs):
+        _send(calls_w, {"args": encode_value(list(args)), "kwargs": encode_value(kwargs)})
+        reply = _recv(replies_r)
+        if reply is None or "raise" in reply:
+            raise remote_error(reply)
+        return decode_value(reply.get("value"))
+
+    code = 0
+    try:
+        hello = _recv(replies_r)
+        if hello is None or "raise" in hello:
+            raise remote_error(hello)
+        globs = {"__name__": "__main__", "__file__": "tests.py"}
+        exec(compile(tester_source, "tests.py", "exec"), globs)  # noqa: S102 - the benchmark's own tests
+        globs["check"](candidate)
+        outcome: dict[str, object] = {"outcome": "ok"}
+    except BaseException as exc:  # noqa: BLE001 - every way the tests can end is an outcome
+        code = 1
+        name = exc.remote_type if isinstance(exc, _CandidateError) else type(exc).__name__
+        message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
+        outcome = {"outcome": "exception", "type": name, "message": message[:500]}
+        if not isinstance(exc, _CandidateError):
+            with contextlib.suppress(BaseException):
+                print_exception(type(exc), exc, exc.__traceback__)
+    with contextlib.suppress(BaseException):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    with contextlib.suppress(BaseException):
+        record(event="end", **outcome)
+    os._exit(code)  # as the namespace's init, this also ends the candidate
+
+
+def _serve_candidate(source, entry_point, calls_r, replies_w, print_exception):  # pragma: no cover
+    """The candidate process: run the model's code, then answer calls to ``entry_point`` until EOF."""
+    send, recv, exit_ = _send, _recv, os._exit  # kept before the program can touch module globals
+
+    def failure(exc: BaseException) -> dict:
+        message = str(exc.code) if isinstance(exc, SystemExit) else str(exc)
+        return {"raise": [type(exc).__name__, message[:500]]}
+
+    globs = {"__name__": "__main__", "__file__": _PROGRAM_NAME, "__builtins__": __builtins__}
+    try:
+        exec(compile(source, _PROGRAM_NAME, "exec"), globs)  # noqa: S102 - that is the point, in the sandbox
+        fn = globs.get(entry_point)
+        if not callable(fn):
+            raise NameError(f"name {entry_point!r} is not defined")
+        send(replies_w, {"ready": True})
+    except BaseException as exc:  # noqa: BLE001
+        with contextlib.suppress(BaseException):
+            print_exception(type(exc), exc, exc.__traceback__.tb_next if exc.__traceback__ else None)
+        with contextlib.suppress(BaseException):
+            send(replies_w, failure(exc))
+        exit_(1)
+    while True:
+        try:
+            call = recv(calls_r)
+        except BaseException:  # noqa: BLE001
+            exit_(1)
+        if call is None:
+            exit_(0)
+        try:
+            value = fn(*decode_value(call["args"]), **decode_value(call["kwargs"]))
+            reply = {"value": encode_value(value)}
+        except BaseException as exc:  # noqa: BLE001 - reported to the tester as the candidate's exception
+            reply = failure(exc)
+        try:
+            send(replies_w, reply)
+        except BaseException:  # noqa: BLE001
+            exit_(1)
+
+
 def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sandbox child
     import traceback
 
@@ -628,16 +909,25 @@ def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sand
         libc = _libc()
         with open(params["program"], encoding="utf-8") as fh:
             source = fh.read()
-        _setup_filesystem(libc, params["workdir"], int(params["uid"]), int(params["disk_bytes"]))
+        tester_source = None
+        if params.get("tester"):
+            with open(params["tester"], encoding="utf-8") as fh:
+                tester_source = fh.read()
+        _setup_filesystem(libc, params["workdir"], int(params["uid"]), int(params["disk_bytes"]),
+                          params.get("hide_sockets", ()))
         # The program's own copy, in the working directory (tracebacks and inspect read it from there).
         with open(os.path.join(params["workdir"], _PROGRAM_NAME), "w", encoding="utf-8") as fh:
             fh.write(source)
         os.chdir(params["workdir"])
         _set_limits(params)
-        _drop_privileges(libc, int(params["uid"]))
+        if tester_source is None:
+            _drop_privileges(libc, int(params["uid"]))
     except Exception as exc:  # noqa: BLE001 - reported to the parent, the program does not run
         record(event="end", outcome="sandbox_error", message=f"{type(exc).__name__}: {exc}")
         os._exit(3)
+
+    if tester_source is not None:
+        _two_process_check(libc, params, source, tester_source, result_fd, record, print_exception)
 
     del params, argv
     globs = {"__name__": "__main__", "__file__": _PROGRAM_NAME, "__builtins__": __builtins__}
