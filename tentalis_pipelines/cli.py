@@ -28,7 +28,15 @@ _DEFAULT_INSTANCE_YAML = "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n
 
 
 def _paths(home: str | None) -> Paths:
-    paths = Paths.from_env(home).ensure()
+    paths = Paths.from_env(home)
+    try:
+        paths.ensure()
+        probe = paths.home / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        _fail(f"TENTALIS_HOME={paths.home} is not usable ({exc.strerror or exc}): point TENTALIS_HOME "
+              "(or --home) at a folder this user can create and write")
     os.environ["TENTALIS_HOME"] = str(paths.home)
     os.environ.setdefault("DAGSTER_HOME", str(paths.dagster_home))
     instance_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
@@ -40,6 +48,15 @@ def _paths(home: str | None) -> Paths:
 
 
 HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
+
+
+def _check_seed(seed: int) -> None:
+    from tentalis_pipelines.tasks.batches import ReservedSeedError, check_training_seed
+
+    try:
+        check_training_seed(seed)
+    except ReservedSeedError as exc:
+        _fail(f"--seed: {exc}")
 
 
 @app.command()
@@ -57,21 +74,60 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
 STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints", "gate_checkpoint"]
 
 
-def _cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, gate_limit=None, levels=None, trainer=None) -> dict:
+def _cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, gate_limit=None, levels=None, trainer=None,
+                  backend=None) -> dict:
     op_cfg = {"num_tasks": num_tasks, "seed": seed, "train": train}
     if levels:
         op_cfg["levels"] = levels
+    # Only the fields set here; model and base_url stay None, which the resource reads from
+    # $TENTALIS_MODEL / $OPENAI_BASE_URL when it is used.
+    policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
+    if backend:
+        policy["backend"] = backend
     cfg = {
         "ops": {"register_batch": {"config": op_cfg}, "train_policy": {"config": op_cfg}},
-        "resources": {"policy": {"config": {"num_generations": num_generations, "max_new_tokens": max_new_tokens}}},
-        # Progress comes from the event log; the console logger only needs to show problems.
-        "loggers": {"console": {"config": {"log_level": "WARNING"}}},
+        "resources": {"policy": {"config": policy}},
+        # Progress comes from the event log, and a failure is summarised in one line by the CLI; the full
+        # error and traceback stay in the run's event log (`tentalis ui`).
+        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
     }
     if gate_limit:
         cfg["resources"]["bench"] = {"config": {"limit": gate_limit}}
     if trainer:
         cfg["resources"]["trainer"] = {"config": trainer}
     return cfg
+
+
+def _check_policy_settings(backend: str | None = None) -> str:
+    """Check, before any model loads, what the run will use: $TENTALIS_MODEL, the backend and its server.
+
+    Fails in one line naming the setting and the fix; returns the backend.
+    """
+    backend = backend or os.environ.get("TENTALIS_BACKEND") or "transformers"
+    if backend not in ("transformers", "openai", "vllm"):
+        _fail(f"backend {backend!r} is unknown: use transformers, openai or vllm (--backend or TENTALIS_BACKEND)")
+    spec = os.environ.get("TENTALIS_MODEL") or "embedded"
+    if spec != "embedded" and not (Path(spec).expanduser() / "config.json").is_file():
+        _fail(f"TENTALIS_MODEL={spec} is not a model: no config.json there. Set TENTALIS_MODEL to 'embedded' "
+              "or a local Hugging Face model folder (these machines download nothing)")
+    if backend == "openai":
+        url = os.environ.get("OPENAI_BASE_URL", "")
+        if not url.startswith(("http://", "https://")):
+            _fail(f"backend openai needs OPENAI_BASE_URL=http(s)://host:port/v1 (got {url!r})")
+    return backend
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def _root_error(error) -> str:
+    """The innermost cause of a Dagster error, as one line (Dagster wraps the step's own exception)."""
+    while getattr(error, "cause", None) is not None:
+        error = error.cause
+    lines = (error.message or "").strip().splitlines()
+    return lines[0] if lines else error.cls_name or "unknown error"
 
 
 def _execute_cycle(run_config: dict, label: str, train: bool) -> str:
@@ -112,29 +168,35 @@ def _execute_cycle(run_config: dict, label: str, train: bool) -> str:
                 break
         worker.join()
     if "error" in outcome:
-        raise outcome["error"]
+        _fail(f"the run could not start: {type(outcome['error']).__name__}: {outcome['error']}", 1)
     result = outcome["result"]
     if not result.success:
-        for ev in result.all_events:
-            if ev.is_failure and ev.step_failure_data:
-                err.print(f"[red]{ev.step_key} failed:[/] {ev.step_failure_data.error.message.strip()}")
-        raise typer.Exit(1)
+        # One line per failed step (its own error, not the framework's wrapping); RUN_FAILURE events carry
+        # no step data, so only step failures are read here.
+        lines = [f"{ev.step_key} failed: {_root_error(ev.step_failure_data.error)}"
+                 for ev in result.all_events if ev.is_step_failure and ev.step_failure_data is not None]
+        _fail("; ".join(lines) or f"run {run_id} failed (see `tentalis ui`)", 1)
     return run_id
 
 
 @app.command()
 def run(
     home: str | None = HomeOpt,
-    num_tasks: int = typer.Option(16, help="Tasks in the new batch."),
-    seed: int | None = typer.Option(None, help="Generator seed (default: the next unused one)."),
-    num_generations: int = typer.Option(4, help="Samples per task (G)."),
-    max_new_tokens: int = typer.Option(128, help="Completion length limit."),
+    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    num_generations: int = typer.Option(4, min=1, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, min=1, help="Completion length limit."),
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
+    backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
 ):
     """Run one learning cycle (learning_cycle_job) on the Dagster instance, with progress."""
     _paths(home)
+    backend = _check_policy_settings(backend)
+    if seed is not None:
+        _check_seed(seed)
     t0 = time.time()
-    run_id = _execute_cycle(_cycle_config(num_tasks, seed, num_generations, max_new_tokens, train), "learning cycle", train)
+    run_id = _execute_cycle(_cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, backend=backend),
+                            "learning cycle", train)
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s (run {run_id})")
     status(home=None)
 
@@ -143,16 +205,16 @@ def run(
 def learn(
     # Defaults are the measured recipe of the README's learning curve (8 tasks x 8 samples of level-1
     # arithmetic, DAPO with beta 0 at lr 2e-4): 12 cycles took 51 min on a 2-core CPU.
-    cycles: int = typer.Option(12, help="Learning cycles to run now."),
-    num_tasks: int = typer.Option(8, help="Tasks per cycle."),
-    num_generations: int = typer.Option(8, help="Samples per task (G)."),
-    max_new_tokens: int = typer.Option(96, help="Completion length limit."),
-    gate_limit: int | None = typer.Option(None, help="Held-out items per evaluation (default 64)."),
+    cycles: int = typer.Option(12, min=1, help="Learning cycles to run now."),
+    num_tasks: int = typer.Option(8, min=1, help="Tasks per cycle."),
+    num_generations: int = typer.Option(8, min=2, help="Samples per task (G; a group needs two to compare)."),
+    max_new_tokens: int = typer.Option(96, min=1, help="Completion length limit."),
+    gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
     levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2."),
     loss_type: str = typer.Option("dapo", help="grpo | dr_grpo | dapo | cispo | gspo."),
-    learning_rate: float = typer.Option(2e-4, help="LoRA learning rate."),
-    beta: float = typer.Option(0.0, help="k3 KL coefficient; 0 skips the reference pass."),
-    num_iterations: int = typer.Option(1, help="Updates per batch of rollouts (mu)."),
+    learning_rate: float = typer.Option(2e-4, help="LoRA learning rate (> 0)."),
+    beta: float = typer.Option(0.0, min=0.0, help="k3 KL coefficient; 0 skips the reference pass."),
+    num_iterations: int = typer.Option(1, min=1, help="Updates per batch of rollouts (mu)."),
     dtype: str = typer.Option("auto", help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
     seed: int | None = typer.Option(None, help="Trainer seed (LoRA init, shuffling); record runs per seed."),
     home: str | None = HomeOpt,
@@ -166,7 +228,17 @@ def learn(
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.pipeline import benchmark_history
 
-    lv = [int(x) for x in levels.split(",") if x.strip()]
+    _check_policy_settings()
+    try:
+        lv = [int(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        lv = []
+    if not lv or any(level not in (1, 2, 3, 4) for level in lv):
+        _fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+    if not learning_rate > 0:
+        _fail(f"--learning-rate {learning_rate}: must be above 0 (the recipe uses 2e-4)")
+    if loss_type not in ("grpo", "dr_grpo", "dapo", "cispo", "gspo"):
+        _fail(f"--loss-type {loss_type!r}: use grpo, dr_grpo, dapo, cispo or gspo")
     trainer = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations, "dtype": dtype}
     if seed is not None:
         trainer["seed"] = seed

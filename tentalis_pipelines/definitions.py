@@ -26,7 +26,8 @@ defs = Definitions(
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),
-        "policy": PolicyResource(model=env_or("TENTALIS_MODEL", "embedded"), base_url=env_or("OPENAI_BASE_URL", None)),
+        # model and base_url default to $TENTALIS_MODEL / $OPENAI_BASE_URL when the resource is used.
+        "policy": PolicyResource(),
         "review": ReviewResource(),
         "trainer": TrainerResource(),
         "bench": BenchmarkResource(),

@@ -38,14 +38,16 @@ class PolicyResource(ConfigurableResource):
     default ``$OPENAI_BASE_URL``; the API key comes from ``$OPENAI_API_KEY``; ``model`` still names the
     local folder whose tokenizer renders prompts) or ``vllm`` (GPU, ``pip install 'tentalis[vllm]'``)."""
 
-    model: str = "embedded"
+    # None = $TENTALIS_MODEL, else embedded; read when the resource is used, so that a run config that
+    # sets only some fields (the CLI's, a CI run.yaml) never silently swaps the model for the default.
+    model: str | None = None
     backend: str = "transformers"
     num_generations: int = 4
     max_new_tokens: int = 128
     temperature: float = 0.8
     top_p: float = 1.0
     seed: int = 0
-    base_url: str | None = None
+    base_url: str | None = None  # None = $OPENAI_BASE_URL (read when used)
     served_model: str | None = None  # the model name the server knows (default: the policy's model name)
     max_concurrency: int = 8
     device: str = "auto"  # transformers backend: auto = CUDA when present
@@ -53,9 +55,9 @@ class PolicyResource(ConfigurableResource):
 
     def settings(self) -> PolicySettings:
         return PolicySettings(
-            model=self.model, backend=self.backend, num_generations=self.num_generations,
+            model=self.model or os.environ.get("TENTALIS_MODEL") or "embedded", backend=self.backend, num_generations=self.num_generations,
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-            base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency,
+            base_url=self.base_url or os.environ.get("OPENAI_BASE_URL") or None, served_model=self.served_model, max_concurrency=self.max_concurrency,
             device=self.device, dtype=self.dtype,
         )
 

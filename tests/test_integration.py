@@ -67,3 +67,5 @@ def test_dagster_job_execute_runs_the_cycle_from_the_command_line(tmp_path, tiny
     assert out.returncode == 0, out.stderr[-3000:]
     lake = Lakehouse(tmp_path / "home" / "lakehouse")
     assert lake.count("rollouts") == 4 and lake.count("trajectories") == 4
+    # run.yaml sets only some policy fields: the model still comes from $TENTALIS_MODEL (issue 11).
+    assert set(lake.read("rollouts", columns=["model"]).column("model").to_pylist()) == {str(tiny_model_dir)}

@@ -77,3 +77,18 @@ def test_generated_batches_and_next_seed(tmp_path):
 )
 def test_answers_match(pred, ref, ok):
     assert answers_match(pred, ref) is ok
+
+
+def test_training_batches_refuse_the_held_out_seeds(tmp_path):
+    """Seed 1,000,000 generates the held-out gate set: a training batch on it would train on the gate."""
+    import pytest
+
+    from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, ReservedSeedError
+
+    for seed in (HELD_OUT_SEED_BASE, HELD_OUT_SEED_BASE + 7):
+        with pytest.raises(ReservedSeedError, match=f"seed {seed} is reserved"):
+            register_generated_batch(tmp_path, seed=seed, num_tasks=16)
+    with pytest.raises(ValueError, match="non-negative"):
+        register_generated_batch(tmp_path, seed=-1, num_tasks=16)
+    assert list(tmp_path.iterdir()) == []  # nothing registered
+    register_generated_batch(tmp_path, seed=HELD_OUT_SEED_BASE - 1, num_tasks=1)

@@ -76,7 +76,14 @@ def generated_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> st
 def register_generated_batch(
     batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1, 2), batch_id: str | None = None
 ) -> str:
-    """Record the parameters of a seeded arithmetic batch. Idempotent for the same batch id."""
+    """Record the parameters of a seeded arithmetic batch. Idempotent for the same batch id.
+
+    Seeds at or above :data:`HELD_OUT_SEED_BASE` are refused: they generate the held-out gate set, and
+    training on them would leak the gate's items into the policy.
+    """
+    check_training_seed(seed)
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
     batch_id = validate_batch_id(batch_id or generated_batch_id(seed, num_tasks, levels))
     generate_arithmetic(1, seed=seed, levels=levels)  # validate the parameters now, not at run time
     folder = batches_dir / batch_id
@@ -94,6 +101,22 @@ def register_generated_batch(
 
 # Seeds at or above this are reserved for held-out evaluation sets; training batches never use them.
 HELD_OUT_SEED_BASE = 1_000_000
+
+
+class ReservedSeedError(ValueError):
+    """A training batch asked for a seed of the held-out evaluation range."""
+
+
+def check_training_seed(seed: int) -> int:
+    """``seed`` if a training batch may use it; else a clear error naming the reserved range."""
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise ValueError(f"seed must be a non-negative integer (got {seed!r})")
+    if seed >= HELD_OUT_SEED_BASE:
+        raise ReservedSeedError(
+            f"seed {seed} is reserved: seeds >= {HELD_OUT_SEED_BASE:,} generate the held-out evaluation "
+            f"sets, so training on them would leak the gate's items; use a seed below {HELD_OUT_SEED_BASE:,}"
+        )
+    return seed
 
 
 def next_generator_seed(batches_dir: Path) -> int:

@@ -1,0 +1,95 @@
+"""`tentalis run` / `learn` with hostile settings (issue 11): the model the user named, or one clear line.
+
+Every refusal happens before a model loads and leaves every stored row as it was.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from table_hashes import assert_unchanged, table_hashes
+from typer.testing import CliRunner
+
+from tentalis_pipelines.cli import app
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.settings import Paths
+
+runner = CliRunner()
+
+
+@pytest.fixture()
+def cli_home(home: Path, tmp_path: Path, monkeypatch) -> Path:
+    """A home with one stored row, and a Dagster instance of its own (never the developer's)."""
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    for var in ("TENTALIS_MODEL", "TENTALIS_BACKEND", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    Lakehouse(Paths.from_env(home).ensure().lakehouse).quarantine([{"source": "x.jsonl", "line": 1, "raw": "{}", "error": "e"}])
+    return home
+
+
+def _one_clear_line(out, *needles: str) -> None:
+    assert out.exit_code == 2, out.output
+    assert isinstance(out.exception, SystemExit), out.exception  # typer.Exit, not a traceback
+    text = " ".join(out.output.split())
+    assert "Traceback" not in out.output and all(n in text for n in needles), out.output
+
+
+def test_a_missing_model_fails_in_one_line_naming_the_setting(cli_home, monkeypatch):
+    before = table_hashes(Paths.from_env(cli_home).lakehouse)
+    monkeypatch.setenv("TENTALIS_MODEL", "/nonexistent")
+    for args in (["run", "--num-tasks", "1"], ["learn", "--cycles", "1"]):
+        _one_clear_line(runner.invoke(app, args), "TENTALIS_MODEL=/nonexistent", "local Hugging Face model folder")
+    assert_unchanged(Paths.from_env(cli_home).lakehouse, before)
+
+
+def test_run_trains_the_model_named_by_tentalis_model(cli_home, tiny_model_dir, monkeypatch):
+    """The CLI passes a partial policy config; the model must still come from $TENTALIS_MODEL."""
+    monkeypatch.setenv("TENTALIS_MODEL", str(tiny_model_dir))
+    out = runner.invoke(app, ["run", "--num-tasks", "2", "--num-generations", "2", "--max-new-tokens", "6", "--no-train"])
+    assert out.exit_code == 0, out.output
+    models = Lakehouse(Paths.from_env(cli_home).lakehouse).read("rollouts", columns=["model"]).column("model").to_pylist()
+    assert len(models) == 4 and set(models) == {str(tiny_model_dir)}
+
+
+def test_openai_backend_without_a_server_url_is_refused(cli_home, monkeypatch):
+    monkeypatch.setenv("TENTALIS_BACKEND", "openai")
+    _one_clear_line(runner.invoke(app, ["run"]), "OPENAI_BASE_URL")
+    _one_clear_line(runner.invoke(app, ["run", "--backend", "llama"]), "backend 'llama' is unknown")
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["run", "--num-generations", "-2"], "--num-generations"),
+    (["run", "--max-new-tokens", "-5"], "--max-new-tokens"),
+    (["run", "--num-tasks", "0"], "--num-tasks"),
+    (["run", "--seed", "1000000"], "seed 1000000 is reserved"),
+    (["learn", "--cycles", "0"], "--cycles"),
+    (["learn", "--num-generations", "1"], "--num-generations"),
+    (["learn", "--levels", "x"], "--levels 'x'"),
+    (["learn", "--learning-rate", "0"], "--learning-rate"),
+    (["learn", "--loss-type", "ppo"], "--loss-type 'ppo'"),
+])
+def test_nonsense_numbers_are_refused_up_front(cli_home, args, needle):
+    before = table_hashes(Paths.from_env(cli_home).lakehouse)
+    _one_clear_line(runner.invoke(app, args), needle)
+    assert_unchanged(Paths.from_env(cli_home).lakehouse, before)
+
+
+def test_a_failed_run_ends_in_one_line_not_a_traceback(cli_home, tiny_model_dir, tmp_path, monkeypatch):
+    broken = tmp_path / "broken-model"
+    broken.mkdir()
+    shutil.copy(tiny_model_dir / "config.json", broken / "config.json")  # a model folder without weights
+    monkeypatch.setenv("TENTALIS_MODEL", str(broken))
+    out = runner.invoke(app, ["run", "--num-tasks", "1", "--num-generations", "2", "--max-new-tokens", "4", "--no-train"])
+    assert out.exit_code == 1 and isinstance(out.exception, SystemExit), out.output
+    text = " ".join(out.output.split())
+    # The step and its own error (the tokenizer the folder lacks), not Dagster's wrapper or a traceback.
+    assert "process_batch failed: " in text and "DagsterExecutionStepExecutionError" not in text, out.output
+    assert "CheckError" not in text and "Traceback" not in text, out.output
+
+
+def test_an_unusable_home_is_one_clear_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    (tmp_path / "file").write_text("not a folder")
+    _one_clear_line(runner.invoke(app, ["status", "--home", str(tmp_path / "file" / "home")]), "is not usable", "TENTALIS_HOME")
