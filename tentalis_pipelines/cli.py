@@ -50,6 +50,17 @@ def _paths(home: str | None) -> Paths:
 HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
 
 
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection, OWASP).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value):
+    """A text cell that a spreadsheet would run as a formula, prefixed with ``'`` so it stays text."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
 def _check_seed(seed: int) -> None:
     from tentalis_pipelines.tasks.batches import ReservedSeedError, check_training_seed
 
@@ -395,7 +406,7 @@ def sql(
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=result.column_names)
         w.writeheader()
-        w.writerows(rows)
+        w.writerows({k: csv_safe(v) for k, v in r.items()} for r in rows)
         sys.stdout.write(buf.getvalue())
     else:
         t = Table()

@@ -501,10 +501,17 @@ class Lakehouse:
         Tables are registered as lazy pyarrow datasets (not DuckDB's ``delta_scan``, which downloads an
         extension at run time): registering lists the files from the Delta log and reads nothing, and
         filters on ``batch_id`` prune partitions when the query runs.
+
+        The connection is read-only over the lakehouse: once the views are registered, DuckDB's external
+        access is switched off and the configuration locked, so a query cannot read or write files
+        (``read_text('/etc/shadow')``, ``COPY ... TO`` into a table's ``_delta_log``), ``ATTACH`` a
+        database, ``INSTALL``/``LOAD`` an extension or ``SET`` its way back.
         """
-        con = duckdb.connect()
+        con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         for name in SCHEMAS if tables is None else tables:
             con.register(name, self.dataset(name))
+        con.execute("SET enable_external_access = false")
+        con.execute("SET lock_configuration = true")
         return con
 
     def sql(self, query: str) -> pa.Table:

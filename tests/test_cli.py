@@ -29,3 +29,57 @@ def test_status_on_empty_home(home):
     out = runner.invoke(app, ["status"])
     assert out.exit_code == 0, out.output
     assert "trajectories" in out.output
+
+
+def _tasks(lake, n=3):
+    lake.write_batch("tasks", "b1", [{"batch_id": "b1", "task_id": f"t{i}", "source": "s", "environment": "math", "prompt": "p",
+                                      "reference": "1", "difficulty": 1, "metadata": "{}", "created_at": datetime.now(timezone.utc)} for i in range(n)])
+
+
+def test_sql_is_read_only_over_the_lakehouse(home, tmp_path):
+    """`tentalis sql` cannot read or write files, attach databases, load extensions or unlock itself."""
+    import pytest
+    from table_hashes import assert_unchanged, table_hashes
+
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    _tasks(lake)
+    secret = tmp_path / "secret.txt"
+    secret.write_text("s3cr3t\n")
+    before = table_hashes(paths.lakehouse)
+    delta_log = paths.lakehouse / "tasks" / "_delta_log"
+    log_files = sorted(p.name for p in delta_log.iterdir())
+    part = next((paths.lakehouse / "tasks").rglob("*.parquet"))
+    attacks = [
+        f"select * from read_text('{secret}')",
+        f"select * from read_csv('{secret}')",
+        f"select * from read_parquet('{part}')",
+        f"copy (select 1 as x) to '{tmp_path / 'out.csv'}'",
+        f"copy (select '{{}}' as x) to '{delta_log / '00000000000000000099.json'}' (format csv, header false)",
+        f"attach '{tmp_path / 'other.db'}' as other",
+        "install httpfs",
+        "load httpfs",
+        "set enable_external_access = true",
+        "set lock_configuration = false",
+    ]
+    for query in attacks:
+        out = runner.invoke(app, ["sql", query])
+        assert out.exit_code == 1 and "SQL error" in out.output and "s3cr3t" not in out.output, (query, out.output)
+    assert not (tmp_path / "out.csv").exists() and not (tmp_path / "other.db").exists()
+    assert sorted(p.name for p in delta_log.iterdir()) == log_files
+    assert_unchanged(paths.lakehouse, before)
+    # Ordinary queries over the views, joins included, still work.
+    out = runner.invoke(app, ["sql", "select count(*) as n from tasks a join tasks b using (task_id)", "--format", "json"])
+    assert out.exit_code == 0 and json.loads(out.stdout) == [{"n": 3}], out.output
+    with pytest.raises(Exception, match="disabled|locked|Permission"):
+        lake.sql(f"select * from read_text('{secret}')")
+
+
+def test_sql_csv_output_defuses_spreadsheet_formulas(home):
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    lake.quarantine([{"source": s, "line": i, "raw": "{}", "error": "e"}
+                     for i, s in enumerate(['=HYPERLINK("http://x","click")', "+1+2", "@SUM(A1)", "-3", "plain"])])
+    out = runner.invoke(app, ["sql", "select source, line from quarantine order by line", "--format", "csv"])
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert [r["source"] for r in rows] == ["'=HYPERLINK(\"http://x\",\"click\")", "'+1+2", "'@SUM(A1)", "'-3", "plain"]
+    assert [r["line"] for r in rows] == ["0", "1", "2", "3", "4"]  # numbers are not text: left alone
