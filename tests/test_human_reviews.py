@@ -98,3 +98,56 @@ def test_monte_carlo_step_labels(home):
     assert res.rows == 2 and labels == {"r0": 1.0, "r1": 0.25}
     pipeline.build_step_labels(lake, paths, "b1", pipeline.PolicySettings(), k=4, backend=_ScriptedPolicy())
     assert lake.count("step_labels") == 2
+
+
+def _import_and_check(home, path, *, applied: dict[str, float], bad_lines: dict[int, str]):
+    """Only the valid rows reach human_reviews, each bad one is quarantined with its reason, nothing else changes."""
+    from table_hashes import assert_unchanged, table_hashes
+
+    lake = Lakehouse(Paths.from_env(home).lakehouse)
+    before = table_hashes(Paths.from_env(home).lakehouse)
+    out = CliRunner().invoke(app, ["import-reviews", str(path)])
+    assert out.exit_code == 0 and "Traceback" not in out.output, out.output
+    assert {r["rollout_id"]: r["score"] for r in lake.read("human_reviews").to_pylist()} == applied
+    q = {r["line"]: r["error"] for r in lake.read("quarantine").to_pylist() if r["stage"] == "human_reviews"}
+    assert set(q) == set(bad_lines), q
+    for line, needle in bad_lines.items():
+        assert needle in q[line], (line, q[line])
+    assert all(ch < "\udc80" or ch > "\udcff" for r in lake.read("quarantine").to_pylist() for ch in r["raw"])
+    assert_unchanged(Paths.from_env(home).lakehouse, before, allow={"quarantine", "human_reviews"})
+    return lake
+
+
+def test_hostile_jsonl_reviews_are_quarantined_line_by_line(home, tmp_path):
+    """bool scores, 20 MB critiques, unknown fields and invalid UTF-8 each cost only their own line."""
+    _seed(Lakehouse(Paths.from_env(home).ensure().lakehouse))
+    f = tmp_path / "reviews.jsonl"
+    lines = [
+        json.dumps({"rollout_id": "r0", "score": True, "critique": "bool is not a number"}).encode(),
+        json.dumps({"rollout_id": "r0", "score": 0.5, "critique": "x" * 20_000_000}).encode(),
+        json.dumps({"rollout_id": "r0", "score": 0.5, "api_key": "sk-live"}).encode(),
+        b'{"rollout_id": "r0", "score": 0.5, "critique": "caf\xe9"}',  # latin-1, not UTF-8
+        json.dumps({"rollout_id": "r0", "score": 0.5, "critique": ["not", "text"]}).encode(),
+        json.dumps({"rollout_id": "r1", "score": 0.25, "critique": "fine"}).encode(),
+    ]
+    f.write_bytes(b"\n".join(lines) + b"\n")
+    _import_and_check(home, f, applied={"r1": 0.25}, bad_lines={
+        1: "'score' must be a number", 2: "the limit is 8,000", 3: "unknown field(s) ['api_key']",
+        4: "not valid UTF-8", 5: "'critique' must be text"})
+
+
+def test_hostile_csv_reviews_are_quarantined_row_by_row(home, tmp_path):
+    _seed(Lakehouse(Paths.from_env(home).ensure().lakehouse))
+    f = tmp_path / "reviews.csv"
+    f.write_bytes(b"rollout_id,score,critique\n"
+                  b"r0,true,bool text\n"
+                  b"r0,0.5,ok,EXTRA\n"
+                  b"r0,0.5,caf\xe9\n"
+                  b"r1,0.75,fine\n")
+    _import_and_check(home, f, applied={"r1": 0.75}, bad_lines={
+        2: "'score' must be a number", 3: "beyond the header", 4: "not valid UTF-8"})
+    g = tmp_path / "extra.csv"
+    g.write_text("rollout_id,score,notes\nr0,0.5,private\n")
+    lake = Lakehouse(Paths.from_env(home).lakehouse)
+    CliRunner().invoke(app, ["import-reviews", str(g)])
+    assert "unknown column(s) ['notes']" in next(r["error"] for r in lake.read("quarantine").to_pylist() if r["source"] == str(g))

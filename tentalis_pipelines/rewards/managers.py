@@ -70,41 +70,106 @@ def get_manager(name: str):
 
 
 # --------------------------------------------------------------------------- human reviews
+# The fields a human review may carry, and how long its texts may be: a review is read by people and fed
+# to prompts, and an unbounded critique (20 MB was accepted once) bloats every table and prompt it reaches.
+REVIEW_FIELDS = ("rollout_id", "score", "critique", "hint", "reviewer")
+MAX_REVIEW_TEXT_CHARS = 8000
+MAX_REVIEW_ID_CHARS = 256
+
+
+def _has_bad_utf8(text: str) -> bool:
+    """True when ``text`` (decoded with ``surrogateescape``) held bytes that are not UTF-8."""
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _printable(text: str) -> str:
+    """``text`` with undecodable bytes shown as U+FFFD, safe to store."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def read_review_file(path) -> list[tuple[int, str, dict | None, str | None]]:
-    """(line, raw, record or None, error or None) for every row of a JSONL or CSV review file."""
+    """(line, raw, record or None, error or None) for every row of a JSONL or CSV review file.
+
+    A row that is not valid UTF-8, not a JSON object, or that carries unknown columns (or more CSV cells
+    than the header) comes back with an error and is quarantined by the caller; the other rows still
+    apply.
+    """
     import csv
+    import io
     import json
     from pathlib import Path
 
     path = Path(path)
+    text = path.read_bytes().decode("utf-8", "surrogateescape")
     out = []
     if path.suffix.lower() == ".csv":
-        with path.open(newline="", encoding="utf-8") as fh:
-            for i, rec in enumerate(csv.DictReader(fh), start=2):  # line 1 is the header
-                out.append((i, ",".join(f"{k}={v}" for k, v in rec.items()), dict(rec), None))
+        reader = csv.DictReader(io.StringIO(text, newline=""))
+        unknown_columns = [c for c in reader.fieldnames or [] if c not in REVIEW_FIELDS]
+        for rec in reader:
+            line = reader.line_num
+            raw = _printable(",".join(f"{k}={v}" for k, v in rec.items()))
+            if any(_has_bad_utf8(str(v)) for v in rec.values()) or any(_has_bad_utf8(str(k)) for k in rec):
+                out.append((line, raw, None, "not valid UTF-8: save the file as UTF-8"))
+            elif None in rec:
+                out.append((line, raw, None, f"{len(rec[None])} cell(s) beyond the header's {len(reader.fieldnames or [])} columns"))
+            elif unknown_columns:
+                out.append((line, raw, None, f"unknown column(s) {unknown_columns}: a review has {', '.join(REVIEW_FIELDS)}"))
+            else:
+                out.append((line, raw, dict(rec), None))
         return out
-    with path.open(encoding="utf-8") as fh:
-        for i, raw in enumerate(fh, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-                out.append((i, raw.rstrip("\n"), rec if isinstance(rec, dict) else None, None if isinstance(rec, dict) else "expected a JSON object"))
-            except json.JSONDecodeError as exc:
-                out.append((i, raw.rstrip("\n"), None, f"invalid JSON: {exc.msg}"))
+    for i, raw in enumerate(text.split("\n"), start=1):
+        if not raw.strip():
+            continue
+        shown = _printable(raw.rstrip("\r"))
+        if _has_bad_utf8(raw):
+            out.append((i, shown, None, "not valid UTF-8: save the file as UTF-8"))
+            continue
+        try:
+            rec = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            out.append((i, shown, None, f"invalid JSON: {exc.msg}"))
+            continue
+        if not isinstance(rec, dict):
+            out.append((i, shown, None, "expected a JSON object"))
+        elif unknown := sorted(set(rec) - set(REVIEW_FIELDS)):
+            out.append((i, shown, None, f"unknown field(s) {unknown}: a review has {', '.join(REVIEW_FIELDS)}"))
+        else:
+            out.append((i, shown, rec, None))
     return out
 
 
+def _text(rec: dict, field: str, limit: int) -> str:
+    value = rec.get(field)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ValueError(f"{field!r} must be text, got {type(value).__name__}")
+    if len(value) > limit:
+        raise ValueError(f"{field!r} is {len(value):,} characters; the limit is {limit:,} (shorten it)")
+    return value
+
+
 def validate_human_review(rec: dict) -> dict:
-    """Normalise one human review (rollout_id, score in [0, 1], critique, hint, reviewer) or raise ValueError."""
-    rid = str(rec.get("rollout_id") or "").strip()
+    """Normalise one human review (rollout_id, score in [0, 1], critique, hint, reviewer) or raise ValueError.
+
+    ``score`` must be a number (JSON) or numeric text (CSV): ``true`` is not 1.0. Texts are capped at
+    :data:`MAX_REVIEW_TEXT_CHARS`.
+    """
+    rid = rec.get("rollout_id")
+    rid = str(rid).strip() if isinstance(rid, (str, int)) and not isinstance(rid, bool) else ""
     if not rid:
         raise ValueError("missing 'rollout_id'")
+    if len(rid) > MAX_REVIEW_ID_CHARS:
+        raise ValueError(f"'rollout_id' is longer than {MAX_REVIEW_ID_CHARS} characters")
+    raw_score = rec.get("score")
+    if isinstance(raw_score, bool) or not isinstance(raw_score, (int, float, str)):
+        raise ValueError(f"'score' must be a number in [0, 1], got {raw_score!r}")
     try:
-        score = float(rec.get("score"))
-    except (TypeError, ValueError):
-        raise ValueError(f"'score' must be a number in [0, 1], got {rec.get('score')!r}") from None
+        score = float(raw_score)
+    except ValueError:
+        raise ValueError(f"'score' must be a number in [0, 1], got {raw_score!r}") from None
     if not 0.0 <= score <= 1.0:
         raise ValueError(f"'score' must be in [0, 1], got {score}")
-    return {"rollout_id": rid, "score": score, "critique": str(rec.get("critique") or ""), "hint": str(rec.get("hint") or ""),
-            "reviewer": str(rec.get("reviewer") or "human")}
+    return {"rollout_id": rid, "score": score, "critique": _text(rec, "critique", MAX_REVIEW_TEXT_CHARS),
+            "hint": _text(rec, "hint", MAX_REVIEW_TEXT_CHARS),
+            "reviewer": _text(rec, "reviewer", MAX_REVIEW_ID_CHARS) or "human"}
