@@ -31,10 +31,12 @@ def to_materialize_result(result: pipeline.StageResult, table: str) -> Materiali
 
 
 @asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"})
-def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource) -> MaterializeResult:
-    """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines go to `quarantine`."""
+def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
+    """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, and prompts
+    longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
     paths = lakehouse.paths()
-    return to_materialize_result(pipeline.build_tasks(lakehouse.lakehouse(), paths, context.partition_key), "tasks")
+    result = pipeline.build_tasks(lakehouse.lakehouse(), paths, context.partition_key, policy.settings())
+    return to_materialize_result(result, "tasks")
 
 
 @asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")

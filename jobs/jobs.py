@@ -75,7 +75,7 @@ def process_batch(
     """The same stage functions the per-batch assets call, reported as materializations of those assets."""
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
     stages = [
-        ("tasks", lambda: pipeline.build_tasks(lake, paths, batch_id)),
+        ("tasks", lambda: pipeline.build_tasks(lake, paths, batch_id, policy.settings())),
         ("rollouts", lambda: pipeline.build_rollouts(lake, paths, batch_id, policy.settings())),
         ("step_scores", lambda: pipeline.build_step_scores(
             lake, batch_id, scorer=review.step_scorer, judge=review.judge(paths.models) if review.step_scorer == "judge" else None)),

@@ -8,6 +8,7 @@ from dagster import (
     DefaultSensorStatus,
     MultiPartitionKey,
     RunRequest,
+    RunsFilter,
     ScheduleEvaluationContext,
     SensorEvaluationContext,
     SensorResult,
@@ -20,32 +21,70 @@ from assets.benchmark_assets import checkpoint_ids
 from assets.partitions import task_batches
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, TrainerResource
-from tentalis_pipelines.tasks.batches import register_file_batch, scan_inbox
+from tentalis_pipelines.settings import inbox_settle_seconds
+from tentalis_pipelines.tasks.batches import RefusedEntry, register_file_batch, scan_inbox
 
 
 @sensor(job_name="rollout_job", minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
 def task_inbox(context: SensorEvaluationContext, lakehouse: LakehouseResource):
-    """Each new ``$TENTALIS_HOME/inbox/*.jsonl`` file becomes a task batch (a dynamic partition, its
-    input snapshotted) and one rollout run, exactly once: the batch id is the file name plus a hash of
-    its bytes, the run key is the batch id, and the cursor remembers every batch seen."""
+    """Each new, settled ``$TENTALIS_HOME/inbox/*.jsonl`` file becomes a task batch (a dynamic partition,
+    its input snapshotted) and one rollout run, exactly once: the batch id is the file name plus a hash
+    of its bytes, the run key is the batch id, and the cursor remembers every batch seen.
+
+    A file is taken once it has been unchanged for ``$TENTALIS_INBOX_SETTLE_SECONDS`` (default 10);
+    writers that write ``name.jsonl.part`` and rename it are never taken half-way. Symlinks, special
+    files and unreadable entries are refused one by one (recorded once in ``quarantine``, their content
+    never read) and never block the other files. A batch whose partition exists but whose run never
+    started (the daemon died, the disk filled) is requested again under the same run key.
+    """
     paths = lakehouse.paths()
-    seen = set(json.loads(context.cursor)) if context.cursor else set()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    if isinstance(cursor, list):  # the cursor of earlier versions: the seen batch ids
+        cursor = {"seen": cursor}
+    seen, reported = set(cursor.get("seen", [])), set(cursor.get("refused", []))
+    refused: list[RefusedEntry] = []
     new: list[str] = []
-    for f in scan_inbox(paths.inbox):
-        if f.batch_id in seen or f.batch_id in new:
+    stranded: list[str] = []
+    for f in scan_inbox(paths.inbox, settle_seconds=inbox_settle_seconds(), refused=refused):
+        if f.batch_id in seen or f.batch_id in new or f.batch_id in stranded:
             continue
         if context.instance.has_dynamic_partition(task_batches.name, f.batch_id):
-            seen.add(f.batch_id)
+            if _has_run(context, f.batch_id):
+                seen.add(f.batch_id)
+            else:
+                stranded.append(f.batch_id)
             continue
-        register_file_batch(paths.batches, f.path, f.batch_id)
+        try:
+            register_file_batch(paths.batches, f.path, f.batch_id)
+        except (OSError, ValueError) as exc:  # changed or vanished since the scan: a later tick
+            context.log.warning(f"inbox file {f.path.name} skipped this tick: {exc}")
+            continue
         new.append(f.batch_id)
-    if not new:
-        return SensorResult(skip_reason=SkipReason(f"no new files in {paths.inbox}"), cursor=json.dumps(sorted(seen)))
+    fresh_refusals = [r for r in refused if f"{r.path.name}|{r.reason}" not in reported]
+    if fresh_refusals:
+        lakehouse.lakehouse().quarantine(
+            [{"source": str(r.path), "line": None, "raw": "", "error": f"inbox entry refused: {r.reason}", "stage": "inbox"}
+             for r in fresh_refusals]
+        )
+        for r in fresh_refusals:
+            context.log.warning(f"inbox entry {r.path.name} refused: {r.reason}")
+    reported |= {f"{r.path.name}|{r.reason}" for r in refused}
+    # "seen" holds only batches whose run exists; the ones requested now are confirmed on a later tick
+    # (by then the daemon has created their runs; a request with a used run key is dropped by Dagster).
+    next_cursor = json.dumps({"seen": sorted(seen), "refused": sorted(reported)})
+    if not new and not stranded:
+        return SensorResult(skip_reason=SkipReason(f"no new files in {paths.inbox}"), cursor=next_cursor)
     return SensorResult(
-        run_requests=[RunRequest(run_key=b, partition_key=b, tags={"tentalis/source": "inbox"}) for b in new],
-        dynamic_partitions_requests=[task_batches.build_add_request(new)],
-        cursor=json.dumps(sorted(seen | set(new))),
+        run_requests=[RunRequest(run_key=b, partition_key=b, tags={"tentalis/source": "inbox"}) for b in new + stranded],
+        dynamic_partitions_requests=[task_batches.build_add_request(new)] if new else [],
+        cursor=next_cursor,
     )
+
+
+def _has_run(context: SensorEvaluationContext, batch_id: str) -> bool:
+    """Whether any run (of any job) was ever created for this task batch partition."""
+    runs = context.instance.get_run_records(filters=RunsFilter(tags={"dagster/partition": batch_id}), limit=1)
+    return bool(runs)
 
 
 def _training_run_key(lakehouse: LakehouseResource) -> str:

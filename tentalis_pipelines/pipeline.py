@@ -17,7 +17,7 @@ from typing import Any
 from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams, make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
-from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc, to_table
 from tentalis_pipelines.rewards.advantages import (
     group_advantages,
     process_advantages,
@@ -37,7 +37,7 @@ from tentalis_pipelines.rewards.scoring import (
 )
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.tasks.batches import load_batch
+from tentalis_pipelines.tasks.batches import batch_manifest, load_batch
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
 from tentalis_pipelines.training.trainer import (
@@ -69,6 +69,7 @@ class PolicySettings:
     device: str = "auto"  # transformers backend: auto = CUDA when present
     dtype: str = "auto"  # transformers backend: auto = bf16 where the hardware computes it natively
     worked_example: bool = True
+    max_prompt_tokens: int = 2048  # longer task prompts are quarantined at `tasks` (counted with this tokenizer)
     # backend "openai" only: the server (default $OPENAI_BASE_URL), the model name it serves (default
     # model_name) and how many requests may be in flight at once.
     base_url: str | None = None
@@ -110,17 +111,56 @@ def _cell(v: Any) -> str:
 
 
 # --------------------------------------------------------------------------- tasks
-def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str) -> StageResult:
-    loaded = load_batch(paths.batches, batch_id, now_utc())
+class NoValidTasks(ValueError):
+    """A batch's file held no line that could become a task."""
+
+
+def prompt_token_counter(policy: PolicySettings, paths: Paths):
+    """Count prompt tokens with the policy's own tokenizer (loads the tokenizer only, not the model)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model(policy.model, paths.models))
+    return lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings | None = None) -> StageResult:
+    """The batch's task rows from its snapshot; bad lines go to ``quarantine`` and the rest still run.
+
+    With ``policy``, prompts are capped at ``policy.max_prompt_tokens`` of its tokenizer (without it,
+    UTF-8 bytes stand in for tokens: never fewer). A file with no valid line fails here, naming why.
+    """
+    options = {}
+    if policy is not None:
+        options = {"max_prompt_tokens": policy.max_prompt_tokens, "count_tokens": prompt_token_counter(policy, paths)}
+    loaded = load_batch(paths.batches, batch_id, now_utc(), **options)
+    rows = loaded.tasks
+    try:
+        to_table("tasks", rows)
+    except Exception:  # noqa: BLE001 - validation missed a case: find the rows that do not fit, keep the rest
+        rows, misfits = [], []
+        for row in loaded.tasks:
+            try:
+                to_table("tasks", [row])
+                rows.append(row)
+            except Exception as exc:  # noqa: BLE001
+                misfits.append({"source": row.get("source"), "line": None, "raw": json.dumps(row, default=str)[:10000],
+                                "error": f"does not fit the tasks table: {exc}", "batch_id": batch_id, "stage": "tasks"})
+        loaded.rejects.extend(misfits)
     # Quarantine first: if the task write fails, the rejected lines are still on record.
     n_bad = lake.quarantine(loaded.rejects, batch_id=batch_id, stage="tasks")
-    n = lake.write_batch("tasks", batch_id, loaded.tasks)
+    if not rows:
+        manifest = batch_manifest(paths.batches, batch_id)
+        reasons = sorted({r["error"] for r in loaded.rejects})[:3]
+        why = f"{n_bad} line(s) quarantined, e.g. {'; '.join(reasons)}" if n_bad else "it has no non-blank line"
+        raise NoValidTasks(f"batch {batch_id!r} ({manifest.get('source', manifest.get('kind'))}) has no valid task: {why}. "
+                           "See `tentalis sql \"select line, error from quarantine where stage = 'tasks'\"`")
+    n = lake.write_batch("tasks", batch_id, rows)
     return StageResult(
         n,
         {
             "num_tasks": n,
             "quarantined_lines": n_bad,
-            "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in loaded.tasks]),
+            "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in rows]),
         },
     )
 

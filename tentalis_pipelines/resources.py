@@ -52,13 +52,14 @@ class PolicyResource(ConfigurableResource):
     max_concurrency: int = 8
     device: str = "auto"  # transformers backend: auto = CUDA when present
     dtype: str = "auto"  # transformers backend: auto = bf16 where native (this CPU: AMX-BF16), else float32
+    max_prompt_tokens: int = 2048  # task prompts longer than this (policy tokenizer) are quarantined at `tasks`
 
     def settings(self) -> PolicySettings:
         return PolicySettings(
             model=self.model or os.environ.get("TENTALIS_MODEL") or "embedded", backend=self.backend, num_generations=self.num_generations,
             max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             base_url=self.base_url or os.environ.get("OPENAI_BASE_URL") or None, served_model=self.served_model, max_concurrency=self.max_concurrency,
-            device=self.device, dtype=self.dtype,
+            device=self.device, dtype=self.dtype, max_prompt_tokens=self.max_prompt_tokens,
         )
 
 

@@ -72,3 +72,17 @@ def vacuum_retention_hours() -> int:
     if hours < 0:
         raise ValueError(f"TENTALIS_VACUUM_RETENTION_HOURS must not be negative, not {hours}")
     return hours
+
+
+def inbox_settle_seconds() -> float:
+    """How long an inbox file must stay unchanged before it becomes a batch: ``$TENTALIS_INBOX_SETTLE_SECONDS``, default 10."""
+    raw = os.environ.get("TENTALIS_INBOX_SETTLE_SECONDS")
+    if raw is None:
+        return 10.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"TENTALIS_INBOX_SETTLE_SECONDS={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"TENTALIS_INBOX_SETTLE_SECONDS={raw!r} must be 0 or more")
+    return value

@@ -2,9 +2,11 @@
 
 import json
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_schedule_context, build_sensor_context
+from dagster._core.test_utils import create_run_for_test
 
 from jobs.sensors import fresh_trajectories, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.lakehouse import Lakehouse
@@ -18,16 +20,26 @@ def instance():
         yield inst
 
 
-def _evaluate_inbox(instance, home, cursor=None):
+@pytest.fixture()
+def no_settle(monkeypatch):
+    monkeypatch.setenv("TENTALIS_INBOX_SETTLE_SECONDS", "0")
+
+
+def _evaluate_inbox(instance, home, cursor=None, *, launch=True):
     ctx = build_sensor_context(instance=instance, cursor=cursor, resources={"lakehouse": LakehouseResource(home=str(home))})
     result = task_inbox(ctx)
-    # What the daemon does with the result: add the requested partitions.
+    # What the daemon does with the result: add the requested partitions, then create each run
+    # (launch=False: the daemon died in between, leaving a partition without a run).
     for req in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+    if launch:
+        for req in result.run_requests or []:
+            create_run_for_test(instance, job_name="rollout_job",
+                                tags={"dagster/partition": req.partition_key, "dagster/run_key": req.run_key})
     return result
 
 
-def test_new_inbox_file_yields_one_run_and_one_partition_once(instance, home):
+def test_new_inbox_file_yields_one_run_and_one_partition_once(instance, home, no_settle):
     paths = Paths.from_env(home).ensure()
     (paths.inbox / "team-a.jsonl").write_text(json.dumps({"prompt": "2 + 2?", "reference": "4"}) + "\n")
 
@@ -50,6 +62,70 @@ def test_new_inbox_file_yields_one_run_and_one_partition_once(instance, home):
     assert [r.partition_key for r in third.run_requests] != [batch_id]
     assert len(third.run_requests) == 1
     assert len(instance.get_dynamic_partitions("task_batches")) == 2
+
+
+def test_a_partition_whose_run_never_started_is_requested_again(instance, home, no_settle):
+    paths = Paths.from_env(home).ensure()
+    (paths.inbox / "late.jsonl").write_text(json.dumps({"prompt": "2 + 2?", "reference": "4"}) + "\n")
+    first = _evaluate_inbox(instance, home, launch=False)  # partition added, run never created
+    batch_id = first.run_requests[0].partition_key
+    again = _evaluate_inbox(instance, home, cursor=first.cursor)
+    assert [(r.partition_key, r.run_key) for r in again.run_requests] == [(batch_id, batch_id)]
+    assert not again.dynamic_partitions_requests  # the partition is not added twice
+    third = _evaluate_inbox(instance, home, cursor=again.cursor)
+    assert not third.run_requests  # now that its run exists: done
+
+
+def test_a_file_being_written_is_taken_once_it_settles(instance, home, monkeypatch):
+    import os
+    import time
+
+    monkeypatch.setenv("TENTALIS_INBOX_SETTLE_SECONDS", "10")
+    paths = Paths.from_env(home).ensure()
+    f = paths.inbox / "growing.jsonl"
+    f.write_text(json.dumps({"prompt": "1 + 1?", "reference": "2"}) + "\n")  # the writer is not done
+    (paths.inbox / "renamed.jsonl.part").write_text(json.dumps({"prompt": "x", "reference": "1"}) + "\n")
+    first = _evaluate_inbox(instance, home)
+    assert not first.run_requests and not instance.get_dynamic_partitions("task_batches")
+    with f.open("a") as fh:
+        fh.write(json.dumps({"prompt": "2 + 2?", "reference": "4"}) + "\n")
+    old = time.time() - 60
+    os.utime(f, (old, old))  # unchanged for a minute: settled
+    second = _evaluate_inbox(instance, home, cursor=first.cursor)
+    assert len(second.run_requests) == 1  # one batch, of the complete file
+    batch_id = second.run_requests[0].partition_key
+    assert (paths.batches / batch_id / "tasks.jsonl").read_text().count("\n") == 2
+    assert len(instance.get_dynamic_partitions("task_batches")) == 1
+
+
+def test_poisoned_inbox_entries_are_refused_one_by_one(instance, home, no_settle, tmp_path):
+    """Symlinks (out of the inbox, dangling), a FIFO and a folder never block a good file and are never read."""
+    import os
+
+    from table_hashes import table_hashes
+
+    paths = Paths.from_env(home).ensure()
+    secret = tmp_path / ".env"
+    secret.write_text("OPENAI_API_KEY=sk-very-secret\n")
+    (paths.inbox / "passwd.jsonl").symlink_to("/etc/passwd")
+    (paths.inbox / "env.jsonl").symlink_to(secret)
+    (paths.inbox / "dangling.jsonl").symlink_to(tmp_path / "gone")
+    os.mkfifo(paths.inbox / "pipe.jsonl")
+    (paths.inbox / "folder.jsonl").mkdir()
+    (paths.inbox / "good.jsonl").write_text(json.dumps({"prompt": "2 + 2?", "reference": "4"}) + "\n")
+
+    first = _evaluate_inbox(instance, home)  # must not hang on the FIFO nor fail on the symlinks
+    assert [r.partition_key.startswith("good-") for r in first.run_requests] == [True]
+    lake = Lakehouse(paths.lakehouse)
+    q = {Path(r["source"]).name: r for r in lake.read("quarantine").to_pylist()}
+    assert set(q) == {"passwd.jsonl", "env.jsonl", "dangling.jsonl", "pipe.jsonl", "folder.jsonl"}
+    assert all(r["raw"] == "" and r["stage"] == "inbox" for r in q.values())
+    assert "symlink" in q["env.jsonl"]["error"] and "regular file" in q["pipe.jsonl"]["error"]
+    snapshots = "".join(p.read_text() for p in paths.batches.rglob("*.jsonl"))
+    assert "root:" not in snapshots and "sk-very-secret" not in snapshots
+    before = table_hashes(paths.lakehouse)
+    again = _evaluate_inbox(instance, home, cursor=first.cursor)  # refused once, not every tick
+    assert not again.run_requests and table_hashes(paths.lakehouse) == before
 
 
 def _trajectory(i: int, batch: str = "b1") -> dict:

@@ -11,7 +11,8 @@ import hashlib
 import json
 import os
 import re
-import shutil
+import stat
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -32,22 +33,84 @@ class InboxFile:
     batch_id: str
 
 
+@dataclass(frozen=True)
+class RefusedEntry:
+    """An inbox entry that is not taken, and why (its content is never read)."""
+
+    path: Path
+    reason: str
+
+
+# A file becomes a batch only once it has not changed for this long, so a file still being written is
+# not taken half-way (writers that rename a finished `.part` or dot-file into place are never at risk).
+DEFAULT_SETTLE_SECONDS = 10.0
+MAX_INBOX_FILE_BYTES = 256 * 1024 * 1024
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-._")[:80] or "batch"
 
 
-def inbox_batch_id(path: Path) -> str:
+def read_inbox_file(path: Path) -> bytes:
+    """The bytes of a regular inbox file, refusing symlinks, FIFOs, devices and oversized files.
+
+    ``O_NOFOLLOW`` makes the open fail on a symlink (so nothing outside the inbox is ever read) and
+    ``O_NONBLOCK`` keeps a FIFO from blocking the caller; the type is checked on the open descriptor.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        if st.st_size > MAX_INBOX_FILE_BYTES:
+            raise OSError(f"{path.name} is {st.st_size:,} bytes (limit {MAX_INBOX_FILE_BYTES:,})")
+        chunks = []
+        while chunk := os.read(fd, 1 << 20):
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def inbox_batch_id(path: Path, data: bytes | None = None) -> str:
     """Stable id for an inbox file: its name plus a hash of its bytes (same file, same batch)."""
-    digest = hashlib.sha256(path.read_bytes()).hexdigest()[:10]
+    digest = hashlib.sha256(read_inbox_file(path) if data is None else data).hexdigest()[:10]
     return f"{_slug(path.stem)}-{digest}"
 
 
-def scan_inbox(inbox: Path) -> list[InboxFile]:
-    """The ``*.jsonl`` files in the inbox, oldest first. Files still being written (``.part``) are skipped."""
+def scan_inbox(inbox: Path, *, settle_seconds: float = DEFAULT_SETTLE_SECONDS, now: float | None = None,
+               refused: list[RefusedEntry] | None = None) -> list[InboxFile]:
+    """The settled ``*.jsonl`` files in the inbox, oldest first.
+
+    Skipped, never read: dot-files and other names (``x.jsonl.part`` while being written), and files
+    changed in the last ``settle_seconds``. Refused, and appended to ``refused`` with the reason, each on
+    its own so that one bad entry never blocks the others: symlinks (never followed out of the inbox),
+    FIFOs, sockets, devices, folders named ``*.jsonl``, unreadable and oversized files.
+    """
     if not inbox.exists():
         return []
-    files = sorted((p for p in inbox.glob("*.jsonl") if p.is_file()), key=lambda p: (p.stat().st_mtime, p.name))
-    return [InboxFile(p, inbox_batch_id(p)) for p in files]
+    now = time.time() if now is None else now
+    found: list[tuple[float, str, InboxFile]] = []
+    with os.scandir(inbox) as entries:
+        for entry in entries:
+            if entry.name.startswith(".") or not entry.name.endswith(".jsonl"):
+                continue
+            path = Path(entry.path)
+            try:
+                st = entry.stat(follow_symlinks=False)
+                if stat.S_ISLNK(st.st_mode):
+                    raise OSError("a symlink (refused: inbox files are never followed outside the inbox)")
+                if not stat.S_ISREG(st.st_mode):
+                    raise OSError("not a regular file")
+                if now - st.st_mtime < settle_seconds:
+                    continue  # still being written, or just finished: next tick
+                data = read_inbox_file(path)
+            except OSError as exc:
+                if refused is not None:
+                    refused.append(RefusedEntry(path, exc.strerror or str(exc)))
+                continue
+            found.append((st.st_mtime, entry.name, InboxFile(path, inbox_batch_id(path, data))))
+    return [f for _, _, f in sorted(found, key=lambda t: (t[0], t[1]))]
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -57,13 +120,20 @@ def _atomic_write(path: Path, text: str) -> None:
 
 
 def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = None) -> str:
-    """Snapshot a JSONL task file as a batch. Idempotent for the same batch id."""
-    batch_id = validate_batch_id(batch_id or inbox_batch_id(path))
+    """Snapshot a JSONL task file as a batch. Idempotent for the same batch id.
+
+    The snapshot is the bytes the batch id was hashed from (read with :func:`read_inbox_file`, so a
+    symlink or special file is refused), not a second read that could see a newer version.
+    """
+    data = read_inbox_file(path)
+    batch_id = validate_batch_id(batch_id or inbox_batch_id(path, data))
+    if batch_id != inbox_batch_id(path, data):
+        raise ValueError(f"{path} changed since it was scanned; it will be taken on a later tick")
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
     if not (folder / "manifest.json").exists():
         tmp = folder / ".tasks.jsonl.tmp"
-        shutil.copyfile(path, tmp)
+        tmp.write_bytes(data)
         os.replace(tmp, folder / "tasks.jsonl")
         _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": str(path), "file": "tasks.jsonl"}))
     return batch_id
@@ -139,11 +209,12 @@ def batch_manifest(batches_dir: Path, batch_id: str) -> dict[str, Any]:
     return json.loads(path.read_text())
 
 
-def load_batch(batches_dir: Path, batch_id: str, created_at: datetime) -> LoadedTasks:
-    """The task rows (and quarantined lines) of a registered batch."""
+def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_options: Any) -> LoadedTasks:
+    """The task rows (and quarantined lines) of a registered batch (``jsonl_options``: see ``load_jsonl_tasks``)."""
     manifest = batch_manifest(batches_dir, batch_id)
     if manifest["kind"] == "jsonl":
-        return load_jsonl_tasks(batches_dir / batch_id / manifest["file"], batch_id, created_at, source=manifest["source"])
+        return load_jsonl_tasks(batches_dir / batch_id / manifest["file"], batch_id, created_at, source=manifest["source"],
+                                **jsonl_options)
     if manifest["kind"] == "arithmetic":
         tasks = generate_arithmetic(manifest["num_tasks"], seed=manifest["seed"], levels=tuple(manifest["levels"]))
         return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))

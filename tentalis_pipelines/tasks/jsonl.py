@@ -7,7 +7,9 @@ text and the error) and the good lines of the same file still become tasks.
 from __future__ import annotations
 
 import json
+import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -18,6 +20,23 @@ _GSM8K_FINAL = re.compile(r"####\s*(.+?)\s*$", re.S)
 
 class TaskRowError(ValueError):
     pass
+
+
+# Limits a line must meet to become a task: every value must fit its column in the ``tasks`` table (so a
+# line that passes validation always casts), and a prompt must fit the policy's context with room to answer.
+INT32_MAX = 2**31 - 1
+MAX_ID_CHARS = 256
+MAX_REFERENCE_CHARS = 100_000
+DEFAULT_MAX_PROMPT_TOKENS = 2048
+
+
+def utf8_bytes_as_tokens(text: str) -> int:
+    """Token count without a tokenizer: the UTF-8 byte count, an upper bound for byte-level BPE."""
+    return len(text.encode("utf-8", "surrogateescape"))
+
+
+def _has_bad_utf8(text: str) -> bool:
+    return any("\udc80" <= ch <= "\udcff" for ch in text)
 
 
 @dataclass
@@ -66,19 +85,35 @@ def parse_task_record(record: Any) -> dict[str, Any]:
         raise TaskRowError("row needs 'prompt'+'reference', 'question'+'answer' (GSM8K) or 'problem'+'answer' (MATH)")
     if not isinstance(prompt, str) or not prompt.strip():
         raise TaskRowError("the prompt/question/problem is empty or not a string")
+    if isinstance(reference, bool):
+        raise TaskRowError(f"the reference/answer must be text or a number, got {reference!r}")
+    if isinstance(reference, float) and not math.isfinite(reference):
+        raise TaskRowError(f"the reference/answer must be a finite number, got {reference!r}")
     if isinstance(reference, (int, float)):
         reference = str(reference)
     if not isinstance(reference, str) or not reference.strip():
         raise TaskRowError("the reference/answer is empty or not a string")
+    if len(reference) > MAX_REFERENCE_CHARS:
+        raise TaskRowError(f"the reference/answer is {len(reference):,} characters (limit {MAX_REFERENCE_CHARS:,})")
     difficulty = record.get("difficulty", record.get("level"))
-    if difficulty is not None and not isinstance(difficulty, int):
+    # bool is an int in Python, and 10**30 is one too: neither fits the int32 column.
+    if difficulty is not None and (isinstance(difficulty, bool) or not isinstance(difficulty, int)):
         raise TaskRowError(f"'difficulty' must be an integer, got {difficulty!r}")
+    if difficulty is not None and not 0 <= difficulty <= INT32_MAX:
+        raise TaskRowError(f"'difficulty' must be between 0 and {INT32_MAX}, got {difficulty}")
     environment = record.get("environment", "math")
     if environment not in ("math", "code", "chat"):
         raise TaskRowError(f"'environment' must be math, code or chat, got {environment!r}")
+    task_id = record.get("id", record.get("task_id", record.get("unique_id")))
+    if task_id is not None:
+        if isinstance(task_id, bool) or not isinstance(task_id, (str, int)):
+            raise TaskRowError(f"'id' must be text or an integer, got {task_id!r}")
+        task_id = str(task_id)
+        if not task_id.strip() or len(task_id) > MAX_ID_CHARS:
+            raise TaskRowError(f"'id' must be 1 to {MAX_ID_CHARS} characters")
     meta["shape"] = shape
     return {
-        "id": record.get("id", record.get("task_id", record.get("unique_id"))),
+        "id": task_id,
         "prompt": prompt.strip(),
         "reference": reference.strip(),
         "environment": environment,
@@ -87,23 +122,55 @@ def parse_task_record(record: Any) -> dict[str, Any]:
     }
 
 
-def load_jsonl_tasks(path: str | Path, batch_id: str, created_at: datetime, source: str | None = None) -> LoadedTasks:
-    """Read a task file line by line into task rows and quarantine rows."""
+def load_jsonl_tasks(
+    path: str | Path,
+    batch_id: str,
+    created_at: datetime,
+    source: str | None = None,
+    *,
+    max_prompt_tokens: int = DEFAULT_MAX_PROMPT_TOKENS,
+    count_tokens: Callable[[str], int] | None = None,
+) -> LoadedTasks:
+    """Read a task file line by line into task rows and quarantine rows.
+
+    A line that is not valid UTF-8, not valid JSON, not a task, has values that do not fit the
+    ``tasks`` table, or a prompt longer than ``max_prompt_tokens`` (counted with ``count_tokens``, the
+    policy's tokenizer; without one, UTF-8 bytes, which never undercount) is quarantined with its line
+    number and reason; the other lines still become tasks.
+    """
     path = Path(path)
     source = source or str(path)
+    count_tokens = count_tokens or utf8_bytes_as_tokens
     out = LoadedTasks()
     seen: set[str] = set()
-    with path.open("r", encoding="utf-8", errors="replace") as fh:
+    # Undecodable bytes become lone surrogates (not U+FFFD), so the line can be recognised and refused.
+    with path.open("r", encoding="utf-8", errors="surrogateescape") as fh:
         for lineno, raw in enumerate(fh, start=1):
             text = raw.rstrip("\n")
             if not text.strip():
                 continue
             try:
+                if _has_bad_utf8(text):
+                    text = text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+                    raise TaskRowError("not valid UTF-8: save the file as UTF-8")
                 try:
                     record = json.loads(text)
                 except json.JSONDecodeError as exc:
                     raise TaskRowError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
+                except RecursionError:
+                    raise TaskRowError("invalid JSON: nested too deeply") from None
                 task = parse_task_record(record)
+                # Bytes bound tokens from above, so the tokenizer runs only on prompts that might be too long.
+                n_tokens = utf8_bytes_as_tokens(task["prompt"])
+                if n_tokens > max_prompt_tokens:
+                    n_tokens = count_tokens(task["prompt"])
+                if n_tokens > max_prompt_tokens:
+                    raise TaskRowError(f"the prompt is {n_tokens:,} tokens; the limit is {max_prompt_tokens:,} "
+                                       "(shorten it, or raise max_prompt_tokens)")
+                try:
+                    json.dumps(task["metadata"], allow_nan=False)
+                except ValueError:
+                    raise TaskRowError("'metadata' holds NaN or infinity, which JSON cannot store") from None
                 task_id = str(task["id"]) if task["id"] is not None else f"{batch_id}-L{lineno:05d}"
                 if task_id in seen:
                     raise TaskRowError(f"duplicate task id {task_id!r} in this file")
