@@ -145,10 +145,13 @@ def _execute_cycle(run_config: dict, label: str, train: bool) -> str:
     """Run learning_cycle_job in this process on the instance, with a progress bar fed by its event log."""
     from dagster import DagsterEventType, DagsterInstance
 
+    from jobs.run_health import reap_dead_runs
     from tentalis_pipelines.definitions import defs
 
     job = defs.get_job_def("learning_cycle_job")
     instance = DagsterInstance.get()
+    for run_id in reap_dead_runs(instance):
+        err.print(f"[yellow]run {run_id} was killed earlier: marked failed and its gpu slot freed[/]")
     run_id = str(uuid.uuid4())
     outcome: dict = {}
 
@@ -317,10 +320,14 @@ def _print_serving(lake) -> None:
 
 
 def _reconcile(paths) -> dict:
+    from dagster import DagsterInstance
+
+    from jobs.run_health import reap_dead_runs
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.training.checkpoints import reconcile as run_reconcile
 
     report = run_reconcile(Lakehouse(paths.lakehouse), paths)
+    report["killed_runs_failed_and_slots_freed"] = reap_dead_runs(DagsterInstance.get())
     for key, items in report.items():
         if items:
             console.print(f"reconcile: {key.replace('_', ' ')}: {', '.join(items)}")
