@@ -10,6 +10,7 @@ from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_learning_cycle, task_inbox
+from tentalis_pipelines.redact import install_log_filter
 from tentalis_pipelines.resources import (
     BenchmarkResource,
     LakehouseResource,
@@ -18,6 +19,9 @@ from tentalis_pipelines.resources import (
     TrainerResource,
     env_or,
 )
+
+# Secrets never reach a log line: every process that loads the definitions redacts its log records.
+install_log_filter()
 
 defs = Definitions(
     assets=[tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],

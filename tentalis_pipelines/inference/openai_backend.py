@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines.inference.base import BackendNotAvailable, Generation, SamplingParams
+from tentalis_pipelines.redact import redact, register_secret
 
 DEFAULT_MAX_CONCURRENCY = 8
 
@@ -52,8 +53,10 @@ class OpenAIServerError(RuntimeError):
     """A request that failed for good: a status that is not retried, or every retry used up."""
 
     def __init__(self, message: str, *, url: str, status: int | None = None):
-        super().__init__(message)
-        self.url, self.status = url, status
+        # A provider may echo the request (its Authorization header, an api_key) in its error body, and
+        # the URL may carry user:password@: nothing of that may reach the event log or a table.
+        super().__init__(redact(message))
+        self.url, self.status = redact(url), status
 
 
 @dataclass
@@ -132,6 +135,7 @@ class OpenAIBackend:
         self.base_url = normalize_base_url(base_url)
         # The key is read from the environment, not from resource config, so it never shows in the UI.
         self.api_key = api_key if api_key is not None else os.environ.get("OPENAI_API_KEY")
+        register_secret(self.api_key)
         if tokenizer is None and model_dir is not None:
             from transformers import AutoTokenizer
 
