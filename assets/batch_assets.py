@@ -2,6 +2,7 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
 
+from assets.external import human_reviews
 from assets.partitions import task_batches
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
@@ -46,7 +47,7 @@ def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, polic
     return to_materialize_result(res, "rollouts")
 
 
-@asset(partitions_def=task_batches, deps=[rollouts], group_name="learning_loop", kinds={"delta"})
+@asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta"})
 def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """One score per parsed step: the calculator verifier, or the LLM judge with majority vote."""
     judge = review.judge(lakehouse.paths().models) if review.step_scorer == "judge" else None
@@ -54,7 +55,7 @@ def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, re
     return to_materialize_result(res, "step_scores")
 
 
-@asset(partitions_def=task_batches, deps=[step_scores], group_name="learning_loop", kinds={"delta"})
+@asset(partitions_def=task_batches, deps=[step_scores, rollouts, tasks, human_reviews], group_name="learning_loop", kinds={"delta"})
 def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """The manager's review of every rollout: score, critique and hint."""
     llm = review.llm_manager(lakehouse.paths().models) if review.manager == "llm" else None
@@ -62,7 +63,7 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
     return to_materialize_result(res, "reviews")
 
 
-@asset(partitions_def=task_batches, deps=[reviews], group_name="learning_loop", kinds={"delta"})
+@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"})
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
 ) -> MaterializeResult:
@@ -73,7 +74,7 @@ def trajectories(
     return to_materialize_result(res, "trajectories")
 
 
-@asset(partitions_def=task_batches, deps=[rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+@asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
 def step_labels(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """Math-Shepherd Monte-Carlo step labels (fraction of k continuations from each step prefix that
     reach the right answer): training data for a learned PRM. Not part of rollout_job: materialise on demand."""

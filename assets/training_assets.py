@@ -3,12 +3,12 @@
 
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
-from assets.batch_assets import to_materialize_result, trajectories
+from assets.batch_assets import rollouts, to_materialize_result, trajectories
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 
 
-@asset(deps=[trajectories], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+@asset(deps=[trajectories, rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
 def checkpoints(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
 ) -> MaterializeResult:

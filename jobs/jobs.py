@@ -67,7 +67,7 @@ def register_batch(context: OpExecutionContext, config: CycleConfig, lakehouse: 
     return batch_id
 
 
-@op
+@op(pool="gpu")  # loads a model: one model step at a time, with the assets' steps
 def process_batch(
     context: OpExecutionContext, batch_id: str, lakehouse: LakehouseResource, policy: PolicyResource,
     review: ReviewResource, trainer: TrainerResource,
@@ -89,7 +89,7 @@ def process_batch(
     return batch_id
 
 
-@op
+@op(pool="gpu")  # loads a model: one model step at a time, with the assets' steps
 def train_policy(
     context: OpExecutionContext, config: CycleConfig, batch_id: str, lakehouse: LakehouseResource,
     policy: PolicyResource, trainer: TrainerResource,
@@ -105,7 +105,7 @@ def train_policy(
     return str(res.metadata["checkpoint_id"])
 
 
-@op
+@op(pool="gpu")  # loads a model: one model step at a time, with the assets' steps
 def gate_checkpoint(
     context: OpExecutionContext, checkpoint_id: str | None, lakehouse: LakehouseResource, policy: PolicyResource,
     trainer: TrainerResource, bench: BenchmarkResource,

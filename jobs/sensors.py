@@ -2,6 +2,7 @@
 
 
 import json
+import os
 
 from dagster import (
     DefaultScheduleStatus,
@@ -25,7 +26,25 @@ from tentalis_pipelines.settings import inbox_settle_seconds
 from tentalis_pipelines.tasks.batches import RefusedEntry, register_file_batch, scan_inbox
 
 
-@sensor(job_name="rollout_job", minimum_interval_seconds=30, default_status=DefaultSensorStatus.RUNNING)
+def automation_on() -> bool:
+    """``$TENTALIS_AUTOMATION`` (``on`` | ``off``, default off): whether the sensors and the schedule
+    that launch model work start RUNNING. Off, nothing loads a model until a user turns automation on
+    (this switch, or each sensor's toggle in the UI), so the first `tentalis ui` launches nothing."""
+    value = os.environ.get("TENTALIS_AUTOMATION", "off").strip().lower()
+    if value not in ("on", "off", "1", "0", "true", "false"):
+        raise ValueError(f"TENTALIS_AUTOMATION={value!r}: use on or off")
+    return value in ("on", "1", "true")
+
+
+def automation_sensor_status() -> DefaultSensorStatus:
+    return DefaultSensorStatus.RUNNING if automation_on() else DefaultSensorStatus.STOPPED
+
+
+def automation_schedule_status() -> DefaultScheduleStatus:
+    return DefaultScheduleStatus.RUNNING if automation_on() else DefaultScheduleStatus.STOPPED
+
+
+@sensor(job_name="rollout_job", minimum_interval_seconds=30, default_status=automation_sensor_status())
 def task_inbox(context: SensorEvaluationContext, lakehouse: LakehouseResource):
     """Each new, settled ``$TENTALIS_HOME/inbox/*.jsonl`` file becomes a task batch (a dynamic partition,
     its input snapshotted) and one rollout run, exactly once: the batch id is the file name plus a hash
@@ -93,7 +112,7 @@ def _training_run_key(lakehouse: LakehouseResource) -> str:
     return f"train-trajectories-v{versions[0]}-checkpoints-v{versions[1]}"
 
 
-@sensor(job_name="train_job", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job_name="train_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
 def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseResource, trainer: TrainerResource):
     """Requests training once ``fresh_trajectory_threshold`` trajectories of the serving policy exist
     that no checkpoint has trained on."""
@@ -104,14 +123,14 @@ def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseRes
 
 
 @schedule(job_name="learning_cycle_job", cron_schedule="0 2 * * *", execution_timezone="UTC",
-          default_status=DefaultScheduleStatus.RUNNING)
+          default_status=automation_schedule_status())
 def nightly_learning_cycle(context: ScheduleEvaluationContext):
     """Nightly at 02:00 UTC: one learning cycle (a fresh seeded batch, rollouts, reviews, training on
     every fresh trajectory of the serving policy, the promotion gate on held-out tasks)."""
     return RunRequest(run_key=f"nightly-{context.scheduled_execution_time:%Y-%m-%d}", tags={"tentalis/trigger": "nightly"})
 
 
-@sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=DefaultSensorStatus.RUNNING)
+@sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
 def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource):
     """Every new checkpoint (and the base model, once) gets its benchmarks: a partition per checkpoint
     and one run per (checkpoint, benchmark), the gate benchmark first. Run keys make each run once."""

@@ -49,6 +49,43 @@ def _paths(home: str | None) -> Paths:
 
 HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
 
+# Columns that hold ids other commands take (checkpoint, batch and run ids) are never cut with "…": rich
+# shrinks the other columns first, and wraps an id only when nothing else can give way.
+_ID_COLUMNS = {"checkpoint_id", "parent", "from", "to", "value", "batch_id", "rollout_id", "task_id", "run_id"}
+
+
+def _add_column(table: Table, name: str, **kwargs) -> None:
+    if name in _ID_COLUMNS:
+        kwargs = {"no_wrap": True, **kwargs}
+    table.add_column(name, **kwargs)
+
+
+def _print_table(table: Table) -> None:
+    """Print at the table's natural width when the terminal is narrower: the terminal wraps the line,
+    but no id is cut or split by a character rich would insert."""
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+    if needed <= console.width:
+        console.print(table)
+    else:  # rich caps print(width=) at the console's width: a wider console of its own
+        Console(width=needed, force_terminal=console.is_terminal, no_color=console.no_color).print(table, crop=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"tentalis {version('tentalis')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Tentalis: LLM agents that learn from their manager's reviews."""
+
 
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection, OWASP).
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
@@ -276,7 +313,7 @@ def status(home: str | None = HomeOpt):
     s = summarize(Lakehouse(paths.lakehouse))
     t = Table(title=f"Tentalis at {paths.home}")
     t.add_column("what")
-    t.add_column("value", justify="right")
+    _add_column(t, "value", justify="right")
     for k in ("batches", "tasks", "rollouts", "trajectories", "quarantined"):
         t.add_row(k, str(s[k]))
     if s["last_batch"]:
@@ -288,11 +325,11 @@ def status(home: str | None = HomeOpt):
     if s["checkpoints"]:
         c = Table(title="checkpoints")
         for col in ("checkpoint_id", "parent", "promoted", "trajectories", "loss", "reward_mean"):
-            c.add_column(col)
+            _add_column(c, col)
         for cid, parent, promoted, n, metrics, _ in s["checkpoints"]:
             m = json.loads(metrics)
             c.add_row(cid, parent or "base", "yes" if promoted else "no", str(n), f"{m.get('loss', 0):.4f}", f"{m.get('reward_mean', 0):.3f}")
-        console.print(c)
+        _print_table(c)
     _print_serving(Lakehouse(paths.lakehouse))
 
 
@@ -309,11 +346,11 @@ def _print_serving(lake) -> None:
     if history:
         h = Table(title="serving history (newest last; the last row serves)")
         for col in ("seq", "from", "to", "action", "actor", "reason", "at"):
-            h.add_column(col)
+            _add_column(h, col)
         for r in history[-20:]:
             h.add_row(str(r["seq"]), r["from_checkpoint"], r["to_checkpoint"], r["action"], r["actor"], r["reason"],
                       f"{r['created_at']:%Y-%m-%d %H:%M:%S}")
-        console.print(h)
+        _print_table(h)
     for claim in ckpt.active_claims(lake):
         state = "training" if claim.alive() else "stale: `tentalis reconcile` settles it"
         console.print(f"training claim on {claim.policy_version}: {claim.holder()} ({state})")
@@ -418,10 +455,10 @@ def sql(
     else:
         t = Table()
         for c in result.column_names:
-            t.add_column(c)
+            _add_column(t, c)
         for r in rows:
             t.add_row(*[str(v) for v in r.values()])
-        console.print(t)
+        _print_table(t)
 
 
 @app.command()
@@ -630,7 +667,9 @@ def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web serv
         err.print(f"[red]workspace.yaml not found at {workspace}[/]: run `tentalis ui` from a Tentalis checkout")
         raise typer.Exit(2)
     os.chdir(root)
-    os.execvp("dagster", ["dagster", "dev", "-w", str(workspace), "-p", str(port)])
+    # The dagster next to this interpreter: `.venv/bin/tentalis ui` works without an activated venv.
+    dagster = Path(sys.executable).parent / "dagster"
+    os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), "-p", str(port)])
 
 
 if __name__ == "__main__":

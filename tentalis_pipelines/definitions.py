@@ -6,6 +6,7 @@ from dagster import Definitions
 
 from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
+from assets.external import human_reviews
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
@@ -24,7 +25,7 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],
     jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job, maintain_lakehouse_job],
     sensors=[task_inbox, fresh_trajectories, new_checkpoints],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],

@@ -83,3 +83,24 @@ def test_sql_csv_output_defuses_spreadsheet_formulas(home):
     rows = list(csv.DictReader(io.StringIO(out.stdout)))
     assert [r["source"] for r in rows] == ["'=HYPERLINK(\"http://x\",\"click\")", "'+1+2", "'@SUM(A1)", "'-3", "plain"]
     assert [r["line"] for r in rows] == ["0", "1", "2", "3", "4"]  # numbers are not text: left alone
+
+
+def test_ids_are_never_cut_in_a_narrow_terminal(home, monkeypatch):
+    """Checkpoint ids printed by `status` are the ones `promote`/`rollback` take: they must print whole."""
+    monkeypatch.setenv("COLUMNS", "60")
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    cid = "ckpt-20261122T115344-0e0f44"
+    lake.append("checkpoints", [{"checkpoint_id": cid, "parent_id": "ckpt-20261122T110000-aaaaaa", "base_model": "m",
+                                 "adapter_uri": "/x", "algorithm": "grpo", "config": "{}", "trained_on": ["b1"],
+                                 "trajectory_ids": ["r1"], "trajectory_count": 1, "metrics": "{}", "promoted": False,
+                                 "created_at": datetime.now(timezone.utc)}])
+    out = runner.invoke(app, ["status"])
+    assert out.exit_code == 0, out.output
+    assert cid in out.output and "ckpt-20261122T110000-aaaaaa" in out.output, out.output
+
+
+def test_version():
+    from importlib.metadata import version
+
+    out = runner.invoke(app, ["--version"])
+    assert out.exit_code == 0 and out.output.strip() == f"tentalis {version('tentalis')}"

@@ -1,0 +1,11 @@
+"""Tables that Tentalis reads but no asset writes: declared so the graph shows every input."""
+
+from dagster import AssetSpec
+
+human_reviews = AssetSpec(
+    "human_reviews",
+    group_name="inputs",
+    kinds={"delta"},
+    description="Human reviews of rollouts (score, critique, hint, reviewer), merged by rollout id by "
+    "`tentalis import-reviews FILE`; the `human` manager reads them when it builds `reviews`.",
+)
