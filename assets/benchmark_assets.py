@@ -16,6 +16,7 @@ from dagster import (
 )
 
 from assets.batch_assets import stage_metadata
+from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
@@ -35,6 +36,7 @@ benchmark_partitions = MultiPartitionsDefinition(
     group_name="evaluation",
     kinds={"delta", "pytorch"},
     pool="gpu",
+    metadata=table_definition_metadata("benchmark_results"),
     check_specs=[AssetCheckSpec("promotion_gate", asset="benchmark_results", blocking=True,
                                 description="Paired comparison with the incumbent; promotes the checkpoint unless it is worse beyond the 95% interval.")],
 )
@@ -48,7 +50,7 @@ def benchmark_results(
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
     res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
             max_new_tokens=bench.max_new_tokens)
-    meta = stage_metadata(res, "benchmark_results")
+    meta = stage_metadata(res, "benchmark_results", lakehouse.lakehouse())
     history = pipeline.benchmark_history(lake, benchmark)
     meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
     meta["plot"] = MetadataValue.md(history["plot"])

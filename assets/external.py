@@ -2,10 +2,13 @@
 
 from dagster import AssetSpec
 
+from assets.table_metadata import table_definition_metadata
+
 human_reviews = AssetSpec(
     "human_reviews",
     group_name="inputs",
     kinds={"delta"},
+    metadata=table_definition_metadata("human_reviews"),
     description="Human reviews of rollouts (score, critique, hint, reviewer), merged by rollout id by "
     "`tentalis import-reviews FILE`; the `human` manager reads them when it builds `reviews`.",
 )

@@ -4,11 +4,13 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from assets.batch_assets import rollouts, to_materialize_result, trajectories
+from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 
 
-@asset(deps=[trajectories, rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu")
+@asset(deps=[trajectories, rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
+       metadata=table_definition_metadata("checkpoints"))
 def checkpoints(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
 ) -> MaterializeResult:
@@ -18,4 +20,4 @@ def checkpoints(
         lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )
-    return to_materialize_result(res, "checkpoints")
+    return to_materialize_result(res, "checkpoints", lakehouse.lakehouse())

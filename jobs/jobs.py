@@ -85,7 +85,7 @@ def process_batch(
     ]
     for name, run in stages:
         res = run()
-        context.log_event(AssetMaterialization(asset_key=name, partition=batch_id, metadata=stage_metadata(res, name)))
+        context.log_event(AssetMaterialization(asset_key=name, partition=batch_id, metadata=stage_metadata(res, name, lake)))
     return batch_id
 
 
@@ -101,7 +101,7 @@ def train_policy(
         lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )
-    context.log_event(AssetMaterialization(asset_key="checkpoints", metadata=stage_metadata(res, "checkpoints")))
+    context.log_event(AssetMaterialization(asset_key="checkpoints", metadata=stage_metadata(res, "checkpoints", lakehouse.lakehouse())))
     return str(res.metadata["checkpoint_id"])
 
 

@@ -81,3 +81,19 @@ def test_model_work_is_opt_in(monkeypatch):
     monkeypatch.setenv("TENTALIS_AUTOMATION", "sometimes")
     with pytest.raises(ValueError, match="TENTALIS_AUTOMATION"):
         automation_on()
+
+
+def test_every_table_asset_shows_its_columns_and_name():
+    """Standard table metadata (issue 12): the UI lists each Delta table's columns before any run."""
+    from tentalis_pipelines.definitions import defs
+    from tentalis_pipelines.schemas import SCHEMAS
+
+    graph = defs.resolve_asset_graph()
+    tables = [k for k in graph.get_all_asset_keys() if k.to_user_string() in SCHEMAS]
+    assert len(tables) >= 8
+    for key in tables:
+        name = key.to_user_string()
+        meta = graph.get(key).metadata
+        columns = [c.name for c in meta["dagster/column_schema"].columns]
+        assert columns == SCHEMAS[name].names, name
+        assert meta["dagster/table_name"] == f"lakehouse.{name}"

@@ -88,6 +88,11 @@ def test_one_bad_line_costs_only_that_line(instance, home, tiny_model_dir):
     assert materialize([tasks, rollouts], partition_key=batch_id, instance=instance, resources=resources).success
     lake = Lakehouse(paths.lakehouse)
     assert sorted(t["prompt"] for t in lake.read("tasks").to_pylist()) == ["What is 1+1?", "What is 6*7?"]
+    from dagster import AssetKey
+
+    event = instance.get_latest_materialization_event(AssetKey("rollouts"))
+    meta = event.asset_materialization.metadata
+    assert meta["dagster/uri"].value == lake.uri("rollouts") and meta["dagster/row_count"].value == 4
     assert lake.count("rollouts") == 4
     q = {r["line"]: r["error"] for r in lake.read("quarantine").to_pylist()}
     assert set(q) == {2, 3, 4, 5, 6, 7}, q

@@ -1,0 +1,33 @@
+"""Standard Dagster table metadata for the Delta tables: column schema, table name and URI."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from dagster import MetadataValue, TableColumn, TableSchema
+
+from tentalis_pipelines.schemas import SCHEMAS
+
+
+def column_schema(table: str) -> TableSchema:
+    """The table's columns as Dagster shows them (name, Arrow type, nullability)."""
+    schema: pa.Schema = SCHEMAS[table]
+    return TableSchema(columns=[
+        TableColumn(name=f.name, type=str(f.type), constraints=None if f.nullable else _not_null())
+        for f in schema
+    ])
+
+
+def _not_null():
+    from dagster import TableColumnConstraints
+
+    return TableColumnConstraints(nullable=False)
+
+
+def table_definition_metadata(table: str) -> dict:
+    """Definition-time metadata: visible on the asset page before anything is materialised."""
+    return {"dagster/column_schema": column_schema(table), "dagster/table_name": f"lakehouse.{table}"}
+
+
+def table_uri_metadata(lake, table: str) -> dict:
+    """Materialisation-time metadata: where the Delta table lives."""
+    return {"dagster/uri": MetadataValue.path(lake.uri(table))}
