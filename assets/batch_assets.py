@@ -1,11 +1,19 @@
 """Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> trajectories (Delta tables)."""
 
-from dagster import AssetExecutionContext, MaterializeResult, MetadataValue, asset
+from dagster import (
+    AssetCheckResult,
+    AssetCheckSeverity,
+    AssetCheckSpec,
+    AssetExecutionContext,
+    MaterializeResult,
+    MetadataValue,
+    asset,
+)
 
 from assets.external import human_reviews
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
-from tentalis_pipelines import pipeline
+from tentalis_pipelines import pipeline, quality
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 
 
@@ -31,24 +39,37 @@ def stage_metadata(result: pipeline.StageResult, table: str, lake=None) -> dict:
     return meta
 
 
-def to_materialize_result(result: pipeline.StageResult, table: str, lake=None) -> MaterializeResult:
-    return MaterializeResult(metadata=stage_metadata(result, table, lake))
+def to_materialize_result(result: pipeline.StageResult, table: str, lake=None, checks=()) -> MaterializeResult:
+    return MaterializeResult(metadata=stage_metadata(result, table, lake), check_results=list(checks))
 
 
-@asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("tasks"))
+def check_result(name: str, outcome: quality.CheckOutcome) -> AssetCheckResult:
+    """A data-quality outcome as a Dagster check result (a failure is an ERROR: it says the data is wrong)."""
+    meta = {k: MetadataValue.int(v) if isinstance(v, int) else MetadataValue.text(str(v)) for k, v in outcome.metadata.items()}
+    return AssetCheckResult(check_name=name, passed=outcome.passed, description=outcome.description, metadata=meta,
+                            severity=AssetCheckSeverity.ERROR)
+
+
+@asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("tasks"),
+       check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item (contaminated tasks are quarantined at load; this confirms none remain).")])
 def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, and prompts
     longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
     paths = lakehouse.paths()
-    result = pipeline.build_tasks(lakehouse.lakehouse(), paths, context.partition_key, policy.settings())
-    return to_materialize_result(result, "tasks", lakehouse.lakehouse())
+    lake = lakehouse.lakehouse()
+    result = pipeline.build_tasks(lake, paths, context.partition_key, policy.settings())
+    checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key))]
+    return to_materialize_result(result, "tasks", lake, checks)
 
 
-@asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu", metadata=table_definition_metadata("rollouts"))
+@asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu", metadata=table_definition_metadata("rollouts"),
+       check_specs=[AssetCheckSpec("rollouts_per_task", asset="rollouts", description="Every task has exactly num_generations rollouts.")])
 def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """`num_generations` sampled answers per task from the serving checkpoint (the serving pointer; or the base model)."""
-    res = pipeline.build_rollouts(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
-    return to_materialize_result(res, "rollouts", lakehouse.lakehouse())
+    lake, settings = lakehouse.lakehouse(), policy.settings()
+    res = pipeline.build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)
+    checks = [check_result("rollouts_per_task", quality.rollouts_per_task(lake, context.partition_key, settings.num_generations))]
+    return to_materialize_result(res, "rollouts", lake, checks)
 
 
 @asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("step_scores"))
@@ -59,23 +80,27 @@ def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, re
     return to_materialize_result(res, "step_scores", lakehouse.lakehouse())
 
 
-@asset(partitions_def=task_batches, deps=[step_scores, rollouts, tasks, human_reviews], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("reviews"))
+@asset(partitions_def=task_batches, deps=[step_scores, rollouts, tasks, human_reviews], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("reviews"),
+       check_specs=[AssetCheckSpec("one_review_per_rollout", asset="reviews", description="Every rollout has exactly one review, and every review names a rollout of the batch.")])
 def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """The manager's review of every rollout: score, critique and hint."""
     llm = review.llm_manager(lakehouse.paths().models) if review.manager == "llm" else None
-    res = pipeline.build_reviews(lakehouse.lakehouse(), context.partition_key, review.manager, llm_manager=llm)
-    return to_materialize_result(res, "reviews", lakehouse.lakehouse())
+    lake = lakehouse.lakehouse()
+    res = pipeline.build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
+    checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]
+    return to_materialize_result(res, "reviews", lake, checks)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"))
+@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
+       check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
 ) -> MaterializeResult:
     """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group advantage."""
-    res = pipeline.build_trajectories(
-        lakehouse.lakehouse(), context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens)
-    )
-    return to_materialize_result(res, "trajectories", lakehouse.lakehouse())
+    lake = lakehouse.lakehouse()
+    res = pipeline.build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens))
+    checks = [check_result("rewards_in_range", quality.rewards_in_range(lake, context.partition_key))]
+    return to_materialize_result(res, "trajectories", lake, checks)
 
 
 @asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu", metadata=table_definition_metadata("step_labels"))

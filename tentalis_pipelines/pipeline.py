@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines import quality
 from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams, make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
@@ -133,6 +134,21 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
     if policy is not None:
         options = {"max_prompt_tokens": policy.max_prompt_tokens, "count_tokens": prompt_token_counter(policy, paths)}
     loaded = load_batch(paths.batches, batch_id, now_utc(), **options)
+    # Fail closed on contamination: a task that is a held-out gate item or an evaluated benchmark item
+    # (after case/space/punctuation folding) is quarantined, never trained on. Seeded arithmetic batches
+    # do collide now and then (2 of 4,784 level-1 prompts of seeds 1-299 are held-out items).
+    held = quality.held_out_prompts(lake)
+    kept = []
+    for task in loaded.tasks:
+        match = held.get(quality.normalize_prompt(task["prompt"]))
+        if match is None:
+            kept.append(task)
+        else:
+            loaded.rejects.append({"source": task["source"], "line": None, "raw": json.dumps(task, default=str)[:10000],
+                                   "error": f"task {task['task_id']} is the held-out/benchmark item {match}: "
+                                            "training on it would contaminate the evaluation",
+                                   "batch_id": batch_id, "stage": "tasks"})
+    loaded.tasks = kept
     rows = loaded.tasks
     try:
         to_table("tasks", rows)

@@ -46,7 +46,11 @@ def test_inbox_batch_with_malformed_lines_runs_and_reruns_idempotently(instance,
     assets = [tasks, rollouts, step_scores, reviews, trajectories]
     lake = Lakehouse(paths.lakehouse)
 
-    assert materialize(assets, partition_key=batch_id, instance=instance, resources=resources).success
+    first = materialize(assets, partition_key=batch_id, instance=instance, resources=resources)
+    assert first.success
+    checks = {e.check_name: e.passed for e in first.get_asset_check_evaluations()}
+    assert checks == {"no_held_out_items": True, "rollouts_per_task": True, "one_review_per_rollout": True,
+                      "rewards_in_range": True}
     counts = {t: lake.count(t) for t in TABLES}
     assert counts["tasks"] == 3 and counts["rollouts"] == 9 and counts["trajectories"] == 9 and counts["reviews"] == 9
     q = lake.read("quarantine").to_pylist()

@@ -1,0 +1,99 @@
+"""Data-quality checks on a batch's tables: plain functions that Dagster asset checks report.
+
+Each check returns a :class:`CheckOutcome` (passed, a one-line description, numbers for the UI). The
+assets attach them as asset checks; ``no_held_out_items`` is blocking, so a batch that contains a gate
+or benchmark item never reaches rollouts or training.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from tentalis_pipelines.lakehouse import Lakehouse
+
+
+@dataclass(frozen=True)
+class CheckOutcome:
+    passed: bool
+    description: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def normalize_prompt(text: str) -> str:
+    """Case, whitespace and punctuation folded, so trivially reformatted copies still match."""
+    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
+
+
+def held_out_prompts(lake: Lakehouse) -> dict[str, str]:
+    """``{normalized prompt: item}`` of the held-out gate set and every benchmark item ever evaluated."""
+    from tentalis_pipelines.evaluation.benchmarks import load_benchmark
+
+    _, items = load_benchmark("arithmetic")
+    out = {normalize_prompt(it.prompt): f"arithmetic/{it.item_id}" for it in items}
+    if lake.exists("benchmark_items"):
+        for row in lake.read("benchmark_items", columns=["benchmark", "item_id", "prompt"]).to_pylist():
+            if row["prompt"]:
+                out.setdefault(normalize_prompt(row["prompt"]), f"{row['benchmark']}/{row['item_id']}")
+    return out
+
+
+def no_held_out_items(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """No task of the batch is a held-out or benchmark item (exact after normalisation)."""
+    held = held_out_prompts(lake)
+    hits = []
+    for t in lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist():
+        match = held.get(normalize_prompt(t["prompt"]))
+        if match:
+            hits.append(f"{t['task_id']} = {match}")
+    if hits:
+        return CheckOutcome(False, f"{len(hits)} task(s) are held-out or benchmark items: {', '.join(hits[:5])}",
+                            {"contaminated": len(hits)})
+    return CheckOutcome(True, f"no task matches any of {len(held)} held-out/benchmark items", {"compared_with": len(held)})
+
+
+def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
+    """Every task of the batch has exactly ``num_generations`` rollouts."""
+    tasks = {t["task_id"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id"]).to_pylist()}
+    counts = Counter(r["task_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["task_id"]).to_pylist())
+    wrong = sorted(t for t in tasks | set(counts) if counts.get(t, 0) != num_generations or t not in tasks)
+    if wrong:
+        return CheckOutcome(False, f"{len(wrong)} task(s) without exactly {num_generations} rollouts: {', '.join(wrong[:5])}",
+                            {"tasks": len(tasks), "wrong": len(wrong)})
+    return CheckOutcome(True, f"{len(tasks)} tasks x {num_generations} rollouts", {"tasks": len(tasks)})
+
+
+def one_review_per_rollout(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """Every rollout of the batch has exactly one review, and every review names a rollout of the batch."""
+    rollouts = {r["rollout_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["rollout_id"]).to_pylist()}
+    counts = Counter(r["rollout_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["rollout_id"]).to_pylist())
+    missing = sorted(rollouts - set(counts))
+    doubled = sorted(r for r, n in counts.items() if n > 1)
+    orphans = sorted(set(counts) - rollouts)
+    if missing or doubled or orphans:
+        return CheckOutcome(False, f"{len(missing)} rollout(s) without a review, {len(doubled)} reviewed twice, "
+                            f"{len(orphans)} review(s) of unknown rollouts",
+                            {"missing": len(missing), "doubled": len(doubled), "orphans": len(orphans)})
+    return CheckOutcome(True, f"{len(rollouts)} rollouts, one review each", {"rollouts": len(rollouts)})
+
+
+def rewards_in_range(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """Rewards and advantages are finite; outcome, format and manager scores lie in [0, 1]."""
+    bad = []
+    for r in lake.read("trajectories", batch_id=batch_id).to_pylist():
+        for name in ("reward", "advantage"):
+            v = r[name]
+            if v is None or not math.isfinite(v):
+                bad.append(f"{r['rollout_id']}.{name}={v}")
+        for name in ("outcome_reward", "format_reward", "manager_score"):
+            v = r[name]
+            if v is not None and not (math.isfinite(v) and 0.0 <= v <= 1.0):
+                bad.append(f"{r['rollout_id']}.{name}={v}")
+        if any(not math.isfinite(x) for x in r["step_advantages"] or []):
+            bad.append(f"{r['rollout_id']}.step_advantages")
+    if bad:
+        return CheckOutcome(False, f"{len(bad)} value(s) out of range or not finite: {', '.join(bad[:5])}", {"bad": len(bad)})
+    return CheckOutcome(True, "every reward and advantage finite, scores in [0, 1]")
