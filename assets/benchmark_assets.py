@@ -1,13 +1,8 @@
-"""Benchmarks as downstream assets of checkpoints, and the promotion gate."""
+"""Benchmarks as downstream assets of checkpoints, the learning curve, and the judge on ProcessBench."""
 
 from dagster import (
-    AssetCheckResult,
-    AssetCheckSeverity,
-    AssetCheckSpec,
     AssetExecutionContext,
-    AssetMaterialization,
     Config,
-    DynamicPartitionsDefinition,
     MaterializeResult,
     MetadataValue,
     MultiPartitionsDefinition,
@@ -16,15 +11,14 @@ from dagster import (
 )
 
 from assets.batch_assets import stage_metadata
+from assets.partitions import checkpoint_ids
 from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
-from tentalis_pipelines import pipeline
+from tentalis_pipelines import pipeline, promotion
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
-from tentalis_pipelines.training import serving
 
 # One partition per checkpoint ("base" for the base model) x benchmark.
-checkpoint_ids = DynamicPartitionsDefinition(name="checkpoint_ids")
 benchmark_partitions = MultiPartitionsDefinition(
     {"checkpoint": checkpoint_ids, "benchmark": StaticPartitionsDefinition(list(BENCHMARKS))}
 )
@@ -37,53 +31,29 @@ benchmark_partitions = MultiPartitionsDefinition(
     kinds={"delta", "pytorch"},
     pool="gpu",
     metadata=table_definition_metadata("benchmark_results"),
-    check_specs=[AssetCheckSpec("promotion_gate", asset="benchmark_results", blocking=True,
-                                description="Paired comparison with the incumbent; promotes the checkpoint unless it is worse beyond the 95% interval.")],
 )
 def benchmark_results(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, bench: BenchmarkResource
 ) -> MaterializeResult:
     """A checkpoint's accuracy on one benchmark (strict, lenient, format rate, 95% bootstrap interval),
-    with one `benchmark_items` row per item. On the gate benchmark, the promotion gate decides."""
+    with one `benchmark_items` row per item. The promotion gate reads these (the `serving` asset)."""
     keys = context.partition_key.keys_by_dimension
     checkpoint_id, benchmark = keys["checkpoint"], keys["benchmark"]
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
     res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
-            max_new_tokens=bench.max_new_tokens)
-    meta = stage_metadata(res, "benchmark_results", lakehouse.lakehouse())
-    history = pipeline.benchmark_history(lake, benchmark)
-    meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
-    meta["plot"] = MetadataValue.md(history["plot"])
-    if checkpoint_id == "base" or benchmark != bench.gate_benchmark:
-        check = AssetCheckResult(check_name="promotion_gate", passed=True,
-                                 metadata={"decision": "not gated (base model or not the gate benchmark)"})
-        return MaterializeResult(metadata=meta, check_results=[check])
-    incumbent = pipeline.incumbent_for(lake, checkpoint_id)
-    if not pipeline.item_correctness(lake, incumbent, benchmark):
-        inc_res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), incumbent, benchmark, limit=bench.limit, seed=bench.seed,
-            max_new_tokens=bench.max_new_tokens)
-        context.log_event(AssetMaterialization(asset_key="benchmark_results", partition=f"{benchmark}|{incumbent}",
-                                               metadata=stage_metadata(inc_res, "benchmark_results")))
-    incumbent, decision = pipeline.decide_promotion(lake, checkpoint_id, benchmark, margin=bench.gate_margin)
-    check = AssetCheckResult(
-        check_name="promotion_gate",
-        passed=decision.promote,
-        severity=AssetCheckSeverity.ERROR,
-        metadata={"incumbent": incumbent, "reason": decision.reason, "serving": serving.serving_checkpoint(lake),
-                  **{k: MetadataValue.float(float(v)) for k, v in decision.as_dict().items() if isinstance(v, float)},
-                  "n_paired": decision.n_paired},
-    )
-    return MaterializeResult(metadata=meta, check_results=[check])
+                                           max_new_tokens=bench.max_new_tokens)
+    meta = stage_metadata(res, "benchmark_results", lake)
+    meta["accuracy_per_checkpoint"] = MetadataValue.md(promotion.benchmark_history(lake, benchmark)["history"])
+    return MaterializeResult(metadata=meta)
 
 
-@asset(deps=[benchmark_results], group_name="evaluation", kinds={"delta"})
+@asset(deps=[benchmark_results, checkpoints], group_name="evaluation", kinds={"delta"})
 def learning_curve(lakehouse: LakehouseResource, bench: BenchmarkResource) -> MaterializeResult:
-    """Held-out accuracy (strict and lenient, 95% bootstrap intervals) and format rate of every
-    checkpoint on the gate benchmark, base first: the table and a PNG plot."""
+    """Held-out accuracy (strict and lenient, 95% bootstrap intervals, paired difference against the base
+    model) and format rate of every checkpoint on the gate benchmark, base first: the table and a PNG plot."""
     lake = lakehouse.lakehouse()
-    history = pipeline.benchmark_history(lake, bench.gate_benchmark)
-    n = sum(1 for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == bench.gate_benchmark)
-    return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": n,
+    history = promotion.benchmark_history(lake, bench.gate_benchmark)
+    return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": history["rows"],
                                        "curve": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})
 
 

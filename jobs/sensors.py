@@ -1,10 +1,16 @@
-"""Sensors and schedules: new task files start rollouts; fresh trajectories and the night start training."""
+"""Sensors and schedules: the automation that chains the asset jobs into learning cycles.
+
+New inbox files and the nightly schedule start ``rollout_job``; fresh trajectories (or a finished
+nightly batch) start ``train_job``; checkpoints without results start ``benchmark_job``; complete gate
+results start ``promotion_job``. Everything that loads a model is off until automation is turned on.
+"""
 
 
 import json
 import os
 
 from dagster import (
+    DagsterRunStatus,
     DefaultScheduleStatus,
     DefaultSensorStatus,
     MultiPartitionKey,
@@ -18,12 +24,16 @@ from dagster import (
     sensor,
 )
 
-from assets.benchmark_assets import checkpoint_ids
-from assets.partitions import task_batches
-from tentalis_pipelines import pipeline
-from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, TrainerResource
+from assets.partitions import checkpoint_ids, task_batches
+from tentalis_pipelines import pipeline, promotion
+from tentalis_pipelines.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
 from tentalis_pipelines.settings import inbox_settle_seconds
-from tentalis_pipelines.tasks.batches import RefusedEntry, register_file_batch, scan_inbox
+from tentalis_pipelines.tasks.batches import (
+    RefusedEntry,
+    register_file_batch,
+    register_nightly_batch,
+    scan_inbox,
+)
 
 
 def automation_on() -> bool:
@@ -112,37 +122,81 @@ def _training_run_key(lakehouse: LakehouseResource) -> str:
     return f"train-trajectories-v{versions[0]}-checkpoints-v{versions[1]}"
 
 
+def _finished_cycle_batches(context: SensorEvaluationContext) -> set[str]:
+    """Task batches whose nightly-cycle rollout run succeeded (the cycle trains on them next)."""
+    records = context.instance.get_run_records(
+        filters=RunsFilter(job_name="rollout_job", statuses=[DagsterRunStatus.SUCCESS], tags={"tentalis/trigger": "nightly"}), limit=20)
+    return {r.dagster_run.tags.get("dagster/partition") for r in records} - {None}
+
+
 @sensor(job_name="train_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
 def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseResource, trainer: TrainerResource):
-    """Requests training once ``fresh_trajectory_threshold`` trajectories of the serving policy exist
-    that no checkpoint has trained on."""
-    n = pipeline.fresh_trajectory_count(lakehouse.lakehouse(), lakehouse.paths())
-    if n < trainer.fresh_trajectory_threshold:
-        return SkipReason(f"{n} fresh trajectories; training starts at {trainer.fresh_trajectory_threshold}")
-    return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n)})
+    """Requests training when ``fresh_trajectory_threshold`` trajectories of the serving policy exist that
+    no checkpoint has trained on, or when a nightly cycle's rollouts have finished and their trajectories
+    are fresh. The run key is the data's state (table versions), so one state trains once."""
+    lake, paths = lakehouse.lakehouse(), lakehouse.paths()
+    version, _ = pipeline.current_policy(lake, paths)
+    fresh = pipeline.fresh_trajectories(lake, version)
+    n = fresh.num_rows
+    cycle = sorted(set(fresh.column("batch_id").to_pylist()) & _finished_cycle_batches(context)) if n else []
+    if n < trainer.fresh_trajectory_threshold and not cycle:
+        return SkipReason(f"{n} fresh trajectories; training starts at {trainer.fresh_trajectory_threshold} "
+                          "or after a nightly cycle's rollouts")
+    why = f"nightly cycle batch {cycle[0]}" if cycle else f"{n} fresh trajectories"
+    return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n), "tentalis/reason": why})
 
 
-@schedule(job_name="learning_cycle_job", cron_schedule="0 2 * * *", execution_timezone="UTC",
+@schedule(job_name="rollout_job", cron_schedule="0 2 * * *", execution_timezone="UTC",
           default_status=automation_schedule_status())
-def nightly_learning_cycle(context: ScheduleEvaluationContext):
-    """Nightly at 02:00 UTC: one learning cycle (a fresh seeded batch, rollouts, reviews, training on
-    every fresh trajectory of the serving policy, the promotion gate on held-out tasks)."""
-    return RunRequest(run_key=f"nightly-{context.scheduled_execution_time:%Y-%m-%d}", tags={"tentalis/trigger": "nightly"})
+def nightly_learning_cycle(context: ScheduleEvaluationContext, lakehouse: LakehouseResource, cycle: CycleResource):
+    """Nightly at 02:00 UTC, one learning cycle: a fresh seeded arithmetic batch (registered as a
+    ``task_batches`` partition) and its ``rollout_job`` run. The chain goes on by itself:
+    ``fresh_trajectories`` trains on the batch, ``new_checkpoints`` benchmarks the checkpoint and
+    ``gate_ready`` runs the promotion gate. A re-evaluated tick reuses the night's batch."""
+    day = f"{context.scheduled_execution_time:%Y%m%d}"
+    batch_id = register_nightly_batch(lakehouse.paths().batches, day, num_tasks=cycle.num_tasks, levels=tuple(cycle.levels))
+    # Schedules cannot return partition requests (sensors can); the snapshot above exists first, so the
+    # partition never points at a missing input.
+    if not context.instance.has_dynamic_partition(task_batches.name, batch_id):
+        context.instance.add_dynamic_partitions(task_batches.name, [batch_id])
+    return RunRequest(run_key=f"nightly-{day}", partition_key=batch_id,
+                      tags={"tentalis/trigger": "nightly", "tentalis/cycle": f"nightly-{day}"})
 
 
 @sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
 def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource):
-    """Every new checkpoint (and the base model, once) gets its benchmarks: a partition per checkpoint
-    and one run per (checkpoint, benchmark), the gate benchmark first. Run keys make each run once."""
+    """Every checkpoint (and the base model) gets a run of every configured benchmark it has no result
+    for, the gate benchmark first: one ``benchmark_results`` partition (checkpoint x benchmark) each.
+    Results written by any path (the CLI, CI, a run from the UI) count, and run keys make each request once."""
     lake = lakehouse.lakehouse()
-    ids = ["base"] + [r["checkpoint_id"] for r in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
-    new = [c for c in ids if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)]
-    if not new:
-        return SkipReason("no new checkpoints")
-    order = [bench.gate_benchmark] + [b for b in bench.benchmarks if b != bench.gate_benchmark]
-    requests = [
-        RunRequest(run_key=f"{c}|{b}", partition_key=MultiPartitionKey({"checkpoint": c, "benchmark": b}))
-        for c in new
-        for b in order
-    ]
-    return SensorResult(run_requests=requests, dynamic_partitions_requests=[checkpoint_ids.build_add_request(new)])
+    ids = ["base"]
+    if lake.exists("checkpoints"):
+        ids += [r["checkpoint_id"] for r in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
+    done = set()
+    if lake.exists("benchmark_results"):
+        done = {(r["checkpoint_id"], r["benchmark"]) for r in lake.read("benchmark_results", columns=["checkpoint_id", "benchmark"]).to_pylist()}
+    order = list(dict.fromkeys([bench.gate_benchmark, *bench.benchmarks]))
+    todo = [(c, b) for c in ids for b in order if (c, b) not in done]
+    if not todo:
+        return SkipReason("every checkpoint has every configured benchmark")
+    new = sorted({c for c, _ in todo if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)})
+    requests = [RunRequest(run_key=f"{c}|{b}", partition_key=MultiPartitionKey({"checkpoint": c, "benchmark": b})) for c, b in todo]
+    return SensorResult(run_requests=requests, dynamic_partitions_requests=[checkpoint_ids.build_add_request(new)] if new else [])
+
+
+@sensor(job_name="promotion_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
+def gate_ready(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource, trainer: TrainerResource):
+    """Runs the promotion gate for the newest checkpoint without a decision, once the gate benchmark's
+    results of it and of its incumbent are in (``trainer.promotion = gate``)."""
+    if trainer.promotion != "gate":
+        return SkipReason(f"trainer.promotion = {trainer.promotion}: no gate")
+    lake = lakehouse.lakehouse()
+    pending = promotion.undecided_checkpoints(lake, bench.gate_benchmark)
+    if not pending:
+        return SkipReason("no checkpoint awaits a gate decision")
+    candidate = pending[-1]
+    missing = promotion.missing_results(lake, candidate, bench.gate_benchmark)
+    if missing:
+        return SkipReason(f"{candidate} waits for {bench.gate_benchmark} results of {', '.join(missing)}")
+    return RunRequest(run_key=f"gate|{candidate}", run_config={"ops": {"serving": {"config": {"checkpoint_id": candidate}}}},
+                      tags={"tentalis/candidate": candidate})

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tentalis_pipelines.evaluation.benchmarks import gate_decision
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.pipeline import item_correctness
+from tentalis_pipelines.promotion import item_correctness
 
 FIELDS = ["label", "seed", "commit", "checkpoint", "checkpoint_id", "minutes", "accuracy", "ci_low", "ci_high",
           "lenient_accuracy", "format_rate", "vs_base", "vs_base_ci_low", "vs_base_ci_high", "promoted"]

@@ -7,14 +7,11 @@ import io
 import json
 import os
 import sys
-import threading
 import time
-import uuid
 from pathlib import Path
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from tentalis_pipelines.settings import Paths
@@ -119,31 +116,18 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
     _reconcile(paths)
 
 
-STAGES = ["register_batch", "tasks", "rollouts", "step_scores", "reviews", "trajectories", "checkpoints", "gate_checkpoint"]
-
-
-def _cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, gate_limit=None, levels=None, trainer=None,
-                  backend=None) -> dict:
-    op_cfg = {"num_tasks": num_tasks, "seed": seed, "train": train}
-    if levels:
-        op_cfg["levels"] = levels
-    # Only the fields set here; model and base_url stay None, which the resource reads from
-    # $TENTALIS_MODEL / $OPENAI_BASE_URL when it is used.
+def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None) -> dict:
+    """Run config for the resources: only the fields set here. model and base_url stay unset, so the
+    policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
     policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
     if backend:
         policy["backend"] = backend
-    cfg = {
-        "ops": {"register_batch": {"config": op_cfg}, "train_policy": {"config": op_cfg}},
-        "resources": {"policy": {"config": policy}},
-        # Progress comes from the event log, and a failure is summarised in one line by the CLI; the full
-        # error and traceback stay in the run's event log (`tentalis ui`).
-        "loggers": {"console": {"config": {"log_level": "CRITICAL"}}},
-    }
+    out: dict = {"policy": {"config": policy}}
     if gate_limit:
-        cfg["resources"]["bench"] = {"config": {"limit": gate_limit}}
+        out["bench"] = {"config": {"limit": gate_limit}}
     if trainer:
-        cfg["resources"]["trainer"] = {"config": trainer}
-    return cfg
+        out["trainer"] = {"config": trainer}
+    return out
 
 
 def _check_policy_settings(backend: str | None = None) -> str:
@@ -170,64 +154,34 @@ def _fail(message: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
-def _root_error(error) -> str:
-    """The innermost cause of a Dagster error, as one line (Dagster wraps the step's own exception)."""
-    while getattr(error, "cause", None) is not None:
-        error = error.cause
-    lines = (error.message or "").strip().splitlines()
-    return lines[0] if lines else error.cls_name or "unknown error"
 
+def _execute_cycle(opts, label: str) -> dict:
+    """One learning cycle as runs of the asset jobs on the instance (jobs/cycle.py), each shown as it ends."""
+    from dagster import DagsterInstance
 
-def _execute_cycle(run_config: dict, label: str, train: bool) -> str:
-    """Run learning_cycle_job in this process on the instance, with a progress bar fed by its event log."""
-    from dagster import DagsterEventType, DagsterInstance
-
+    from jobs.cycle import CycleFailed, run_cycle
     from jobs.run_health import reap_dead_runs
     from tentalis_pipelines.definitions import defs
 
-    job = defs.get_job_def("learning_cycle_job")
     instance = DagsterInstance.get()
     for run_id in reap_dead_runs(instance):
         err.print(f"[yellow]run {run_id} was killed earlier: marked failed and its gpu slot freed[/]")
-    run_id = str(uuid.uuid4())
-    outcome: dict = {}
+    status = console.status(f"{label}: registering the batch")
 
-    def target():
-        try:
-            outcome["result"] = job.execute_in_process(run_config=run_config, instance=instance, run_id=run_id, raise_on_error=False)
-        except Exception as exc:  # surfaced below
-            outcome["error"] = exc
+    def started(what: str) -> None:
+        status.update(f"{label}: {what}")
 
-    worker = threading.Thread(target=target, daemon=True)
-    stages = STAGES if train else STAGES[:-2]
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=console) as progress:
-        bar = progress.add_task(label, total=len(stages))
-        worker.start()
-        done: set[str] = set()
-        while worker.is_alive() or len(done) < len(stages):
-            time.sleep(1.0)
-            for rec in instance.all_logs(run_id, of_type={DagsterEventType.ASSET_MATERIALIZATION, DagsterEventType.STEP_SUCCESS}):
-                ev = rec.dagster_event
-                name = ev.asset_key.to_user_string() if ev.is_step_materialization else ev.step_key
-                if name in stages and name not in done:
-                    done.add(name)
-                    progress.advance(bar)
-                    progress.console.print(f"  [green]✓[/] {name}")
-            progress.update(bar, description=f"{label}: {next((s for s in stages if s not in done), 'done')}")
-            if not worker.is_alive():
-                break
-        worker.join()
-    if "error" in outcome:
-        _fail(f"the run could not start: {type(outcome['error']).__name__}: {outcome['error']}", 1)
-    result = outcome["result"]
-    if not result.success:
-        # One line per failed step (its own error, not the framework's wrapping); RUN_FAILURE events carry
-        # no step data, so only step failures are read here.
-        lines = [f"{ev.step_key} failed: {_root_error(ev.step_failure_data.error)}"
-                 for ev in result.all_events if ev.is_step_failure and ev.step_failure_data is not None]
-        _fail("; ".join(lines) or f"run {run_id} failed (see `tentalis ui`)", 1)
-    return run_id
+    def finished(run) -> None:
+        where = f" [dim]{run.partition}[/]" if run.partition else ""
+        console.print(f"  [green]✓[/] {run.job}{where} [dim]{run.seconds:.0f} s, run {run.run_id}[/]")
+
+    try:
+        with status:
+            return run_cycle(defs, instance, _paths(None), opts, on_run=finished, on_start=started)
+    except CycleFailed as exc:
+        _fail(str(exc), 1)
+    except (ValueError, OSError) as exc:  # refused before any job ran (a bad seed, a full disk)
+        _fail(str(exc), 1)
 
 
 @app.command()
@@ -240,16 +194,56 @@ def run(
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
 ):
-    """Run one learning cycle (learning_cycle_job) on the Dagster instance, with progress."""
+    """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
+    benchmark_job and promotion_job (the gate), each a run of its own job."""
+    from jobs.cycle import CycleOptions
+
     _paths(home)
     backend = _check_policy_settings(backend)
     if seed is not None:
         _check_seed(seed)
     t0 = time.time()
-    run_id = _execute_cycle(_cycle_config(num_tasks, seed, num_generations, max_new_tokens, train, backend=backend),
-                            "learning cycle", train)
-    console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s (run {run_id})")
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train,
+                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
+    out = _execute_cycle(opts, "learning cycle")
+    gate = out["decision"]
+    console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
+                  + (f"; gate: {gate['reason']}" if gate else ""))
     status(home=None)
+
+
+batch_app = typer.Typer(help="Task batches (the task_batches partitions).")
+app.add_typer(batch_app, name="batch")
+
+
+@batch_app.command("new")
+def batch_new(
+    home: str | None = HomeOpt,
+    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2."),
+):
+    """Register a seeded arithmetic batch as a task_batches partition and print its id (for
+    `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
+    from dagster import DagsterInstance
+
+    from jobs.cycle import register_batch
+
+    paths = _paths(home)
+    if seed is not None:
+        _check_seed(seed)
+    batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(_parse_levels(levels)))
+    typer.echo(batch_id)
+
+
+def _parse_levels(levels: str) -> list[int]:
+    try:
+        lv = [int(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        lv = []
+    if not lv or any(level not in (1, 2, 3, 4) for level in lv):
+        _fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+    return lv
 
 
 @app.command()
@@ -272,20 +266,12 @@ def learn(
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
     paths = _paths(home)
-    from dagster import DagsterInstance, materialize
-
-    from assets.benchmark_assets import learning_curve
-    from tentalis_pipelines.definitions import defs
+    from jobs.cycle import CycleOptions
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.pipeline import benchmark_history
+    from tentalis_pipelines.promotion import benchmark_history
 
     _check_policy_settings()
-    try:
-        lv = [int(x) for x in levels.split(",") if x.strip()]
-    except ValueError:
-        lv = []
-    if not lv or any(level not in (1, 2, 3, 4) for level in lv):
-        _fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+    lv = _parse_levels(levels)
     if not learning_rate > 0:
         _fail(f"--learning-rate {learning_rate}: must be above 0 (the recipe uses 2e-4)")
     if loss_type not in ("grpo", "dr_grpo", "dapo", "cispo", "gspo"):
@@ -295,10 +281,9 @@ def learn(
         trainer["seed"] = seed
     t0 = time.time()
     for k in range(1, cycles + 1):
-        _execute_cycle(_cycle_config(num_tasks, None, num_generations, max_new_tokens, True, gate_limit, lv, trainer),
-                       f"cycle {k}/{cycles}", True)
-    resources = {key: defs.resources[key] for key in ("lakehouse", "bench")}
-    materialize([learning_curve], instance=DagsterInstance.get(), resources=resources)
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn",
+                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer))
+        _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])
 
@@ -448,7 +433,7 @@ def sql(
         sys.stdout.write(json.dumps(rows, default=str) + "\n")
     elif format == "csv":
         buf = io.StringIO()
-        w = csv.DictWriter(buf, fieldnames=result.column_names)
+        w = csv.DictWriter(buf, fieldnames=result.column_names, lineterminator="\n")  # Unix lines, for shell pipelines
         w.writeheader()
         w.writerows({k: csv_safe(v) for k, v in r.items()} for r in rows)
         sys.stdout.write(buf.getvalue())

@@ -7,13 +7,15 @@ from dagster import Definitions
 from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.external import human_reviews
+from assets.serving_assets import serving
 from assets.training_assets import checkpoints
-from jobs.jobs import benchmark_job, learning_cycle_job, rollout_job, train_job
+from jobs.jobs import benchmark_job, promotion_job, rollout_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
-from jobs.sensors import fresh_trajectories, new_checkpoints, nightly_learning_cycle, task_inbox
+from jobs.sensors import fresh_trajectories, gate_ready, new_checkpoints, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.redact import install_log_filter
 from tentalis_pipelines.resources import (
     BenchmarkResource,
+    CycleResource,
     LakehouseResource,
     PolicyResource,
     ReviewResource,
@@ -25,9 +27,9 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, learning_curve, prm_evaluation],
-    jobs=[rollout_job, train_job, learning_cycle_job, benchmark_job, maintain_lakehouse_job],
-    sensors=[task_inbox, fresh_trajectories, new_checkpoints],
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
+    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
+    sensors=[task_inbox, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),
@@ -36,5 +38,6 @@ defs = Definitions(
         "review": ReviewResource(),
         "trainer": TrainerResource(),
         "bench": BenchmarkResource(),
+        "cycle": CycleResource(),
     },
 )

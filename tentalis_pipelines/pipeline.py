@@ -1,8 +1,8 @@
 """The stages of the learning loop as plain functions over the lakehouse.
 
 Each stage reads its input tables, calls the library and replaces its own output for one batch. The
-Dagster assets (``assets/``) and the one-shot learning-cycle job (``jobs/``) both call these, so the
-logic is tested without Dagster and runs the same way from the UI, the CLI and CI.
+Dagster assets (``assets/``) call these, so the logic is tested without Dagster and runs the same way
+from the UI, the CLI and CI. The promotion gate lives in ``promotion.py``.
 """
 
 from __future__ import annotations
@@ -641,60 +641,6 @@ def benchmark_checkpoint(
                                   "correct": r["correct"]} for r in item_rows]),
     }
     return StageResult(len(item_rows), meta), summary
-
-
-def item_correctness(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> dict[str, bool]:
-    rows = lake.read("benchmark_items", columns=["checkpoint_id", "benchmark", "item_id", "correct"]).to_pylist()
-    return {r["item_id"]: r["correct"] for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark}
-
-
-def incumbent_for(lake: Lakehouse, checkpoint_id: str) -> str:
-    """What a new checkpoint is compared with: the serving policy (the serving pointer), or, when the
-    candidate itself serves already, its parent (else the base model)."""
-    current = serving.serving_checkpoint(lake)
-    if current == checkpoint_id:
-        parent = next((r["parent_id"] for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == checkpoint_id), None)
-        return parent or "base"
-    return current
-
-
-def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, margin: float = 0.0, apply: bool = True):
-    """The promotion gate: paired comparison with the incumbent on the same items; promotes on pass."""
-    from tentalis_pipelines.evaluation.benchmarks import gate_decision
-
-    incumbent = incumbent_for(lake, checkpoint_id)
-    cand = item_correctness(lake, checkpoint_id, benchmark)
-    inc = item_correctness(lake, incumbent, benchmark)
-    if not cand or not inc:
-        missing = checkpoint_id if not cand else incumbent
-        raise ValueError(f"no {benchmark!r} results for {missing!r}: benchmark it before deciding promotion")
-    decision = gate_decision(cand, inc, margin=margin)
-    if apply and decision.promote:
-        serving.promote(lake, checkpoint_id, actor="gate", action="gate", reason=f"{benchmark} vs {incumbent}: {decision.reason}")
-    return incumbent, decision
-
-
-def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
-    """Every checkpoint's result on one benchmark, base first, as a markdown table and a PNG plot."""
-    from tentalis_pipelines.evaluation.benchmarks import gate_decision
-    from tentalis_pipelines.evaluation.plots import accuracy_plot_png, markdown_image
-
-    rows = [r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark]
-    order = {"base": 0}
-    for i, c in enumerate(sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"]), start=1):
-        order[c["checkpoint_id"]] = i
-    rows.sort(key=lambda r: order.get(r["checkpoint_id"], len(order)))
-    # Each checkpoint against the base model on the same items: the paired bootstrap the gate uses.
-    base = item_correctness(lake, "base", benchmark)
-    table_rows = []
-    for r in rows:
-        row = {k: r[k] for k in ("checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate", "ci_low", "ci_high")}
-        if base and r["checkpoint_id"] != "base":
-            d = gate_decision(item_correctness(lake, r["checkpoint_id"], benchmark), base)
-            row.update({"vs_base": round(d.diff, 4), "vs_base_ci_low": round(d.diff_ci_low, 4), "vs_base_ci_high": round(d.diff_ci_high, 4)})
-        table_rows.append(row)
-    table = markdown_table(table_rows, limit=50)
-    return {"history": table, "plot": markdown_image(accuracy_plot_png(rows, f"{benchmark}: accuracy per checkpoint"), benchmark)}
 
 
 # --------------------------------------------------------------------------- human reviews

@@ -153,3 +153,11 @@ class BenchmarkResource(ConfigurableResource):
     limit: int | None = None
     seed: int = 0
     max_new_tokens: int | None = None  # default per benchmark (arithmetic 128, gsm8k 256, math500 320, humaneval 256)
+
+
+class CycleResource(ConfigurableResource):
+    """What the nightly learning cycle generates: a seeded batch of arithmetic word problems (the next
+    unused training seed) of ``num_tasks`` tasks at difficulty ``levels`` (1-4)."""
+
+    num_tasks: int = 16
+    levels: list[int] = [1, 2]

@@ -138,6 +138,22 @@ class ServingRow(BaseModel):
     created_at: datetime
 
 
+class GateDecisionRow(BaseModel):
+    checkpoint_id: str = Field(description="the candidate checkpoint the promotion gate decided on")
+    benchmark: str = Field(description="the gate benchmark (bench.gate_benchmark)")
+    incumbent: str = Field(description="what it was compared with: the serving policy, or its parent / 'base'")
+    promote: bool = Field(description="the decision: true moves the serving pointer, false leaves it")
+    n_paired: int = Field(description="items both answered (the paired comparison's size)")
+    candidate_accuracy: float
+    incumbent_accuracy: float
+    diff: float = Field(description="mean per-item difference, candidate - incumbent")
+    diff_ci_low: float = Field(description="95% paired-bootstrap interval of the difference, low end")
+    diff_ci_high: float
+    margin: float = Field(description="bench.gate_margin: rejected when diff_ci_high < -margin")
+    reason: str
+    created_at: datetime
+
+
 class TrainingClaimRow(BaseModel):
     claim_id: str
     event: str = Field(description="claimed | done | abandoned; a claim's last event is its state")
@@ -360,6 +376,23 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "gate_decisions": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("benchmark", pa.string(), False),
+            ("incumbent", pa.string()),
+            ("promote", pa.bool_()),
+            ("n_paired", pa.int64()),
+            ("candidate_accuracy", pa.float64()),
+            ("incumbent_accuracy", pa.float64()),
+            ("diff", pa.float64()),
+            ("diff_ci_low", pa.float64()),
+            ("diff_ci_high", pa.float64()),
+            ("margin", pa.float64()),
+            ("reason", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
     "training_claims": pa.schema(
         [
             ("claim_id", pa.string(), False),
@@ -402,6 +435,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "benchmark_results": BenchmarkResultRow,
     "benchmark_items": BenchmarkItemRow,
     "serving": ServingRow,
+    "gate_decisions": GateDecisionRow,
     "training_claims": TrainingClaimRow,
     "quarantine": QuarantineRow,
 }

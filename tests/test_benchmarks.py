@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from tentalis_pipelines import pipeline
+from tentalis_pipelines import promotion
 from tentalis_pipelines.cli import app
 from tentalis_pipelines.evaluation.benchmarks import (
     BenchmarkDataMissing,
@@ -58,7 +58,7 @@ def test_decide_promotion_with_scripted_results(tmp_path, tiny_model_dir, candid
     lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "arithmetic"}, _items("base", [k < 30 for k in range(60)]))
     lake.replace_where("benchmark_items", {"checkpoint_id": "ckpt-new", "benchmark": "arithmetic"},
                        _items("ckpt-new", [k < candidate_correct for k in range(60)]))
-    incumbent, decision = pipeline.decide_promotion(lake, "ckpt-new", "arithmetic")
+    incumbent, decision = promotion.decide_promotion(lake, "ckpt-new", "arithmetic")
     assert incumbent == "base"
     assert decision.promote is expect_promoted
     promoted = {r["checkpoint_id"]: r["promoted"] for r in lake.read("checkpoints").to_pylist()}
@@ -111,10 +111,11 @@ def test_cli_benchmark_on_user_files_and_rerun_replaces_rows(home, tiny_model_di
     assert bad.exit_code == 2 and "unknown checkpoint" in bad.output
 
 
-def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
+def test_benchmarks_measure_then_the_serving_asset_gates_through_its_check(home, tiny_model_dir):
     from dagster import AssetKey, DagsterInstance, SkipReason, build_sensor_context, materialize
 
     from assets.benchmark_assets import benchmark_results
+    from assets.serving_assets import serving
     from jobs.sensors import new_checkpoints
     from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource
     from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
@@ -123,7 +124,7 @@ def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
     lake = Lakehouse(paths.lakehouse)
     path = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), paths.checkpoints, "ckpt-a")
     ckpt.record_checkpoint(lake, {"checkpoint_id": "ckpt-a", "parent_id": None, "base_model": "tiny", "adapter_uri": str(path),
-                                  "algorithm": "grpo", "config": {}, "trained_on": [], "trajectory_ids": [], "trajectory_count": 0,
+                                  "algorithm": "grpo", "config": {}, "trajectory_ids": [], "trained_on": [], "trajectory_count": 0,
                                   "metrics": {}, "promoted": False})
     resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(limit=4, max_new_tokens=8),
                  "policy": PolicyResource(model=str(tiny_model_dir), max_new_tokens=8)}
@@ -131,16 +132,43 @@ def test_new_checkpoint_sensor_and_gated_benchmark_asset(home, tiny_model_dir):
         result = new_checkpoints(build_sensor_context(instance=instance, resources=resources))
         assert sorted(r.run_key for r in result.run_requests) == ["base|arithmetic", "ckpt-a|arithmetic"]
         instance.add_dynamic_partitions("checkpoint_ids", ["base", "ckpt-a"])
+        for part in ("arithmetic|ckpt-a", "arithmetic|base"):
+            res = materialize([benchmark_results], partition_key=part, instance=instance, resources=resources)
+            assert res.success and not res.get_asset_check_evaluations()  # benchmarks measure; they decide nothing
+        assert serving_checkpoint(lake) == "base" and lake.count("benchmark_results") == 2
         assert isinstance(new_checkpoints(build_sensor_context(instance=instance, resources=resources)), SkipReason)
-        res = materialize([benchmark_results], partition_key="arithmetic|ckpt-a", instance=instance, resources=resources,
-                          raise_on_error=False)
-        checks = res.get_asset_check_evaluations()
-        assert len(checks) == 1 and checks[0].check_name == "promotion_gate"
+        gate = materialize([serving], instance=instance, resources=resources)
+        (check,) = gate.get_asset_check_evaluations()
+        assert (check.asset_key, check.check_name) == (AssetKey("serving"), "promotion_gate")
         # The tiny random model is equally wrong with and without its (zero-initialised) adapter: not worse -> promoted.
-        assert checks[0].passed and serving_checkpoint(lake) == "ckpt-a"
-        assert lake.count("benchmark_results") == 2  # the incumbent (base) was benchmarked on the same items too
-        mats = instance.fetch_materializations(AssetKey("benchmark_results"), limit=10).records
-        assert {m.asset_materialization.partition for m in mats} == {"arithmetic|ckpt-a", "arithmetic|base"}
+        assert check.passed and check.metadata["candidate"].value == "ckpt-a" and check.metadata["incumbent"].value == "base"
+        assert serving_checkpoint(lake) == "ckpt-a" and [d["promote"] for d in promotion.decisions(lake)] == [True]
+
+
+def test_a_rejection_is_a_failed_check_not_a_failed_run(home, tiny_model_dir):
+    from dagster import DagsterInstance, materialize
+
+    from assets.serving_assets import serving
+    from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource
+    from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
+
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    path = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), paths.checkpoints, "ckpt-bad")
+    ckpt.record_checkpoint(lake, {"checkpoint_id": "ckpt-bad", "parent_id": None, "base_model": "tiny", "adapter_uri": str(path),
+                                  "algorithm": "grpo", "config": {}, "trajectory_ids": [], "trained_on": [], "trajectory_count": 0,
+                                  "metrics": {}, "promoted": False})
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "arithmetic"}, _items("base", [k < 30 for k in range(60)]))
+    lake.replace_where("benchmark_items", {"checkpoint_id": "ckpt-bad", "benchmark": "arithmetic"}, _items("ckpt-bad", [k < 5 for k in range(60)]))
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource()}
+    with DagsterInstance.ephemeral() as instance:
+        res = materialize([serving], instance=instance, resources=resources, run_config={"ops": {"serving": {"config": {"checkpoint_id": "ckpt-bad"}}}})
+        assert res.success  # the run succeeds: the rejection is the check's verdict
+        (check,) = res.get_asset_check_evaluations()
+        assert not check.passed and check.description.startswith("rejected: worse than the incumbent")
+        assert serving_checkpoint(lake) == "base"
+        again = materialize([serving], instance=instance, resources=resources)  # nothing awaits a decision now
+        assert again.get_asset_check_evaluations()[0].metadata["decision"].value == "nothing to decide"
 
 
 def test_code_program_takes_the_models_function_and_keeps_the_prompts_imports():

@@ -85,7 +85,7 @@ def test_a_failed_run_ends_in_one_line_not_a_traceback(cli_home, tiny_model_dir,
     assert out.exit_code == 1 and isinstance(out.exception, SystemExit), out.output
     text = " ".join(out.output.split())
     # The step and its own error (the tokenizer the folder lacks), not Dagster's wrapper or a traceback.
-    assert "process_batch failed: " in text and "DagsterExecutionStepExecutionError" not in text, out.output
+    assert "rollout_job (" in text and "tasks failed: " in text and "DagsterExecutionStepExecutionError" not in text, out.output
     assert "CheckError" not in text and "Traceback" not in text, out.output
 
 

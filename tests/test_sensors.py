@@ -5,12 +5,19 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from dagster import DagsterInstance, RunRequest, SkipReason, build_schedule_context, build_sensor_context
+from dagster import (
+    DagsterInstance,
+    DagsterRunStatus,
+    RunRequest,
+    SkipReason,
+    build_schedule_context,
+    build_sensor_context,
+)
 from dagster._core.test_utils import create_run_for_test
 
-from jobs.sensors import fresh_trajectories, nightly_learning_cycle, task_inbox
+from jobs.sensors import fresh_trajectories, gate_ready, new_checkpoints, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, TrainerResource
+from tentalis_pipelines.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 
 
@@ -154,12 +161,108 @@ def test_fresh_trajectories_fires_at_threshold_and_not_before(instance, home):
     assert fired.tags["tentalis/fresh_trajectories"] == "8"
 
 
-def test_nightly_schedule_runs_one_learning_cycle_at_two_utc(instance):
-    from datetime import datetime, timezone
+def test_fresh_trajectories_trains_after_a_nightly_batch_below_the_threshold(instance, home):
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "trainer": TrainerResource(fresh_trajectory_threshold=64)}
+    lake.write_batch("trajectories", "nightly-20261123", [_trajectory(i, "nightly-20261123") for i in range(8)])
 
-    ctx = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, 23, 2, 0, tzinfo=timezone.utc))
-    req = nightly_learning_cycle(ctx)
-    assert isinstance(req, RunRequest) and req.run_key == "nightly-2026-11-23"
-    assert nightly_learning_cycle.cron_schedule == "0 2 * * *"
-    assert nightly_learning_cycle.execution_timezone == "UTC"
-    assert nightly_learning_cycle.job_name == "learning_cycle_job"
+    def evaluate():
+        return fresh_trajectories(build_sensor_context(instance=instance, resources=resources))
+
+    assert isinstance(evaluate(), SkipReason)  # 8 < 64 and no cycle's rollouts have finished
+    create_run_for_test(instance, job_name="rollout_job", status=DagsterRunStatus.SUCCESS,
+                        tags={"dagster/partition": "other-batch", "tentalis/trigger": "nightly"})
+    assert isinstance(evaluate(), SkipReason)  # a finished nightly run of another batch: nothing fresh from it
+    create_run_for_test(instance, job_name="rollout_job", status=DagsterRunStatus.FAILURE,
+                        tags={"dagster/partition": "nightly-20261123", "tentalis/trigger": "nightly"})
+    assert isinstance(evaluate(), SkipReason)  # its rollouts failed
+    create_run_for_test(instance, job_name="rollout_job", status=DagsterRunStatus.SUCCESS,
+                        tags={"dagster/partition": "nightly-20261123", "tentalis/trigger": "nightly"})
+    fired = evaluate()
+    assert isinstance(fired, RunRequest) and fired.tags["tentalis/reason"] == "nightly cycle batch nightly-20261123"
+
+
+def _night(instance, home, day: int):
+    from assets.partitions import task_batches
+    from tentalis_pipelines.definitions import defs
+
+    ctx = build_schedule_context(instance=instance, scheduled_execution_time=datetime(2026, 11, day, 2, 0, tzinfo=timezone.utc),
+                                 resources={"lakehouse": LakehouseResource(home=str(home)), "cycle": CycleResource(num_tasks=5, levels=[1])},
+                                 repository_def=defs.get_repository_def())
+    return nightly_learning_cycle(ctx), task_batches
+
+
+@pytest.fixture()
+def stored_instance():
+    """A persistent temporary instance: schedules need an instance reference (an ephemeral one has none)."""
+    from dagster import instance_for_test
+
+    with instance_for_test() as inst:
+        yield inst
+
+
+def test_nightly_schedule_registers_the_nights_batch_and_requests_its_rollouts(stored_instance, home):
+    instance = stored_instance
+    req, task_batches = _night(instance, home, 23)
+    assert isinstance(req, RunRequest) and req.run_key == "nightly-20261123" and req.partition_key == "nightly-20261123"
+    assert req.tags["tentalis/trigger"] == "nightly"
+    assert instance.get_dynamic_partitions(task_batches.name) == ["nightly-20261123"]
+    manifest = json.loads((Paths.from_env(home).batches / "nightly-20261123" / "manifest.json").read_text())
+    assert manifest == {"kind": "arithmetic", "seed": 1, "num_tasks": 5, "levels": [1]}
+    again, _ = _night(instance, home, 23)  # the same night evaluated again: the same batch, no second one
+    assert again.partition_key == "nightly-20261123" and instance.get_dynamic_partitions(task_batches.name) == ["nightly-20261123"]
+    nxt, _ = _night(instance, home, 24)  # the next night: a fresh seed
+    assert json.loads((Paths.from_env(home).batches / nxt.partition_key / "manifest.json").read_text())["seed"] == 2
+    assert nightly_learning_cycle.cron_schedule == "0 2 * * *" and nightly_learning_cycle.execution_timezone == "UTC"
+    assert nightly_learning_cycle.job_name == "rollout_job"
+
+
+def _items(cid: str, n_correct: int) -> list[dict]:
+    return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
+             "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
+             "formatted": True, "created_at": datetime.now(timezone.utc)} for k in range(20)]
+
+
+def _checkpoint(lake, cid: str) -> None:
+    lake.append("checkpoints", [{"checkpoint_id": cid, "parent_id": None, "base_model": "m", "adapter_uri": "/x", "algorithm": "grpo",
+                                 "config": "{}", "trained_on": [], "trajectory_ids": [], "trajectory_count": 0, "metrics": "{}",
+                                 "promoted": False, "created_at": datetime.now(timezone.utc)}])
+
+
+def test_new_checkpoints_requests_every_missing_benchmark_whoever_wrote_the_others(instance, home):
+    from dagster import MultiPartitionKey
+
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(benchmarks=["arithmetic", "gsm8k"])}
+    _checkpoint(lake, "ck1")
+    # The CLI already benchmarked base on arithmetic and registered ck1's partition: neither hides what is missing.
+    lake.replace_where("benchmark_results", {"checkpoint_id": "base", "benchmark": "arithmetic"},
+                       [{"checkpoint_id": "base", "benchmark": "arithmetic", "n": 20, "accuracy": 0.5, "created_at": datetime.now(timezone.utc)}])
+    instance.add_dynamic_partitions("checkpoint_ids", ["ck1"])
+    result = new_checkpoints(build_sensor_context(instance=instance, resources=resources))
+    keys = [(r.partition_key.keys_by_dimension["checkpoint"], r.partition_key.keys_by_dimension["benchmark"]) for r in result.run_requests]
+    assert keys == [("base", "gsm8k"), ("ck1", "arithmetic"), ("ck1", "gsm8k")]
+    assert all(isinstance(r.partition_key, MultiPartitionKey) for r in result.run_requests)
+    assert [list(req.partition_keys) for req in result.dynamic_partitions_requests] == [["base"]]
+
+
+def test_gate_ready_waits_for_both_results_then_requests_the_gate_once(instance, home):
+    from tentalis_pipelines import promotion
+
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(), "trainer": TrainerResource()}
+
+    def evaluate():
+        return gate_ready(build_sensor_context(instance=instance, resources=resources))
+
+    assert "no checkpoint awaits" in evaluate().skip_message
+    _checkpoint(lake, "ck1")
+    lake.replace_where("benchmark_items", {"checkpoint_id": "ck1", "benchmark": "arithmetic"}, _items("ck1", 2))
+    assert evaluate().skip_message == "ck1 waits for arithmetic results of base"
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "arithmetic"}, _items("base", 18))
+    req = evaluate()
+    assert isinstance(req, RunRequest) and req.run_key == "gate|ck1"
+    assert req.run_config == {"ops": {"serving": {"config": {"checkpoint_id": "ck1"}}}}
+    _, decision = promotion.decide_promotion(lake, "ck1", "arithmetic")  # what the requested run does: 2/20 vs 18/20
+    assert not decision.promote
+    assert "no checkpoint awaits" in evaluate().skip_message  # decided (rejected) once: never gated again

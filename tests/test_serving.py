@@ -7,7 +7,7 @@ from datetime import datetime, timezone
 import pytest
 from typer.testing import CliRunner
 
-from tentalis_pipelines import pipeline
+from tentalis_pipelines import pipeline, promotion
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.training import checkpoints as ckpt
@@ -145,12 +145,36 @@ def test_the_gate_promotes_through_the_pointer(store):
     serving.promote(lake, "ckpt-b", actor="x", reason="serving")
     for cid, n in (("ckpt-b", 20), ("ckpt-a", 45)):
         lake.replace_where("benchmark_items", {"checkpoint_id": cid, "benchmark": "arithmetic"}, items(cid, n))
-    incumbent, decision = pipeline.decide_promotion(lake, "ckpt-a", "arithmetic")  # a late result for the older checkpoint
+    incumbent, decision = promotion.decide_promotion(lake, "ckpt-a", "arithmetic")  # a late result for the older checkpoint
     assert incumbent == "ckpt-b" and decision.promote
     last = serving.serving_history(lake)[-1]
     assert (last["to_checkpoint"], last["action"], last["actor"]) == ("ckpt-a", "gate", "gate")
     assert decision.reason in last["reason"]
-    assert pipeline.incumbent_for(lake, "ckpt-a") == "base"  # the candidate serves: compared with its parent (none)
+    assert promotion.incumbent_for(lake, "ckpt-a") == "base"  # the candidate serves: compared with its parent (none)
+
+
+def test_a_rejection_is_recorded_and_leaves_the_pointer(store):
+    _, lake = store
+
+    def items(cid, n_correct):
+        return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
+                 "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
+                 "formatted": True, "created_at": NOW} for k in range(60)]
+
+    for cid, n in (("base", 40), ("ckpt-a", 10), ("ckpt-b", 38)):
+        lake.replace_where("benchmark_items", {"checkpoint_id": cid, "benchmark": "arithmetic"}, items(cid, n))
+    assert promotion.undecided_checkpoints(lake, "arithmetic") == ["ckpt-a", "ckpt-b"]
+    incumbent, decision = promotion.decide_promotion(lake, "ckpt-a", "arithmetic", margin=0.05)
+    assert incumbent == "base" and not decision.promote and serving.serving_checkpoint(lake) == "base"
+    (row,) = promotion.decisions(lake)
+    assert (row["checkpoint_id"], row["incumbent"], row["promote"], row["n_paired"], row["margin"]) == ("ckpt-a", "base", False, 60, 0.05)
+    assert abs(row["diff"] - (10 - 40) / 60) < 1e-9 and row["diff_ci_high"] < -0.05 and row["reason"] == decision.reason
+    assert promotion.undecided_checkpoints(lake, "arithmetic") == ["ckpt-b"]  # decided once; a later gate never revisits it
+    promotion.decide_promotion(lake, "ckpt-a", "arithmetic")  # deciding again replaces the row, never duplicates it
+    assert len(promotion.decisions(lake)) == 1
+    assert promotion.missing_results(lake, "ckpt-c", "arithmetic") == ["ckpt-c"]
+    with pytest.raises(promotion.GateNotReady, match="arithmetic\\|ckpt-c"):
+        promotion.decide_promotion(lake, "ckpt-c", "arithmetic")
 
 
 def test_a_lakehouse_from_before_the_serving_table_keeps_serving_its_promoted_checkpoint(store):

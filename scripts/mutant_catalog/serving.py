@@ -6,7 +6,7 @@ relative to the rename is observable."""
 
 S = "tentalis_pipelines/training/serving.py"
 C = "tentalis_pipelines/training/checkpoints.py"
-P = "tentalis_pipelines/pipeline.py"
+G = "tentalis_pipelines/promotion.py"
 TS = ["tests/test_serving.py"]
 TC = ["tests/test_checkpoints.py"]
 TX = ["tests/test_training_crash.py"]
@@ -26,10 +26,17 @@ MUTANTS = [
     {"id": "promote-unverified-target", "file": S, "find": "        if to != BASE:\n            try:",
      "replace": "        if False:\n            try:", "tests": TS,
      "why": "promote/rollback point serving at a checkpoint without a row or with missing files"},
-    {"id": "gate-sets-flag-only", "file": P,
+    {"id": "gate-sets-flag-only", "file": G,
      "find": 'serving.promote(lake, checkpoint_id, actor="gate", action="gate", reason=f"{benchmark} vs {incumbent}: {decision.reason}")',
      "replace": "serving.mark_promoted(lake, checkpoint_id)", "tests": TS,
      "why": "the old behaviour: the gate flips checkpoints.promoted but the serving pointer never moves"},
+    {"id": "gate-rejection-not-recorded", "file": G,
+     "find": 'lake.replace_where("gate_decisions", {"checkpoint_id": checkpoint_id, "benchmark": benchmark}, [row])',
+     "replace": "_ = row", "tests": TS,
+     "why": "a decision leaves no row: a rejected checkpoint stays undecided and a later gate run can promote it over a newer policy"},
+    {"id": "gate-compares-with-base", "file": G, "find": "    current = serving.serving_checkpoint(lake)\n    if current == checkpoint_id:",
+     "replace": "    current = 'base'\n    if current == checkpoint_id:", "tests": TS,
+     "why": "the candidate is compared with the base model instead of what serves: a regression against the incumbent passes"},
     {"id": "temp-folders-of-live-writers-deleted", "file": C, "find": 'return not pid_alive(int(m.group("pid")))',
      "replace": "return True", "tests": TC, "why": "save_adapter deletes another live trainer's temporary folder under it"},
     {"id": "no-fsync-of-parent-after-rename", "file": C, "find": "    _fsync_dir(root)  # the rename itself",

@@ -189,6 +189,17 @@ def check_training_seed(seed: int) -> int:
     return seed
 
 
+def register_nightly_batch(batches_dir: Path, day: str, *, num_tasks: int, levels: tuple[int, ...]) -> str:
+    """The nightly cycle's batch for ``day`` (``YYYYMMDD``): registered once with the next unused training
+    seed, and the same batch returned when that night is evaluated again."""
+    batch_id = validate_batch_id(f"nightly-{day}")
+    path = batches_dir / batch_id / "manifest.json"
+    if path.exists():
+        return batch_id
+    return register_generated_batch(batches_dir, seed=next_generator_seed(batches_dir), num_tasks=num_tasks, levels=levels,
+                                    batch_id=batch_id)
+
+
 def next_generator_seed(batches_dir: Path) -> int:
     """The smallest training seed above every seed already used by a registered generated batch."""
     used = [0]

@@ -1,0 +1,154 @@
+"""One learning cycle as runs of the asset jobs, one after another, on a Dagster instance.
+
+``tentalis run`` and ``tentalis learn`` call :func:`run_cycle`: a seeded task batch is registered as a
+``task_batches`` partition, then ``rollout_job`` (that partition), ``train_job``, ``benchmark_job`` for
+every configured benchmark of the new checkpoint (and the incumbent's gate benchmark when it has none
+yet), and ``promotion_job`` (the gate and the learning curve). Each is a run of its own job, tagged
+``tentalis/trigger`` and ``tentalis/cycle``, exactly what the sensors request when automation is on and
+what CI's ``dagster job execute`` lines run (README, "In CI"). Nothing here re-implements a stage.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from dagster import DagsterInstance, Definitions, MultiPartitionKey
+
+from assets.partitions import checkpoint_ids, task_batches
+from tentalis_pipelines import promotion
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.tasks.batches import next_generator_seed, register_generated_batch
+
+
+class CycleFailed(RuntimeError):
+    """A job of the cycle failed; the message names the job and each failed step's own error."""
+
+
+@dataclass
+class CycleOptions:
+    """What one cycle generates and how its jobs are configured.
+
+    ``resources`` is run config for the resources (``{"policy": {"config": {...}}, ...}``): only the
+    fields it sets change; the rest keep the definitions' values (and the environment's, such as
+    ``$TENTALIS_MODEL``)."""
+
+    num_tasks: int = 16
+    seed: int | None = None
+    levels: tuple[int, ...] = (1, 2)
+    train: bool = True
+    resources: dict[str, Any] = field(default_factory=dict)
+    trigger: str = "cli"
+
+
+@dataclass
+class JobRun:
+    job: str
+    run_id: str
+    partition: str | None
+    seconds: float
+
+
+def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
+                   levels: tuple[int, ...]) -> str:
+    """Snapshot a seeded arithmetic batch, then add its ``task_batches`` partition (in that order, so a
+    partition never exists without its input). Returns the batch id."""
+    seed = seed if seed is not None else next_generator_seed(paths.batches)
+    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
+    if not instance.has_dynamic_partition(task_batches.name, batch_id):
+        instance.add_dynamic_partitions(task_batches.name, [batch_id])
+    return batch_id
+
+
+def failure_summary(result) -> str:
+    """One line per failed step: its own error, not the framework's wrapping."""
+    lines = []
+    for ev in result.all_events:
+        if ev.is_step_failure and ev.step_failure_data is not None:
+            error = ev.step_failure_data.error
+            while getattr(error, "cause", None) is not None:
+                error = error.cause
+            text = (error.message or "").strip().splitlines()
+            lines.append(f"{ev.step_key} failed: {text[0] if text else error.cls_name}")
+    return "; ".join(lines)
+
+
+def run_job(defs: Definitions, instance: DagsterInstance, name: str, *, partition_key: str | None = None,
+            run_config: dict | None = None, tags: dict[str, str] | None = None) -> JobRun:
+    """Execute one asset job in this process on ``instance``; raises :class:`CycleFailed` on failure."""
+    job = defs.resolve_job_def(name)
+    run_id = str(uuid.uuid4())
+    t0 = time.time()
+    result = job.execute_in_process(run_config=run_config or {}, instance=instance, partition_key=partition_key,
+                                    tags=tags or {}, run_id=run_id, raise_on_error=False)
+    if not result.success:
+        where = f" ({partition_key})" if partition_key else ""
+        raise CycleFailed(f"{name}{where}: {failure_summary(result) or f'run {run_id} failed (see `tentalis ui`)'}")
+    return JobRun(name, run_id, str(partition_key) if partition_key else None, time.time() - t0)
+
+
+def resource_value(defs: Definitions, overrides: dict[str, Any], resource: str, name: str):
+    """A resource field as a run with ``overrides`` sees it (run config over the definitions' value)."""
+    cfg = overrides.get(resource, {}).get("config", {})
+    return cfg[name] if name in cfg else getattr(defs.resources[resource], name)
+
+
+def benchmark_partition(checkpoint_id: str, benchmark: str) -> MultiPartitionKey:
+    return MultiPartitionKey({"checkpoint": checkpoint_id, "benchmark": benchmark})
+
+
+def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: CycleOptions,
+              on_run: Callable[[JobRun], None] | None = None, on_start: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run one cycle; returns the batch id, the new checkpoint (or None) and the gate's decision."""
+    lake = Lakehouse(paths.lakehouse)
+    cycle = f"cycle-{uuid.uuid4().hex[:12]}"
+    tags = {"tentalis/trigger": opts.trigger, "tentalis/cycle": cycle}
+    # A failure is summarised in one line by the caller; the full error and traceback stay in the run's
+    # event log (`tentalis ui`), so the console logger prints nothing.
+    config = {"resources": opts.resources, "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    runs: list[JobRun] = []
+
+    def step(name: str, label: str, **kw) -> JobRun:
+        if on_start:
+            on_start(label)
+        run = run_job(defs, instance, name, run_config=kw.pop("run_config", config), tags=tags, **kw)
+        runs.append(run)
+        if on_run:
+            on_run(run)
+        return run
+
+    batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
+    step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
+    out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
+    if not opts.train:
+        return out
+    before = _checkpoint_ids(lake)
+    step("train_job", "training")
+    new = [c for c in _checkpoint_ids(lake) if c not in before]
+    if len(new) != 1:
+        raise CycleFailed(f"train_job succeeded but wrote {len(new)} checkpoints: {new}")
+    checkpoint_id = out["checkpoint_id"] = new[0]
+    gate = resource_value(defs, opts.resources, "bench", "gate_benchmark")
+    benchmarks = list(dict.fromkeys([gate, *resource_value(defs, opts.resources, "bench", "benchmarks")]))
+    gated = resource_value(defs, opts.resources, "trainer", "promotion") == "gate"
+    for benchmark in benchmarks:
+        refs = promotion.missing_results(lake, checkpoint_id, benchmark) if benchmark == gate and gated else [checkpoint_id]
+        for ref in refs:
+            if not instance.has_dynamic_partition(checkpoint_ids.name, ref):
+                instance.add_dynamic_partitions(checkpoint_ids.name, [ref])
+            step("benchmark_job", f"{benchmark} of {ref}", partition_key=benchmark_partition(ref, benchmark))
+    if gated:
+        gate_config = {**config, "ops": {"serving": {"config": {"checkpoint_id": checkpoint_id}}}}
+        step("promotion_job", f"promotion gate for {checkpoint_id}", run_config=gate_config)
+        out["decision"] = next(d for d in promotion.decisions(lake, gate) if d["checkpoint_id"] == checkpoint_id)
+    return out
+
+
+def _checkpoint_ids(lake: Lakehouse) -> list[str]:
+    if not lake.exists("checkpoints"):
+        return []
+    return [r["checkpoint_id"] for r in lake.read("checkpoints", columns=["checkpoint_id"]).to_pylist()]
