@@ -11,8 +11,10 @@ root and the asset package, so every entry point that loads Tentalis' assets has
   is a newer process that reused the pid, is marked FAILURE with the reason and its slots are freed.
   A step blocked on a pool slot checks this every :data:`REAP_EVERY_S` seconds, so the next run
   proceeds by itself; `tentalis reconcile`, `tentalis run` and `tentalis learn` also reap before they
-  start. This assumes that the runs of an instance execute on the machine that checks (true for the
-  default SQLite instance); a shared deployment should run the daemon with run monitoring instead.
+  start. A pid means something on its own machine only: a run that claims a pool slot records its
+  host (run tag ``tentalis/host``). On a local instance (SQLite, in memory) every run is this
+  machine's; on a shared one (Postgres) only runs tagged with this host are judged and the others are
+  left to the daemon's run monitoring, so a step on one machine never fails a live run on another.
 * **A blocked step sleeps.** Dagster 1.13's ``InstanceConcurrencyContext.interval_to_next_pending_claim_check``
   returns ``min(0, ...)``, which is never positive, so the in-process executor polled the slot table
   in a tight loop (about 95% of a core). The patched interval is the time until the next claim check.
@@ -21,12 +23,14 @@ root and the asset package, so every entry point that loads Tentalis' assets has
 from __future__ import annotations
 
 import os
+import socket
 import time
 
 from dagster import DagsterEventType, DagsterInstance, DagsterRunStatus, RunsFilter
 from dagster._core.execution.plan.instance_concurrency_context import InstanceConcurrencyContext
 
 REAP_EVERY_S = 5.0
+HOST_TAG = "tentalis/host"
 _LIVE_STATUSES = [DagsterRunStatus.STARTED, DagsterRunStatus.STARTING]
 
 
@@ -75,8 +79,11 @@ def process_is_alive(pid: int, since: float) -> bool:
 def reap_dead_runs(instance: DagsterInstance) -> list[str]:
     """Mark every started run whose process died as failed and free its pool slots; return their ids."""
     reaped = []
+    host, local = socket.gethostname(), _local_storage(instance)
     for record in instance.get_run_records(filters=RunsFilter(statuses=_LIVE_STATUSES)):
         run = record.dagster_run
+        if not local and run.tags.get(HOST_TAG) != host:
+            continue  # a shared instance: its pid may name a process on another machine
         pid = run_pid(instance, run.run_id)
         if pid is None:
             continue  # not executing steps yet (or launched elsewhere): nothing to judge by
@@ -89,10 +96,18 @@ def reap_dead_runs(instance: DagsterInstance) -> list[str]:
     return reaped
 
 
+def _local_storage(instance: DagsterInstance) -> bool:
+    """Whether the instance's runs live in this machine's storage (SQLite or in memory), not a shared database."""
+    return type(instance.run_storage).__name__ in ("SqliteRunStorage", "InMemoryRunStorage")
+
+
 _original_claim = InstanceConcurrencyContext.claim
 
 
 def _claim_reaping_dead_holders(self, concurrency_key, step_key, step_priority=0):
+    if not getattr(self, "_tentalis_host_tagged", False):
+        self._tentalis_host_tagged = True  # before the claim: a slot holder always names its host
+        self._instance.add_run_tags(self._run_id, {HOST_TAG: socket.gethostname()})
     claimed = _original_claim(self, concurrency_key, step_key, step_priority)
     if claimed:
         return True

@@ -10,18 +10,29 @@ DuckDB view lists the files from the log without reading them. What is left that
 is loading the log: the JSON commits since the last checkpoint (bounded by ``TABLE_PROPERTIES``) and
 the file list, at least one file per batch and table (cheap per file; ``maintain()`` compacts what
 appends and re-runs add beyond that, checkpoints the log and vacuums replaced files).
+
+Object storage: the root may be a URI (``s3://bucket/prefix``; ``$TENTALIS_LAKEHOUSE_URI``), opened with
+deltalake ``storage_options`` from the standard environment variables (see ``storage_options_from_env``).
+Concurrent writers stay safe there because deltalake 1.x writes each commit file with a conditional put
+(``If-None-Match: *``, object_store's ``conditional_put = etag``): of two writers racing for version N
+exactly one creates it, the other gets "version already exists", re-reads the log and retries (delta-rs
+for compatible operations, ``Lakehouse._commit`` for conflicts). The store must honour conditional
+writes (AWS S3 since 2024, MinIO, Cloudflare R2 and moto do); deltalake 1.x no longer has a DynamoDB
+locking provider, and ``AWS_S3_ALLOW_UNSAFE_RENAME`` only suits a single writer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
 import duckdb
 import pyarrow as pa
@@ -33,6 +44,17 @@ from deltalake.exceptions import CommitFailedError, TableNotFoundError
 
 from tentalis_pipelines.schemas import BATCH_TABLES, SCHEMAS
 from tentalis_pipelines.settings import vacuum_retention_hours
+
+log = logging.getLogger(__name__)
+_warned: set[str] = set()
+
+
+def _warn_once(message: str, *args: Any) -> None:
+    """Log a configuration warning once per process (a Lakehouse is built for every asset step)."""
+    text = message % args
+    if text not in _warned:
+        _warned.add(text)
+        log.warning(text)
 
 _BATCH_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
@@ -68,6 +90,51 @@ _KEEP_LOG = PostCommitHookProperties(create_checkpoint=True, cleanup_expired_log
 _INTERVAL = re.compile(r"^\s*interval\s+(\d+)\s+([a-z]+?)s?\s*$", re.IGNORECASE)
 _HOURS_PER_UNIT = {"nanosecond": 1 / 3.6e12, "microsecond": 1 / 3.6e9, "millisecond": 1 / 3.6e6, "second": 1 / 3600,
                    "minute": 1 / 60, "hour": 1.0, "day": 24.0, "week": 168.0}
+
+
+# Environment variables that configure deltalake's S3 store (object_store's AmazonS3 keys plus delta-rs's own).
+# Credentials among them are passed to deltalake only: never logged, never written to a table or metadata.
+S3_ENV_OPTIONS = (
+    "AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_REGION",
+    "AWS_PROFILE", "AWS_ALLOW_HTTP", "AWS_S3_ADDRESSING_STYLE", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST",
+    "AWS_CONDITIONAL_PUT", "AWS_COPY_IF_NOT_EXISTS", "AWS_S3_ALLOW_UNSAFE_RENAME", "AWS_S3_LOCKING_PROVIDER",
+    "AWS_IAM_ROLE_ARN", "AWS_IAM_ROLE_SESSION_NAME", "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_ROLE_ARN",
+    "AWS_ROLE_SESSION_NAME", "AWS_EC2_METADATA_DISABLED", "AWS_FORCE_CREDENTIAL_LOAD",
+)
+_S3_SCHEMES = ("s3", "s3a")
+
+
+def is_object_store(root: str | Path) -> bool:
+    """Whether a lakehouse root is an object-store URI (``s3://...``) rather than a local folder (a path or ``file://``)."""
+    text = str(root)
+    return "://" in text and text.split("://", 1)[0].lower() != "file"
+
+
+def storage_options_from_env(root: str, env: Mapping[str, str] | None = None) -> dict[str, str] | None:
+    """deltalake ``storage_options`` for ``root`` from the standard environment variables.
+
+    For ``s3://`` roots: the set ``AWS_*`` variables of ``S3_ENV_OPTIONS`` (``AWS_DEFAULT_REGION`` stands in
+    for an unset ``AWS_REGION``), and ``AWS_CONDITIONAL_PUT = etag`` unless set: every commit file is
+    created with ``If-None-Match: *``, which is what keeps concurrent writers from overwriting each
+    other's commits. Other schemes (``gs://``, ``az://``) and local folders: None, deltalake reads
+    its own variables (``GOOGLE_*``, ``AZURE_*``). The values may hold secrets: pass them to deltalake only.
+    """
+    env = os.environ if env is None else env
+    if not is_object_store(root) or str(root).split("://", 1)[0].lower() not in _S3_SCHEMES:
+        return None
+    options = {key: env[key] for key in S3_ENV_OPTIONS if env.get(key)}
+    if "AWS_REGION" not in options and env.get("AWS_DEFAULT_REGION"):
+        options["AWS_REGION"] = env["AWS_DEFAULT_REGION"]
+    options.setdefault("AWS_CONDITIONAL_PUT", "etag")
+    if options["AWS_CONDITIONAL_PUT"].strip().lower() != "etag":
+        _warn_once("AWS_CONDITIONAL_PUT=%s: deltalake cannot create commit files atomically without conditional "
+                    "puts; writes to %s will fail", options["AWS_CONDITIONAL_PUT"], root)
+    if options.get("AWS_S3_ALLOW_UNSAFE_RENAME", "").lower() == "true":
+        _warn_once("AWS_S3_ALLOW_UNSAFE_RENAME=true for %s: safe only with a single writer per table", root)
+    if options.get("AWS_S3_LOCKING_PROVIDER"):
+        _warn_once("AWS_S3_LOCKING_PROVIDER is ignored by deltalake 1.x: concurrent commits to %s rely on "
+                    "conditional puts (If-None-Match), which the store must support", root)
+    return options
 
 
 class LakehouseError(ValueError):
@@ -143,29 +210,56 @@ def _interval_hours(value: str | None, default: float) -> float:
 
 
 class Lakehouse:
-    """The Delta tables under one root folder (a local path; object-store URIs work the same way)."""
+    """The Delta tables under one root: a local folder, or an object-store URI such as ``s3://bucket/prefix``.
 
-    def __init__(self, root: str | Path, *, max_commit_retries: int = 8):
-        self.root = str(root)
+    ``storage_options`` go to deltalake for every table (default for a URI: ``storage_options_from_env``);
+    they may hold credentials and are never shown (``repr`` names the root only).
+    """
+
+    def __init__(self, root: str | Path, *, storage_options: Mapping[str, str] | None = None, max_commit_retries: int = 8):
+        text = str(root)
+        if is_object_store(text):
+            text = text.rstrip("/")
+        elif text.lower().startswith("file://"):
+            text = unquote(urlsplit(text).path)
+        self.root = text
         self.max_commit_retries = max_commit_retries
-        if "://" not in self.root:
+        if self.is_object_store:
+            options = storage_options_from_env(self.root) if storage_options is None else storage_options
+            self._storage_options: dict[str, str] | None = dict(options) if options else None
+        else:
+            self._storage_options = dict(storage_options) if storage_options else None
             Path(self.root).mkdir(parents=True, exist_ok=True)
+
+    def __repr__(self) -> str:
+        return f"Lakehouse({self.root!r})"
+
+    @property
+    def is_object_store(self) -> bool:
+        """Whether the tables live on an object store (no local folder, no file locks)."""
+        return is_object_store(self.root)
 
     def uri(self, name: str) -> str:
         _schema(name)
         return f"{self.root.rstrip('/')}/{name}"
 
+    def _open(self, name: str) -> DeltaTable:
+        """The table's current snapshot (raises ``TableNotFoundError`` before its first write)."""
+        return DeltaTable(self.uri(name), storage_options=self._storage_options)
+
     # ---------------------------------------------------------------- reading
     def exists(self, name: str) -> bool:
+        """Whether table ``name`` has been written."""
         try:
-            DeltaTable(self.uri(name))
+            self._open(name)
             return True
         except TableNotFoundError:
             return False
 
     def table(self, name: str) -> DeltaTable | None:
+        """The table's current snapshot, or None before its first write."""
         try:
-            return DeltaTable(self.uri(name))
+            return self._open(name)
         except TableNotFoundError:
             return None
 
@@ -187,7 +281,7 @@ class Lakehouse:
         partitions = list(dt.metadata().partition_columns)
         prune = batch_id is not None and partitions == ["batch_id"]
         features = set(dt.protocol().reader_features or ())
-        if "://" in self.root or features & _UNSUPPORTED_READER_FEATURES:
+        if self.is_object_store or features & _UNSUPPORTED_READER_FEATURES:
             return dt.to_pyarrow_dataset(file_pruning_predicate=[("batch_id", "=", batch_id)] if prune else None)
         # deltalake's to_pyarrow_dataset() attaches every file's min/max statistics as a pyarrow
         # expression (about 1 ms per file), so a view over N batches cost O(N) ms before any query
@@ -283,7 +377,7 @@ class Lakehouse:
             dt = self.table(name)
             if dt is None:
                 if table.num_rows:
-                    write_deltalake(self.uri(name), table, mode="append", partition_by=partition_by,
+                    write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append", partition_by=partition_by,
                                     configuration=table_properties(name))
                 return
             if table.num_rows == 0 and not dt.file_uris(file_pruning_predicate=predicate):
@@ -300,7 +394,7 @@ class Lakehouse:
             return 0
         # A per-batch table created by an append must be partitioned like one created by write_batch.
         # configuration only applies when this append creates the table.
-        self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", schema_mode="merge",
+        self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append", schema_mode="merge",
                                              partition_by=_partition_by(name), configuration=table_properties(name)))
         return table.num_rows
 
@@ -311,11 +405,11 @@ class Lakehouse:
         if table.num_rows == 0:
             return 0
         if not self.exists(name):
-            self._commit(lambda: write_deltalake(self.uri(name), table, mode="append", configuration=table_properties(name)))
+            self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append", configuration=table_properties(name)))
             return table.num_rows
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
         self._commit(
-            lambda: DeltaTable(self.uri(name))
+            lambda: self._open(name)
             .merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
             .when_matched_update_all(predicate=changed)
             .when_not_matched_insert_all()
@@ -328,7 +422,7 @@ class Lakehouse:
         dt = self.table(name)
         if dt is None:
             raise LakehouseError(f"table {name!r} does not exist yet")
-        self._commit(lambda: DeltaTable(self.uri(name)).update(updates=dict(updates), predicate=predicate))
+        self._commit(lambda: self._open(name).update(updates=dict(updates), predicate=predicate))
 
     def quarantine(self, rows: Iterable[Mapping[str, Any]], *, batch_id: str | None = None, stage: str | None = None) -> int:
         """Keep rejected inputs (never dropped silently).
@@ -373,7 +467,7 @@ class Lakehouse:
         wanted, config = table_properties(name), dt.metadata().configuration
         if all(config.get(k) == v for k, v in wanted.items()):
             return False
-        self._commit(lambda: DeltaTable(self.uri(name)).alter.set_table_properties(wanted))
+        self._commit(lambda: self._open(name).alter.set_table_properties(wanted))
         return True
 
     def optimize(self, name: str, *, zorder_by: Sequence[str] | None = None, target_size: int | None = None) -> dict[str, Any]:
@@ -393,7 +487,7 @@ class Lakehouse:
         def run() -> dict[str, Any]:
             # A fresh snapshot per attempt: compaction conflicts with a concurrent overwrite of the
             # same files and must be planned again.
-            opt = DeltaTable(self.uri(name)).optimize
+            opt = self._open(name).optimize
             if zorder_by:
                 return dict(opt.z_order(list(zorder_by), target_size=target_size, post_commithook_properties=_KEEP_LOG))
             return dict(opt.compact(target_size=target_size, post_commithook_properties=_KEEP_LOG))
@@ -421,7 +515,7 @@ class Lakehouse:
             return []
         # full: also delete files that no commit references (left by writers that lost a commit race);
         # they are older than the retention too, so an in-flight write's files are safe.
-        return self._commit(lambda: DeltaTable(self.uri(name)).vacuum(
+        return self._commit(lambda: self._open(name).vacuum(
             retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=True,
             post_commithook_properties=_KEEP_LOG))
 

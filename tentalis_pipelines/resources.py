@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from dagster import ConfigurableResource, EnvVar
 
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.pipeline import PolicySettings
-from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.settings import Paths, lakehouse_location
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
@@ -19,12 +20,18 @@ def env_or(name: str, default):
 
 class LakehouseResource(ConfigurableResource):
     """Where state lives: ``home`` (default ``$TENTALIS_HOME`` or ``./.tentalis``) holds the Delta
-    tables, checkpoints, model cache and inbox."""
+    tables, checkpoints, model cache and inbox. ``lakehouse_uri`` (default ``$TENTALIS_LAKEHOUSE_URI``)
+    moves the Delta tables elsewhere, e.g. ``s3://bucket/prefix``; the store's credentials and endpoint
+    come from the environment (``AWS_ACCESS_KEY_ID``, ``AWS_ENDPOINT_URL``, ...), never from run config."""
 
     home: str | None = None
+    lakehouse_uri: str | None = None  # None = $TENTALIS_LAKEHOUSE_URI, else <home>/lakehouse
 
     def paths(self) -> Paths:
-        return Paths.from_env(self.home).ensure()
+        paths = Paths.from_env(self.home)
+        if self.lakehouse_uri:
+            paths = dataclasses.replace(paths, lakehouse_uri=lakehouse_location(self.lakehouse_uri))
+        return paths.ensure()
 
     def lakehouse(self) -> Lakehouse:
         return Lakehouse(self.paths().lakehouse)

@@ -1,10 +1,12 @@
-"""Where Tentalis keeps its state. Everything lives under one home folder (``$TENTALIS_HOME``)."""
+"""Where Tentalis keeps its state. Everything lives under one home folder (``$TENTALIS_HOME``), except
+the Delta tables when ``$TENTALIS_LAKEHOUSE_URI`` puts them on object storage (``s3://bucket/prefix``)."""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urlsplit
 
 DEFAULT_HOME = ".tentalis"
 # Delta's default `delta.deletedFileRetentionDuration` (one week): files a commit removed stay on disk this
@@ -12,20 +14,58 @@ DEFAULT_HOME = ".tentalis"
 DEFAULT_VACUUM_RETENTION_HOURS = 168
 
 
+# URI schemes of object stores that deltalake (delta-rs) opens; a plain path or file:// is the local disk.
+OBJECT_STORE_SCHEMES = frozenset({"s3", "s3a", "gs", "az", "abfs", "abfss", "azure"})
+
+
+def lakehouse_location(raw: str | os.PathLike[str]) -> Path | str:
+    """Where the Delta tables live, from a setting such as ``$TENTALIS_LAKEHOUSE_URI``: an object-store URI
+    (``s3://bucket/prefix``, kept as a string without its trailing slash), or a local folder (a path or
+    ``file://`` URI, returned as an absolute :class:`Path`). Anything else is refused with the reason."""
+    text = os.fspath(raw).strip()
+    if not text:
+        raise ValueError("the lakehouse location is empty")
+    if "://" not in text:
+        return Path(text).expanduser().resolve()
+    parts = urlsplit(text)
+    if parts.username or parts.password:
+        raise ValueError("the lakehouse URI must not carry credentials: set them in the environment (AWS_ACCESS_KEY_ID, ...)")
+    scheme = parts.scheme.lower()
+    if scheme == "file":
+        return Path(parts.path).expanduser().resolve()
+    if scheme not in OBJECT_STORE_SCHEMES:
+        raise ValueError(f"unsupported lakehouse URI scheme {scheme!r} in {text!r}: use a local path or one of "
+                         f"{sorted(OBJECT_STORE_SCHEMES)}")
+    if not parts.netloc:
+        raise ValueError(f"lakehouse URI {text!r} names no bucket or container")
+    return text.rstrip("/")
+
+
+def lakehouse_uri_from_env() -> Path | str | None:
+    """``$TENTALIS_LAKEHOUSE_URI`` as a lakehouse location (see :func:`lakehouse_location`), or None when unset."""
+    raw = os.environ.get("TENTALIS_LAKEHOUSE_URI", "").strip()
+    return lakehouse_location(raw) if raw else None
+
+
 @dataclass(frozen=True)
 class Paths:
-    """All on-disk locations, derived from one home folder."""
+    """All locations, derived from one home folder; the Delta tables may live elsewhere (``lakehouse_uri``)."""
 
     home: Path
+    # Where the Delta tables live when not under ``home`` (an object-store URI or another local folder).
+    lakehouse_uri: Path | str | None = None
 
     @classmethod
     def from_env(cls, home: str | os.PathLike[str] | None = None) -> Paths:
+        """Home from ``home``, ``$TENTALIS_HOME`` or ``./.tentalis``; tables from ``$TENTALIS_LAKEHOUSE_URI`` when set."""
         raw = home or os.environ.get("TENTALIS_HOME") or DEFAULT_HOME
-        return cls(Path(raw).expanduser().resolve())
+        return cls(Path(raw).expanduser().resolve(), lakehouse_uri_from_env())
 
     @property
-    def lakehouse(self) -> Path:
-        return self.home / "lakehouse"
+    def lakehouse(self) -> Path | str:
+        """The Delta tables' root: ``home/lakehouse`` (a :class:`Path`) unless ``lakehouse_uri`` is set,
+        which may be an object-store URI (a ``str`` such as ``s3://bucket/prefix``)."""
+        return self.lakehouse_uri if self.lakehouse_uri is not None else self.home / "lakehouse"
 
     @property
     def checkpoints(self) -> Path:
@@ -49,7 +89,11 @@ class Paths:
         return self.home / "dagster"
 
     def ensure(self) -> Paths:
-        for p in (self.lakehouse, self.checkpoints, self.models, self.inbox, self.batches, self.dagster_home):
+        """Create the local folders (an object-store lakehouse needs none: its tables appear on first write)."""
+        local = [self.checkpoints, self.models, self.inbox, self.batches, self.dagster_home]
+        if isinstance(self.lakehouse, Path):
+            local.insert(0, self.lakehouse)
+        for p in local:
             p.mkdir(parents=True, exist_ok=True)
         return self
 

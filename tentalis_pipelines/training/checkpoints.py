@@ -32,8 +32,9 @@ live claim, older than ``ORPHAN_GRACE_S``) and sets ``checkpoints.promoted`` for
 serving log shows were promoted (a crash between the pointer move and that flag).
 
 Locks are ``fcntl`` lock files under ``<lakehouse>/.locks``. An object-store lakehouse has no shared
-file system for them: run a single trainer there (one Dagster ``gpu`` pool slot), which is what the
-lock gives you locally.
+file system for them: its lock files live under ``$TENTALIS_HOME/locks`` and exclude this machine's
+processes only, so across machines a single trainer at a time comes from the shared Dagster
+instance's ``gpu`` pool (one slot), and a warning says so.
 """
 
 from __future__ import annotations
@@ -41,7 +42,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import functools
+import hashlib
 import json
+import logging
 import os
 import re
 import secrets
@@ -57,6 +60,8 @@ from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
+
+log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 # A claim from another host cannot be checked for liveness; after this many hours it counts as stale.
@@ -92,11 +97,13 @@ def new_checkpoint_id() -> str:
 @contextlib.contextmanager
 def lakehouse_lock(lake: Lakehouse, name: str, timeout: float = LOCK_TIMEOUT_S) -> Iterator[None]:
     """An exclusive ``fcntl`` lock on ``<lakehouse>/.locks/<name>.lock`` (released by the kernel when
-    the holder dies). Object-store lakehouses get no lock: they need a single writer."""
-    if "://" in lake.root:
-        yield
-        return
-    folder = Path(lake.root) / ".locks"
+    the holder dies).
+
+    An object store has no file locks: the lock file is then ``$TENTALIS_HOME/locks/<root hash>/<name>.lock``
+    on this machine, which excludes the processes of this machine only. Across machines, training and
+    serving changes must be serialised by the shared Dagster instance's ``gpu`` pool (limit 1, on
+    Postgres), which is what a multi-machine deployment uses; a warning says so once per process."""
+    folder = object_store_lock_dir(lake) if lake.is_object_store else Path(lake.root) / ".locks"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}.lock"
     with open(path, "a+") as fh:
@@ -113,6 +120,22 @@ def lakehouse_lock(lake: Lakehouse, name: str, timeout: float = LOCK_TIMEOUT_S) 
             yield
         finally:
             fcntl.flock(fh.fileno(), fcntl.LOCK_UN)
+
+
+def object_store_lock_dir(lake: Lakehouse) -> Path:
+    """The local folder holding the lock files of an object-store lakehouse (see ``lakehouse_lock``)."""
+    from tentalis_pipelines.settings import Paths
+
+    if lake.root not in _warned_lock_scope:
+        _warned_lock_scope.add(lake.root)
+        log.warning("lakehouse %s is on an object store: training and serving locks hold on this machine only; "
+                    "run training through the shared Dagster instance's gpu pool (limit 1) so that no two "
+                    "machines train or promote at once", lake.root)
+    digest = hashlib.sha256(lake.root.encode()).hexdigest()[:16]
+    return Paths.from_env().home / "locks" / digest
+
+
+_warned_lock_scope: set[str] = set()
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:

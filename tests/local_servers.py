@@ -1,0 +1,214 @@
+"""Real servers for the deployment tests, started by the tests themselves on 127.0.0.1.
+
+* :class:`PostgresServer`: a throwaway PostgreSQL cluster (Debian's ``postgresql`` package: ``initdb``,
+  ``pg_ctl``). PostgreSQL refuses to run as root, so under root the cluster runs as the ``postgres`` user
+  (``runuser``) in a temp folder that user owns, with its Unix socket in that folder.
+* :class:`S3Server`: moto's S3 in server mode (``moto[server]``), a real HTTP endpoint that honours
+  conditional writes (``If-None-Match: *``), which deltalake's commits rely on.
+
+Both raise :class:`ServerUnavailable` with the reason (what is missing) when they cannot start; the
+tests turn that into a skip that names it.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+class ServerUnavailable(RuntimeError):
+    """The server cannot start on this machine; the message says what is missing."""
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def postgres_bindir() -> Path:
+    """The folder with ``initdb`` and ``pg_ctl``: ``$TENTALIS_PG_BINDIR``, else the newest
+    ``/usr/lib/postgresql/*/bin`` (Debian), else ``PATH``."""
+    candidates = [os.environ.get("TENTALIS_PG_BINDIR", "")]
+    candidates += sorted(glob.glob("/usr/lib/postgresql/*/bin"), key=lambda p: int(Path(p).parent.name), reverse=True)
+    which = shutil.which("initdb")
+    candidates.append(str(Path(which).parent) if which else "")
+    for c in candidates:
+        if c and (Path(c) / "initdb").is_file() and (Path(c) / "pg_ctl").is_file():
+            return Path(c)
+    raise ServerUnavailable("PostgreSQL server binaries (initdb, pg_ctl) not found in $TENTALIS_PG_BINDIR, "
+                            "/usr/lib/postgresql/*/bin or PATH: install Debian's `postgresql` package")
+
+
+class PostgresServer:
+    """A PostgreSQL cluster in a temp folder, listening on 127.0.0.1:<free port>, with database ``dagster``.
+
+    Authentication is ``trust`` (local test cluster only). ``url`` is the SQLAlchemy/psycopg2 URL.
+    """
+
+    def __init__(self, database: str = "dagster"):
+        self.database = database
+        self.bindir = postgres_bindir()
+        self.port = free_port()
+        self.root: Path | None = None
+        self._as: list[str] = []
+
+    @property
+    def url(self) -> str:
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{self.database}"
+
+    def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([*self._as, *args], capture_output=True, text=True, timeout=timeout, cwd=self.root)
+
+    def start(self) -> PostgresServer:
+        """initdb, start on the free port, create the database; raises ServerUnavailable with the reason."""
+        self.root = Path(tempfile.mkdtemp(prefix="tentalis-pg-"))
+        if os.geteuid() == 0:
+            # PostgreSQL refuses to run as root: run it as the postgres user, in a folder it owns.
+            try:
+                user = pwd.getpwnam("postgres")
+            except KeyError:
+                raise ServerUnavailable("running as root and there is no `postgres` user to run PostgreSQL as") from None
+            runuser = shutil.which("runuser")
+            if runuser is None:
+                raise ServerUnavailable("running as root and `runuser` is missing (util-linux): cannot drop to the postgres user")
+            os.chown(self.root, user.pw_uid, user.pw_gid)
+            self._as = [runuser, "-u", "postgres", "--"]
+        data, log = self.root / "data", self.root / "server.log"
+        init = self._run(str(self.bindir / "initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8",
+                         "--no-sync", "--no-instructions")
+        if init.returncode != 0:
+            raise ServerUnavailable(f"initdb failed ({init.returncode}): {init.stderr.strip()[-800:]}")
+        opts = (f"-p {self.port} -k {self.root} -c listen_addresses=127.0.0.1 -c fsync=off "
+                "-c synchronous_commit=off -c full_page_writes=off -c max_connections=100")
+        started = self._run(str(self.bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-o", opts, "-w", "-t", "60", "start",
+                            timeout=90)
+        if started.returncode != 0:
+            tail = log.read_text()[-800:] if log.exists() else ""
+            raise ServerUnavailable(f"pg_ctl start failed ({started.returncode}): {started.stderr.strip()} {tail}")
+        created = self._run(str(self.bindir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", self.database)
+        if created.returncode != 0:
+            self.stop()
+            raise ServerUnavailable(f"createdb failed: {created.stderr.strip()}")
+        return self
+
+    def stop(self) -> None:
+        """Stop the cluster (fast shutdown) and delete its folder."""
+        if self.root is None:
+            return
+        if (self.root / "data" / "postmaster.pid").exists():
+            self._run(str(self.bindir / "pg_ctl"), "-D", str(self.root / "data"), "-m", "fast", "-w", "stop", timeout=60)
+        shutil.rmtree(self.root, ignore_errors=True)
+        self.root = None
+
+
+class S3Server:
+    """moto's S3 as a real HTTP server in its own process on 127.0.0.1:<free port>, with fake credentials.
+
+    Its own process, not a thread of the test's: a deltalake call that keeps the GIL while it waits for
+    the server (``DeltaTable.history`` does) would otherwise wait for a server that cannot run.
+    ``env`` is what a Tentalis process needs to reach it (the standard ``AWS_*`` variables)."""
+
+    access_key = "tentalis-test-key"
+    secret_key = "tentalis-test-secret"
+    region = "us-east-1"
+
+    def __init__(self):
+        try:
+            import boto3  # noqa: F401
+            import moto.server  # noqa: F401
+        except ImportError as exc:
+            raise ServerUnavailable(f"moto's server mode is not installed (pip install 'moto[server]'): {exc}") from None
+        self.port = free_port()
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {"AWS_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
+                "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": self.region, "AWS_ALLOW_HTTP": "true"}
+
+    def client(self):
+        """A boto3 S3 client for this server (to create buckets and look at what landed)."""
+        import boto3
+
+        return boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id=self.access_key,
+                            aws_secret_access_key=self.secret_key, region_name=self.region)
+
+    def start(self) -> S3Server:
+        """Start the server and wait until it answers; raises ServerUnavailable with the reason."""
+        # Its request log goes to a file: a pipe nobody reads would fill up and stall the server.
+        self._log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed by stop()
+        self._proc = subprocess.Popen([sys.executable, __file__, "s3", str(self.port)], stdout=subprocess.DEVNULL,
+                                      stderr=self._log, text=True)
+        deadline = time.monotonic() + 30
+        while True:
+            if self._proc.poll() is not None:
+                self._log.seek(0)
+                raise ServerUnavailable(f"moto server exited ({self._proc.returncode}): {self._log.read()[-800:]}")
+            try:
+                self.client().list_buckets()
+                return self
+            except Exception as exc:
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise ServerUnavailable(f"moto server on {self.endpoint} did not answer: {exc}") from exc
+                time.sleep(0.2)
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if getattr(self, "_log", None) is not None:
+            self._log.close()
+            self._log = None
+
+
+def _atomic_conditional_puts() -> None:
+    """Make moto's conditional PutObject one step, as it is on S3.
+
+    moto checks ``If-None-Match: *`` and then stores the object, two steps on a threaded server, so two
+    PUTs racing for the same new key (two writers committing the same Delta version) could both pass the
+    check. S3 decides such a race atomically: one PUT wins, the other gets 412. Serialising moto's
+    PutObject handler gives the same guarantee (one server process, so one lock suffices).
+    """
+    import threading
+
+    from moto.s3.responses import S3Response
+
+    if getattr(S3Response.put_object, "_tentalis_atomic", False):
+        return
+    lock = threading.Lock()
+    original = S3Response.put_object
+
+    def put_object(self, *args, **kwargs):
+        with lock:
+            return original(self, *args, **kwargs)
+
+    put_object._tentalis_atomic = True
+    S3Response.put_object = put_object
+
+
+if __name__ == "__main__":  # the S3 server process: `python local_servers.py s3 PORT`
+    if sys.argv[1:2] == ["s3"]:
+        from moto.server import main
+
+        _atomic_conditional_puts()
+        main(["-H", "127.0.0.1", "-p", sys.argv[2]])
