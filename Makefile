@@ -26,7 +26,7 @@ run: install
 	$(BIN)/tentalis run --num-tasks 16 --num-generations 4
 
 test: install
-	$(BIN)/dagster definitions validate -w workspace.yaml
+	$(BIN)/dg check defs --use-active-venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 

@@ -114,6 +114,13 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
         model_dir = resolve_model(model, paths.models)
     console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
     _reconcile(paths)
+    from dagster import DagsterInstance
+
+    from assets.partitions import checkpoint_ids
+
+    with DagsterInstance.get() as instance:  # the base model's benchmark partitions exist from the start
+        if not instance.has_dynamic_partition(checkpoint_ids.name, "base"):
+            instance.add_dynamic_partitions(checkpoint_ids.name, ["base"])
 
 
 def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None) -> dict:

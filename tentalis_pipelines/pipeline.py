@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines import quality
-from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams, make_backend
+from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams
+from tentalis_pipelines.inference.factory import make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, to_table

@@ -131,7 +131,7 @@ class ReviewResource(ConfigurableResource):
     manager_max_new_tokens: int = 96
 
     def judge(self, models_dir):
-        from tentalis_pipelines.inference.base import make_backend
+        from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
         from tentalis_pipelines.rewards.judge import JudgeConfig, JudgePRM
 
@@ -140,7 +140,7 @@ class ReviewResource(ConfigurableResource):
         return JudgePRM(backend, cfg)
 
     def llm_manager(self, models_dir):
-        from tentalis_pipelines.inference.base import make_backend
+        from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
         from tentalis_pipelines.rewards.llm_manager import LLMManager
 

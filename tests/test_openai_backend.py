@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from tentalis_pipelines.inference.base import BackendNotAvailable, SamplingParams, make_backend
+from tentalis_pipelines.inference.base import BackendNotAvailable, SamplingParams
+from tentalis_pipelines.inference.factory import make_backend
 from tentalis_pipelines.inference.openai_backend import (
     OpenAIBackend,
     OpenAIServerError,

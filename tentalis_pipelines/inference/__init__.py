@@ -5,8 +5,8 @@ from tentalis_pipelines.inference.base import (
     Generation,
     GenerationBackend,
     SamplingParams,
-    make_backend,
 )
+from tentalis_pipelines.inference.factory import make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, ModelNotAvailable, resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 
