@@ -134,13 +134,15 @@ def test_promote_and_rollback_change_what_the_next_rollout_uses(store, tiny_mode
     assert adapters == [str(paths.checkpoints / "ckpt-a"), str(paths.checkpoints / "ckpt-b"), None]
 
 
+def items(cid: str, n_correct: int) -> list[dict]:
+    """60 benchmark items of one checkpoint, the first ``n_correct`` right."""
+    return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
+             "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
+             "formatted": True, "created_at": NOW} for k in range(60)]
+
+
 def test_the_gate_promotes_through_the_pointer(store):
     _, lake = store
-
-    def items(cid, n_correct):
-        return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
-                 "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
-                 "formatted": True, "created_at": NOW} for k in range(60)]
 
     serving.promote(lake, "ckpt-b", actor="x", reason="serving")
     for cid, n in (("ckpt-b", 20), ("ckpt-a", 45)):
@@ -155,11 +157,6 @@ def test_the_gate_promotes_through_the_pointer(store):
 
 def test_a_rejection_is_recorded_and_leaves_the_pointer(store):
     _, lake = store
-
-    def items(cid, n_correct):
-        return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
-                 "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
-                 "formatted": True, "created_at": NOW} for k in range(60)]
 
     for cid, n in (("base", 40), ("ckpt-a", 10), ("ckpt-b", 38)):
         lake.replace_where("benchmark_items", {"checkpoint_id": cid, "benchmark": "arithmetic"}, items(cid, n))
