@@ -210,6 +210,43 @@ class BenchmarkItemRow(BaseModel):
     created_at: datetime
 
 
+class SessionRow(BaseModel):
+    session_id: str = Field(description="from the X-Session-Id header or the request's `user` field (else a new id per request)")
+    tenant: str = Field(description="the tenant of the API key that opened it")
+    turn_count: int
+    policy_versions: list[str] = Field(description="every policy version that answered in the session, in order")
+    models: list[str]
+    first_turn_at: datetime
+    last_turn_at: datetime
+    metadata: str = Field("{}", description="JSON object: client-supplied session metadata")
+
+
+class TurnRow(BaseModel):
+    turn_id: str = Field(description="unique per model call and choice: the response id plus the choice index")
+    session_id: str
+    tenant: str
+    turn_index: int = Field(description="0-based position of this call in its session")
+    choice_index: int = Field(description="which of the `n` choices this row is")
+    endpoint: str = Field(description="'chat.completions' or 'completions'")
+    model: str
+    policy_version: str = Field(description="checkpoint id that answered, or 'base', or 'upstream:<model>'")
+    backend: str
+    messages: str = Field(description="JSON: the request's messages (or the prompt for /v1/completions)")
+    tools: str = Field(description="JSON: the request's tools, '[]' when none")
+    response: str = Field(description="JSON: the assistant message (content and tool_calls)")
+    prompt_token_ids: list[int] = Field(description="the exact templated prompt the model saw")
+    completion_token_ids: list[int]
+    sampling_logprobs: list[float] | None = Field(None, description="per completion token, where the backend gives them")
+    finish_reason: str
+    temperature: float
+    max_tokens: int | None
+    stream: bool
+    prompt_tokens: int
+    completion_tokens: int
+    latency_ms: float
+    created_at: datetime
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": pa.schema(
         [
@@ -421,6 +458,45 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("seen_at", TS),
         ]
     ),
+    "sessions": pa.schema(
+        [
+            ("session_id", pa.string(), False),
+            ("tenant", pa.string(), False),
+            ("turn_count", pa.int64()),
+            ("policy_versions", pa.list_(pa.string())),
+            ("models", pa.list_(pa.string())),
+            ("first_turn_at", TS),
+            ("last_turn_at", TS),
+            ("metadata", pa.string()),
+        ]
+    ),
+    "turns": pa.schema(
+        [
+            ("turn_id", pa.string(), False),
+            ("session_id", pa.string(), False),
+            ("tenant", pa.string(), False),
+            ("turn_index", pa.int32()),
+            ("choice_index", pa.int32()),
+            ("endpoint", pa.string()),
+            ("model", pa.string()),
+            ("policy_version", pa.string()),
+            ("backend", pa.string()),
+            ("messages", pa.string()),
+            ("tools", pa.string()),
+            ("response", pa.string()),
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("completion_token_ids", pa.list_(pa.int32())),
+            ("sampling_logprobs", pa.list_(pa.float32())),
+            ("finish_reason", pa.string()),
+            ("temperature", pa.float64()),
+            ("max_tokens", pa.int32()),
+            ("stream", pa.bool_()),
+            ("prompt_tokens", pa.int32()),
+            ("completion_tokens", pa.int32()),
+            ("latency_ms", pa.float64()),
+            ("created_at", TS),
+        ]
+    ),
 }
 
 ROW_MODELS: dict[str, type[BaseModel]] = {
@@ -438,6 +514,8 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "gate_decisions": GateDecisionRow,
     "training_claims": TrainingClaimRow,
     "quarantine": QuarantineRow,
+    "sessions": SessionRow,
+    "turns": TurnRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
