@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines import quality
-from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams
-from tentalis_pipelines.inference.factory import make_backend
-from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME, resolve_model
+from tentalis_pipelines.inference.base import SamplingParams
+from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, to_table
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.advantages import (
     group_advantages,
     process_advantages,
@@ -56,41 +56,6 @@ from tentalis_pipelines.training.trainer import (
 class StageResult:
     rows: int
     metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class PolicySettings:
-    model: str = EMBEDDED
-    backend: str = "transformers"
-    num_generations: int = 4
-    max_new_tokens: int = 128
-    temperature: float = 0.8
-    top_p: float = 1.0
-    seed: int = 0
-    max_batch_tokens: int = 65536  # transformers backend: KV-cache tokens per generation chunk
-    device: str = "auto"  # transformers backend: auto = CUDA when present
-    dtype: str = "auto"  # transformers backend: auto = bf16 where the hardware computes it natively
-    worked_example: bool = True
-    max_prompt_tokens: int = 2048  # longer task prompts are quarantined at `tasks` (counted with this tokenizer)
-    # backend "openai" only: the server (default $OPENAI_BASE_URL), the model name it serves (default
-    # model_name) and how many requests may be in flight at once.
-    base_url: str | None = None
-    served_model: str | None = None
-    max_concurrency: int = 8
-
-    @property
-    def model_name(self) -> str:
-        return EMBEDDED_NAME if self.model == EMBEDDED else self.model
-
-    def make_backend(self, model_dir: Path | str | None, adapter_dir: Path | str | None = None) -> GenerationBackend:
-        """The backend this policy samples with (``model_dir`` from ``resolve_model``; ``adapter_dir``
-        the serving checkpoint's LoRA adapter or None for the base model)."""
-        kwargs: dict[str, Any] = {"model_dir": model_dir, "adapter_dir": adapter_dir, "model_name": self.model_name}
-        if self.backend == "transformers":
-            kwargs.update(max_batch_tokens=self.max_batch_tokens, device=self.device, dtype=self.dtype)
-        if self.backend == "openai":
-            kwargs.update(base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency)
-        return make_backend(self.backend, **kwargs)
 
 
 def markdown_table(rows: list[dict[str, Any]], limit: int = 10) -> str:
@@ -649,7 +614,6 @@ def import_human_reviews(lake: Lakehouse, path) -> dict[str, int]:
     """Import a JSONL or CSV file of human reviews keyed by rollout id. Lines naming an unknown rollout
     or carrying a bad score go to ``quarantine``; the rest are merged into ``human_reviews`` (the same
     file imported again changes nothing). The ``human`` manager then uses them for their batches."""
-    from pathlib import Path
 
     from tentalis_pipelines.rewards.managers import read_review_file, validate_human_review
 

