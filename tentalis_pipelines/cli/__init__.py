@@ -1,0 +1,14 @@
+"""`tentalis`: set up, run learning cycles, look at the state, query the tables, open the UI.
+
+One module per concern; importing them registers their commands on :data:`app`, in ``--help`` order.
+"""
+# isort: skip_file
+
+from tentalis_pipelines.cli.common import app, csv_safe
+from tentalis_pipelines.cli import cycle  # noqa: F401  init, run, batch, learn
+from tentalis_pipelines.cli import serving  # noqa: F401  status, promote, rollback, reconcile
+from tentalis_pipelines.cli import tables  # noqa: F401  sql, maintain, import-reviews
+from tentalis_pipelines.cli import evaluate  # noqa: F401  benchmark, bench
+from tentalis_pipelines.cli import ui  # noqa: F401  ui
+
+__all__ = ["app", "csv_safe"]

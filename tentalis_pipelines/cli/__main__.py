@@ -1,0 +1,5 @@
+"""`python -m tentalis_pipelines.cli` = `tentalis`."""
+
+from tentalis_pipelines.cli import app
+
+app()

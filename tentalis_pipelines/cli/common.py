@@ -1,0 +1,134 @@
+"""What every `tentalis` command shares: the app, consoles, the home folder, one-line errors, tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from tentalis_pipelines.settings import Paths
+
+app = typer.Typer(add_completion=False, help="Tentalis: LLM agents that learn from their manager's reviews.")
+console = Console()
+err = Console(stderr=True)
+
+DAGSTER_YAML = (Path(__file__).resolve().parents[2] / "dagster.yaml")
+_DEFAULT_INSTANCE_YAML = "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n"
+
+
+def _paths(home: str | None) -> Paths:
+    paths = Paths.from_env(home)
+    try:
+        paths.ensure()
+        probe = paths.home / f".write-probe-{os.getpid()}"
+        probe.touch()
+        probe.unlink()
+    except OSError as exc:
+        _fail(f"TENTALIS_HOME={paths.home} is not usable ({exc.strerror or exc}): point TENTALIS_HOME "
+              "(or --home) at a folder this user can create and write")
+    os.environ["TENTALIS_HOME"] = str(paths.home)
+    os.environ.setdefault("DAGSTER_HOME", str(paths.dagster_home))
+    instance_yaml = Path(os.environ["DAGSTER_HOME"]) / "dagster.yaml"
+    if not instance_yaml.exists():
+        instance_yaml.parent.mkdir(parents=True, exist_ok=True)
+        text = DAGSTER_YAML.read_text() if DAGSTER_YAML.exists() else _DEFAULT_INSTANCE_YAML
+        instance_yaml.write_text(text)
+    return paths
+
+
+HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
+
+# Columns that hold ids other commands take (checkpoint, batch and run ids) are never cut with "…": rich
+# shrinks the other columns first, and wraps an id only when nothing else can give way.
+_ID_COLUMNS = {"checkpoint_id", "parent", "from", "to", "value", "batch_id", "rollout_id", "task_id", "run_id"}
+
+
+def _add_column(table: Table, name: str, **kwargs) -> None:
+    if name in _ID_COLUMNS:
+        kwargs = {"no_wrap": True, **kwargs}
+    table.add_column(name, **kwargs)
+
+
+def _print_table(table: Table) -> None:
+    """Print at the table's natural width when the terminal is narrower: the terminal wraps the line,
+    but no id is cut or split by a character rich would insert."""
+    from rich.measure import Measurement
+
+    needed = Measurement.get(console, console.options.update(max_width=100_000), table).maximum
+    if needed <= console.width:
+        console.print(table)
+    else:  # rich caps print(width=) at the console's width: a wider console of its own
+        Console(width=needed, force_terminal=console.is_terminal, no_color=console.no_color).print(table, crop=False)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        console.print(f"tentalis {version('tentalis')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Print the version and exit."),
+) -> None:
+    """Tentalis: LLM agents that learn from their manager's reviews."""
+
+
+# A spreadsheet runs a cell that starts with one of these as a formula (CSV injection, OWASP).
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_safe(value):
+    """A text cell that a spreadsheet would run as a formula, prefixed with ``'`` so it stays text."""
+    if isinstance(value, str) and value.startswith(_FORMULA_START):
+        return "'" + value
+    return value
+
+
+def _check_seed(seed: int) -> None:
+    from tentalis_pipelines.tasks.batches import ReservedSeedError, check_training_seed
+
+    try:
+        check_training_seed(seed)
+    except ReservedSeedError as exc:
+        _fail(f"--seed: {exc}")
+
+
+def _check_policy_settings(backend: str | None = None) -> str:
+    """Check, before any model loads, what the run will use: $TENTALIS_MODEL, the backend and its server.
+
+    Fails in one line naming the setting and the fix; returns the backend.
+    """
+    backend = backend or os.environ.get("TENTALIS_BACKEND") or "transformers"
+    if backend not in ("transformers", "openai", "vllm"):
+        _fail(f"backend {backend!r} is unknown: use transformers, openai or vllm (--backend or TENTALIS_BACKEND)")
+    spec = os.environ.get("TENTALIS_MODEL") or "embedded"
+    if spec != "embedded" and not (Path(spec).expanduser() / "config.json").is_file():
+        _fail(f"TENTALIS_MODEL={spec} is not a model: no config.json there. Set TENTALIS_MODEL to 'embedded' "
+              "or a local Hugging Face model folder (these machines download nothing)")
+    if backend == "openai":
+        url = os.environ.get("OPENAI_BASE_URL", "")
+        if not url.startswith(("http://", "https://")):
+            _fail(f"backend openai needs OPENAI_BASE_URL=http(s)://host:port/v1 (got {url!r})")
+    return backend
+
+
+def _fail(message: str, code: int = 2) -> None:
+    err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+
+def _parse_levels(levels: str) -> list[int]:
+    try:
+        lv = [int(x) for x in levels.split(",") if x.strip()]
+    except ValueError:
+        lv = []
+    if not lv or any(level not in (1, 2, 3, 4) for level in lv):
+        _fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+    return lv

@@ -1,0 +1,182 @@
+"""`tentalis init`, `run`, `batch new`, `learn`: set up, and learning cycles as runs of the asset jobs."""
+
+from __future__ import annotations
+
+import time
+
+import typer
+
+from tentalis_pipelines.cli.common import (
+    HomeOpt,
+    _check_policy_settings,
+    _check_seed,
+    _fail,
+    _parse_levels,
+    _paths,
+    app,
+    console,
+    err,
+)
+
+
+@app.command()
+def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help="'embedded' or a local model folder.")):
+    """Create the home folder and Dagster instance, and convert the embedded model once."""
+    paths = _paths(home)
+    from tentalis_pipelines.inference.models import resolve_model
+
+    with console.status("Preparing the model (first time: converting the embedded GGUF to safetensors)..."):
+        model_dir = resolve_model(model, paths.models)
+    console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
+    from tentalis_pipelines.cli.serving import _reconcile
+
+    _reconcile(paths)
+    from dagster import DagsterInstance
+
+    from assets.partitions import checkpoint_ids
+
+    with DagsterInstance.get() as instance:  # the base model's benchmark partitions exist from the start
+        if not instance.has_dynamic_partition(checkpoint_ids.name, "base"):
+            instance.add_dynamic_partitions(checkpoint_ids.name, ["base"])
+
+
+def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None) -> dict:
+    """Run config for the resources: only the fields set here. model and base_url stay unset, so the
+    policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
+    policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
+    if backend:
+        policy["backend"] = backend
+    out: dict = {"policy": {"config": policy}}
+    if gate_limit:
+        out["bench"] = {"config": {"limit": gate_limit}}
+    if trainer:
+        out["trainer"] = {"config": trainer}
+    return out
+
+
+def _execute_cycle(opts, label: str) -> dict:
+    """One learning cycle as runs of the asset jobs on the instance (jobs/cycle.py), each shown as it ends."""
+    from dagster import DagsterInstance
+
+    from jobs.cycle import CycleFailed, run_cycle
+    from jobs.run_health import reap_dead_runs
+    from tentalis_pipelines.definitions import defs
+
+    instance = DagsterInstance.get()
+    for run_id in reap_dead_runs(instance):
+        err.print(f"[yellow]run {run_id} was killed earlier: marked failed and its gpu slot freed[/]")
+    status = console.status(f"{label}: registering the batch")
+
+    def started(what: str) -> None:
+        status.update(f"{label}: {what}")
+
+    def finished(run) -> None:
+        where = f" [dim]{run.partition}[/]" if run.partition else ""
+        console.print(f"  [green]✓[/] {run.job}{where} [dim]{run.seconds:.0f} s, run {run.run_id}[/]")
+
+    try:
+        with status:
+            return run_cycle(defs, instance, _paths(None), opts, on_run=finished, on_start=started)
+    except CycleFailed as exc:
+        _fail(str(exc), 1)
+    except (ValueError, OSError) as exc:  # refused before any job ran (a bad seed, a full disk)
+        _fail(str(exc), 1)
+
+
+@app.command()
+def run(
+    home: str | None = HomeOpt,
+    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    num_generations: int = typer.Option(4, min=1, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, min=1, help="Completion length limit."),
+    train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
+    backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
+):
+    """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
+    benchmark_job and promotion_job (the gate), each a run of its own job."""
+    from jobs.cycle import CycleOptions
+
+    _paths(home)
+    backend = _check_policy_settings(backend)
+    if seed is not None:
+        _check_seed(seed)
+    t0 = time.time()
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train,
+                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
+    out = _execute_cycle(opts, "learning cycle")
+    gate = out["decision"]
+    console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
+                  + (f"; gate: {gate['reason']}" if gate else ""))
+    from tentalis_pipelines.cli.serving import status
+
+    status(home=None)
+
+
+batch_app = typer.Typer(help="Task batches (the task_batches partitions).")
+app.add_typer(batch_app, name="batch")
+
+
+@batch_app.command("new")
+def batch_new(
+    home: str | None = HomeOpt,
+    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2."),
+):
+    """Register a seeded arithmetic batch as a task_batches partition and print its id (for
+    `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
+    from dagster import DagsterInstance
+
+    from jobs.cycle import register_batch
+
+    paths = _paths(home)
+    if seed is not None:
+        _check_seed(seed)
+    batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(_parse_levels(levels)))
+    typer.echo(batch_id)
+
+
+@app.command()
+def learn(
+    # The measured recipe of the README's learning curve: 8 tasks x 8 samples of level-1 arithmetic;
+    # the trainer settings default to the `trainer` resource's, i.e. GRPOConfig's (DAPO, beta 0, lr 2e-4).
+    cycles: int = typer.Option(12, min=1, help="Learning cycles to run now."),
+    num_tasks: int = typer.Option(8, min=1, help="Tasks per cycle."),
+    num_generations: int = typer.Option(8, min=2, help="Samples per task (G; a group needs two to compare)."),
+    max_new_tokens: int = typer.Option(96, min=1, help="Completion length limit."),
+    gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
+    levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2."),
+    loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
+    learning_rate: float | None = typer.Option(None, help="LoRA learning rate (> 0; default: the trainer resource's, 2e-4)."),
+    beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
+    num_iterations: int | None = typer.Option(None, min=1, help="Updates per batch of rollouts (mu; default 1)."),
+    dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
+    seed: int | None = typer.Option(None, help="Trainer seed (LoRA init, shuffling); record runs per seed."),
+    home: str | None = HomeOpt,
+):
+    """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
+    paths = _paths(home)
+    from jobs.cycle import CycleOptions
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.promotion import benchmark_history
+    from tentalis_pipelines.resources import TrainerResource
+
+    _check_policy_settings()
+    lv = _parse_levels(levels)
+    options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
+               "dtype": dtype, "seed": seed}
+    trainer = {k: v for k, v in options.items() if v is not None}
+    try:  # validated once, by GRPOConfig, before any model loads
+        TrainerResource(**trainer).config()
+    except ValueError as exc:  # GRPOConfig's messages start with the field's name
+        name = str(exc).split()[0]
+        flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
+        _fail(f"{flag}: {exc}")
+    t0 = time.time()
+    for k in range(1, cycles + 1):
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn",
+                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer))
+        _execute_cycle(opts, f"cycle {k}/{cycles}")
+    console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])

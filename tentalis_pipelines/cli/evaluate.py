@@ -1,0 +1,155 @@
+"""`tentalis benchmark` and `bench`: held-out accuracy of a checkpoint, and speed side by side."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.table import Table
+
+from tentalis_pipelines.cli.common import (
+    HomeOpt,
+    _paths,
+    app,
+    console,
+    err,
+)
+
+
+@app.command()
+def benchmark(
+    checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | path/to/tasks.jsonl"),
+    limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
+    seed: int = typer.Option(0, help="Seed of the subset."),
+    format: str = typer.Option("table", "--format", "-f", help="table | json"),
+    record: bool = typer.Option(True, help="Write benchmark_results and benchmark_items."),
+    max_new_tokens: int | None = typer.Option(None, help="Answer length limit (default per benchmark)."),
+    model: str | None = typer.Option(None, help="Base model (default: $TENTALIS_MODEL or embedded)."),
+    home: str | None = HomeOpt,
+):
+    """Evaluate a checkpoint on a benchmark or any JSONL task file and print the result."""
+    paths = _paths(home)
+    from tentalis_pipelines.evaluation.benchmarks import BenchmarkDataMissing
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.pipeline import PolicySettings, benchmark_checkpoint
+
+    if format not in ("table", "json"):
+        err.print(f"[red]--format must be table or json, not {format!r}[/]")
+        raise typer.Exit(2)
+    policy = PolicySettings(model=model or os.environ.get("TENTALIS_MODEL", "embedded"))
+    try:
+        with console.status(f"evaluating {checkpoint} on {tasks}..."):
+            _, s = benchmark_checkpoint(Lakehouse(paths.lakehouse), paths, policy, checkpoint, tasks, limit=limit, seed=seed, record=record,
+                                        max_new_tokens=max_new_tokens)
+    except (BenchmarkDataMissing, ValueError) as exc:
+        err.print(f"[red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    out = {"checkpoint": checkpoint, "benchmark": s.benchmark, "n": s.n, "accuracy": s.accuracy,
+           "lenient_accuracy": s.lenient_accuracy, "format_rate": s.format_rate, "ci_low": s.ci_low,
+           "ci_high": s.ci_high, "seconds": round(s.seconds, 2)}
+    if format == "json":
+        sys.stdout.write(json.dumps(out) + "\n")
+        return
+    t = Table(title=f"{s.benchmark} — {checkpoint}")
+    for k in out:
+        t.add_column(k)
+    t.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in out.values()])
+    console.print(t)
+
+
+@app.command()
+def bench(
+    parts: str = typer.Option("rollout,dtype,grpo,lakehouse",
+                              help="Which measurements: rollout, dtype (fp32 vs bf16), grpo (needs tentalis[bench]), lakehouse."),
+    prompts: int = typer.Option(16, help="Prompts per rollout batch / GRPO update."),
+    num_generations: int = typer.Option(8, help="Samples per prompt."),
+    max_new_tokens: int = typer.Option(96, help="Completion length limit."),
+    plain_prompts: int = typer.Option(4, help="Prompts the plain per-sample loop generates for (it is slow)."),
+    updates: int = typer.Option(2, help="GRPO updates per trainer."),
+    rows: int = typer.Option(1_000_000, help="Synthetic trajectory rows for the DuckDB aggregate."),
+    out: Path | None = typer.Option(None, help="Write every figure as JSON here (default: $TENTALIS_HOME/bench/)."),
+    home: str | None = HomeOpt,
+):
+    """Speed, measured side by side in one run: rollout tokens/s vs a plain generate loop, one GRPO update vs
+    TRL's GRPOTrainer, a DuckDB aggregate over 1M trajectory rows, and batch 1 vs batch 20 writes."""
+    import tempfile
+
+    paths = _paths(home)
+    from tentalis_pipelines.inference.models import resolve_model
+
+    wanted = {x.strip() for x in parts.split(",") if x.strip()}
+    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse"}
+    if unknown:
+        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse")
+        raise typer.Exit(2)
+    model_dir = resolve_model("embedded", paths.models)
+    report: dict = {"machine": {"cpus": os.cpu_count()}}
+    rows_out: list[tuple[str, str, str, str]] = []
+    if "rollout" in wanted:
+        from bench.rollout_bench import rollout_benchmark
+
+        with console.status("rollouts: pipeline backend vs plain generate loop..."):
+            r = rollout_benchmark(model_dir, prompts=prompts, num_generations=num_generations, max_new_tokens=max_new_tokens,
+                                  plain_prompts=plain_prompts)
+        report["rollout"] = r
+        rows_out.append(("rollout tokens/s", f"{r['pipeline']['tokens_per_s']} vs {r['plain_loop']['tokens_per_s']} (plain loop)",
+                         f"{r['speedup']}x", ">= 5x"))
+    if "dtype" in wanted:
+        from bench.dtype_bench import dtype_benchmark
+
+        with console.status("fp32 vs bf16: rollouts and one GRPO update, alternated..."):
+            d = dtype_benchmark(model_dir, prompts=min(prompts, 8), num_generations=num_generations, max_new_tokens=max_new_tokens)
+        report["dtype"] = d
+        rows_out.append(("rollout tokens/s, bf16 vs fp32", f"{d['bfloat16']['tokens_per_s']} vs {d['float32']['tokens_per_s']}",
+                         f"{d['bf16_over_fp32_tokens_per_s']}x", "> 1x where bf16 is native"))
+        rows_out.append((f"GRPO update, {d['config']['update_rows']} rows (s), bf16 vs fp32",
+                         f"{d['bfloat16']['update_s']} vs {d['float32']['update_s']}", f"{d['fp32_over_bf16_update_time']}x faster", ""))
+    if "grpo" in wanted:
+        from bench.grpo_compare import (
+            CompareConfig,
+            run_tentalis,
+            run_trl,
+            summarize,
+        )
+
+        cfg = CompareConfig(updates=updates, prompts_per_update=prompts, num_generations=num_generations,
+                            max_completion_length=max_new_tokens)
+        with console.status("GRPO updates: Tentalis vs TRL GRPOTrainer..."):
+            try:
+                ours, theirs = run_tentalis(model_dir, cfg), run_trl(model_dir, cfg)
+            except RuntimeError as exc:
+                err.print(f"[red]error:[/] {exc}")
+                raise typer.Exit(2) from None
+        g = summarize(ours, theirs)
+        report["grpo"] = {"config": cfg.__dict__, "summary": g, "tentalis": ours, "trl": theirs}
+        rows_out.append(("GRPO update (s)", f"{g['tentalis_seconds_per_update']} vs {g['trl_seconds_per_update']} (TRL)",
+                         f"{g['ratio']}x", "<= 0.8x"))
+    if "lakehouse" in wanted:
+        from bench.lakehouse_bench import (
+            aggregate_benchmark,
+            batch_scaling_benchmark,
+        )
+
+        with tempfile.TemporaryDirectory(prefix="tentalis-bench-") as tmp, console.status("lakehouse: 1M-row aggregate, batch 1 vs 20..."):
+            agg = aggregate_benchmark(Path(tmp) / "aggregate", rows=rows)
+            scale = batch_scaling_benchmark(Path(tmp) / "scaling")
+        report["aggregate"], report["batch_scaling"] = agg, scale
+        rows_out.append((f"DuckDB aggregate, {rows:,} rows (s)", f"{agg['best_seconds']:.3f} (cold {agg['cold_seconds']:.3f})",
+                         "", "< 2 s"))
+        rows_out.append((f"batch {scale['batch_n']} vs batch 1 (s)", f"{scale['batch_n_seconds']:.3f} vs {scale['batch_1_seconds']:.3f}",
+                         f"{scale['ratio']:.2f}x", "<= 1.3x"))
+    t = Table(title="tentalis bench (one run, same inputs on both sides)")
+    for col in ("measurement", "figures", "ratio", "target"):
+        t.add_column(col)
+    for row in rows_out:
+        t.add_row(*row)
+    console.print(t)
+    dest = out or paths.home / "bench" / f"bench-{time.strftime('%Y%m%dT%H%M%S')}.json"
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(report, indent=2, default=str))
+    console.print(f"all figures: {dest}")
