@@ -5,7 +5,7 @@
 
 Same model (the embedded SmolLM2-135M-Instruct), prompts, reward, samples per prompt, completion length,
 loss, LoRA shape, learning rate and number of updates on both sides; see
-tentalis_pipelines/benchmarking/grpo_compare.py for what an update covers.
+bench/grpo_compare.py for what an update covers.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from tentalis_pipelines.benchmarking.grpo_compare import CompareConfig, run_tentalis, run_trl, summarize
+from bench.grpo_compare import CompareConfig, run_tentalis, run_trl, summarize
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.settings import Paths
 

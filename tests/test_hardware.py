@@ -34,7 +34,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import tentalis_pipelines.training.trainer, tentalis_pipelines.training.losses, tentalis_pipelines.hardware
 import tentalis_pipelines.inference.transformers_backend
-import tentalis_pipelines.benchmarking.gpu_bench, tentalis_pipelines.benchmarking.dtype_bench
+import bench.gpu_bench, bench.dtype_bench
 import tentalis_pipelines.rewards.advantages
 print("ok")
 """
@@ -48,7 +48,7 @@ def test_training_and_inference_import_without_the_data_stack():
 def test_gpu_bench_path_runs_on_cpu_with_a_tiny_config(embedded_model_dir):
     """scripts/gpu_bench.py's whole Tentalis side (model from a config, rollouts, one GRPO update, on the
     resolved device in the resolved dtype) on this CPU; the TRL side needs TRL (not in `make test`)."""
-    from tentalis_pipelines.benchmarking.gpu_bench import GpuBenchConfig, gpu_bench
+    from bench.gpu_bench import GpuBenchConfig, gpu_bench
 
     cfg = GpuBenchConfig.tiny()
     report = gpu_bench(embedded_model_dir, cfg, with_trl=False)
@@ -61,7 +61,7 @@ def test_gpu_bench_path_runs_on_cpu_with_a_tiny_config(embedded_model_dir):
 
 
 def test_dtype_bench_compares_both_precisions(tiny_model_dir):
-    from tentalis_pipelines.benchmarking.dtype_bench import dtype_benchmark
+    from bench.dtype_bench import dtype_benchmark
 
     d = dtype_benchmark(tiny_model_dir, prompts=2, num_generations=2, max_new_tokens=6, update_rows=4, repeats=1)
     for dtype in ("float32", "bfloat16"):

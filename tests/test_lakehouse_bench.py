@@ -2,7 +2,7 @@
 
 import pytest
 
-from tentalis_pipelines.benchmarking.lakehouse_bench import (
+from bench.lakehouse_bench import (
     SCALING_TABLES,
     aggregate_benchmark,
     batch_scaling_benchmark,
