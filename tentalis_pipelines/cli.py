@@ -664,5 +664,10 @@ def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web serv
     os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), "-p", str(port)])
 
 
+from tentalis_pipelines.gateway.nats_commands import ingest_nats  # noqa: E402
+
+app.command("ingest-nats")(ingest_nats)
+
+
 if __name__ == "__main__":
     app()

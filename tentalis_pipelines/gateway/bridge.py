@@ -200,8 +200,12 @@ def _outcome(existing: Mapping[str, Any] | None, row: Mapping[str, Any], compare
 
 
 # --------------------------------------------------------------------------- quarantine
-def quarantine_payload(lake: Lakehouse, kind: str, raw: Any, error: str, tenant: str | None) -> None:
-    """Keep a rejected Bridge payload in ``quarantine`` with every secret redacted (raw text and error)."""
+def quarantine_payload(lake: Lakehouse, kind: str, raw: Any, error: str, tenant: str | None, *,
+                       source: str | None = None, line: int | None = None) -> None:
+    """Keep a rejected Bridge payload in ``quarantine`` with every secret redacted (raw text and error).
+
+    ``source`` defaults to ``bridge:<kind>`` (the NATS ingester passes ``nats:<subject>`` and the stream
+    sequence as ``line``)."""
     if isinstance(raw, (bytes, bytearray)):
         text = bytes(raw).decode("utf-8", "replace")
     elif isinstance(raw, str):
@@ -215,19 +219,19 @@ def quarantine_payload(lake: Lakehouse, kind: str, raw: Any, error: str, tenant:
         batch_id = bridge_batch_id(tenant) if tenant is not None else None
     except BridgeInputError:
         batch_id = None
-    lake.quarantine([{"source": f"bridge:{kind}", "line": None, "raw": redact(text)[:_MAX_RAW], "error": redact(error),
+    lake.quarantine([{"source": source or f"bridge:{kind}", "line": line, "raw": redact(text)[:_MAX_RAW], "error": redact(error),
                       "batch_id": batch_id, "stage": QUARANTINE_STAGE}])
 
 
 def _landing(kind: str, build: Callable[[Lakehouse, Mapping[str, Any], str], dict[str, Any]]):
     """Wrap a landing function: serialise it in the process; quarantine the payload of a BridgeInputError."""
 
-    def land(lake: Lakehouse, payload: dict, tenant: str) -> dict[str, Any]:
+    def land(lake: Lakehouse, payload: dict, tenant: str, *, source: str | None = None, line: int | None = None) -> dict[str, Any]:
         try:
             with _lock:
                 return build(lake, _payload(payload), tenant)
         except BridgeInputError as exc:
-            quarantine_payload(lake, kind, payload, str(exc), tenant)
+            quarantine_payload(lake, kind, payload, str(exc), tenant, source=source, line=line)
             raise
 
     land.__name__ = build.__name__.lstrip("_")
@@ -407,7 +411,7 @@ land_task_result = _landing("result", _land_task_result)
 land_feedback = _landing("feedback", _land_feedback)
 
 # What each kind of Bridge event lands with (the NATS ingester maps subjects to these kinds).
-LANDERS: dict[str, Callable[[Lakehouse, dict, str], dict[str, Any]]] = {
+LANDERS: dict[str, Callable[..., dict[str, Any]]] = {
     "assign": land_task_assign, "result": land_task_result, "feedback": land_feedback,
 }
 
