@@ -155,6 +155,15 @@ def _sql_quote(value: str) -> str:
     return value.replace("'", "''")
 
 
+def repr_sql(value: str) -> str:
+    """A SQL string literal."""
+    return f"'{_sql_quote(value)}'"
+
+
+# Up to this many distinct key values, upsert() adds them to its merge predicate as literals.
+_MERGE_LITERALS = 1000
+
+
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -420,6 +429,12 @@ class Lakehouse:
                                                  partition_by=_partition_by(name), configuration=table_properties(name)))
             return table.num_rows
         on = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        # The keys' values as literals too: delta-rs then prunes target files by partition and by file
+        # statistics before joining (about half the time of a small merge into a table of many files).
+        for k in keys:
+            values = pc.unique(table.column(k)).to_pylist()
+            if pa.types.is_string(table.schema.field(k).type) and None not in values and len(values) <= _MERGE_LITERALS:
+                on += f" AND t.{k} IN ({', '.join(repr_sql(v) for v in values)})"
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
         self._commit(
             lambda: self._open(name)
