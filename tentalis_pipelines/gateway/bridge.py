@@ -174,11 +174,21 @@ def _dumps(obj: Any) -> str:
 
 # --------------------------------------------------------------------------- lookups
 def _rows(lake: Lakehouse, table: str, tenant: str, columns: list[str] | None = None, **equal: str) -> list[dict[str, Any]]:
-    """The tenant's Bridge rows of ``table`` whose columns equal ``equal`` (only bridge partitions)."""
-    flt = pc.starts_with(pc.field("batch_id"), pattern=_prefix(tenant))
+    """The tenant's Bridge rows of ``table`` whose columns equal ``equal`` (only bridge partitions).
+
+    Files are chosen from the Delta log first: the tenant's partitions (a range of ``batch_id``) and the
+    per-file min/max statistics of the id columns, so a lookup by id opens about one file however many
+    events have landed (each landing adds a file until ``tentalis maintain`` compacts them)."""
+    dt = lake.table(table)
+    if dt is None:
+        return []
+    prefix = _prefix(tenant)
+    # Every batch id that starts with "bridge-<slug>-" lies in ["bridge-<slug>-", "bridge-<slug>.") ('.' follows '-').
+    prune = [("batch_id", ">=", prefix), ("batch_id", "<", prefix[:-1] + "."), *((c, "=", v) for c, v in equal.items())]
+    flt = pc.starts_with(pc.field("batch_id"), pattern=prefix)
     for col, value in equal.items():
         flt = flt & (pc.field(col) == value)
-    return lake.dataset(table).to_table(columns=columns, filter=flt).to_pylist()
+    return dt.to_pyarrow_dataset(file_pruning_predicate=prune).to_table(columns=columns, filter=flt).to_pylist()
 
 
 def _find_task(lake: Lakehouse, tenant: str, task_id: str) -> dict[str, Any] | None:
