@@ -261,3 +261,13 @@ def test_status_counts_a_tenants_tasks(lake):
     with pytest.raises(BridgeInputError, match="'nope'"):
         bridge_status(lake, "acme", task_id="nope")
     assert lake.read("quarantine").num_rows == 0  # a status query for an unknown id is not bad input to keep
+
+
+def test_ids_with_quotes_and_unicode_land_and_resend_once(lake):
+    for task_id in ("it's", "t\u00e9st \u4efb\u52a1"):
+        land_task_assign(lake, {"task_id": task_id, "prompt": "p"}, "acme")
+        land_task_result(lake, {"task_id": task_id, "worker_id": "o'neil", "result": "1"}, "acme")
+        out = land_feedback(lake, {"task_id": task_id, "worker_id": "o'neil", "score": 0.5}, "acme")
+        assert out["rollout_id"] == _hash_id("br", "acme", task_id, "o'neil")
+        assert land_task_result(lake, {"task_id": task_id, "worker_id": "o'neil", "result": "1"}, "acme")["status"] == "unchanged"
+    assert (lake.read("tasks").num_rows, lake.read("rollouts").num_rows, lake.read("reviews").num_rows) == (2, 2, 2)
