@@ -155,6 +155,15 @@ def _sql_quote(value: str) -> str:
     return value.replace("'", "''")
 
 
+def repr_sql(value: str) -> str:
+    """A SQL string literal."""
+    return f"'{_sql_quote(value)}'"
+
+
+# Up to this many distinct key values, upsert() adds them to its merge predicate as literals.
+_MERGE_LITERALS = 1000
+
+
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -398,19 +407,38 @@ class Lakehouse:
                                              partition_by=_partition_by(name), configuration=table_properties(name)))
         return table.num_rows
 
-    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str]) -> int:
-        """Merge rows by ``key``: insert new keys, update a matched row only when a ``compare`` column
-        differs (so importing the same rows again changes nothing)."""
+    def upsert(
+        self, name: str, key: str | Sequence[str], rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str],
+    ) -> int:
+        """Merge rows by ``key`` (a column, or several that together identify a row): insert new keys,
+        update a matched row only when a ``compare`` column differs (so importing the same rows again
+        changes nothing).
+
+        A per-batch table created by an upsert is partitioned by ``batch_id`` like one created by
+        ``write_batch``; put ``batch_id`` in ``key`` there so the merge touches only the partitions
+        that the rows name (and an id that recurs in another batch is not matched).
+        """
         table = to_table(name, rows)
         if table.num_rows == 0:
             return 0
+        keys = [key] if isinstance(key, str) else list(key)
+        if not keys:
+            raise LakehouseError("upsert needs at least one key column")
         if not self.exists(name):
-            self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append", configuration=table_properties(name)))
+            self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append",
+                                                 partition_by=_partition_by(name), configuration=table_properties(name)))
             return table.num_rows
+        on = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+        # The keys' values as literals too: delta-rs then prunes target files by partition and by file
+        # statistics before joining (about half the time of a small merge into a table of many files).
+        for k in keys:
+            values = pc.unique(table.column(k)).to_pylist()
+            if pa.types.is_string(table.schema.field(k).type) and None not in values and len(values) <= _MERGE_LITERALS:
+                on += f" AND t.{k} IN ({', '.join(repr_sql(v) for v in values)})"
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
         self._commit(
             lambda: self._open(name)
-            .merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+            .merge(table, predicate=on, source_alias="s", target_alias="t")
             .when_matched_update_all(predicate=changed)
             .when_not_matched_insert_all()
             .execute()

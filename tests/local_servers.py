@@ -5,8 +5,10 @@
   (``runuser``) in a temp folder that user owns, with its Unix socket in that folder.
 * :class:`S3Server`: moto's S3 in server mode (``moto[server]``), a real HTTP endpoint that honours
   conditional writes (``If-None-Match: *``), which deltalake's commits rely on.
+* :class:`NatsServer`: ``nats-server -js`` (Debian's ``nats-server`` package) with JetStream storage in a
+  temp folder.
 
-Both raise :class:`ServerUnavailable` with the reason (what is missing) when they cannot start; the
+All raise :class:`ServerUnavailable` with the reason (what is missing) when they cannot start; the
 tests turn that into a skip that names it.
 """
 
@@ -179,6 +181,72 @@ class S3Server:
         if getattr(self, "_log", None) is not None:
             self._log.close()
             self._log = None
+
+
+def nats_server_binary() -> Path:
+    """``$TENTALIS_NATS_SERVER``, else ``nats-server`` on PATH or in /usr/sbin, /usr/bin (Debian installs it in /usr/sbin)."""
+    candidates = [os.environ.get("TENTALIS_NATS_SERVER", ""), shutil.which("nats-server") or "", "/usr/sbin/nats-server",
+                  "/usr/bin/nats-server"]
+    for c in candidates:
+        if c and Path(c).is_file() and os.access(c, os.X_OK):
+            return Path(c)
+    raise ServerUnavailable("nats-server not found in $TENTALIS_NATS_SERVER, PATH, /usr/sbin or /usr/bin: install Debian's "
+                            "`nats-server` package (apt-get install nats-server)")
+
+
+class NatsServer:
+    """``nats-server -js`` on 127.0.0.1:<free port>, JetStream files in a temp folder. ``url`` is nats://...
+
+    ``stop()`` terminates it and deletes the folder; ``kill()`` SIGKILLs it and keeps the folder, so
+    ``start()`` brings the same server (and its streams) back on the same port."""
+
+    def __init__(self):
+        self.binary = nats_server_binary()
+        self.port = free_port()
+        self.root: Path | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"nats://127.0.0.1:{self.port}"
+
+    def start(self) -> NatsServer:
+        if self.root is None:
+            self.root = Path(tempfile.mkdtemp(prefix="tentalis-nats-"))
+        log = self.root / "server.log"
+        self._proc = subprocess.Popen([str(self.binary), "-js", "-a", "127.0.0.1", "-p", str(self.port),
+                                       "-sd", str(self.root / "jetstream"), "-l", str(log)],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while True:
+            if self._proc.poll() is not None:
+                tail = log.read_text()[-800:] if log.exists() else ""
+                raise ServerUnavailable(f"nats-server exited ({self._proc.returncode}): {tail}")
+            if log.exists() and "Server is ready" in log.read_text():
+                return self
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerUnavailable(f"nats-server on {self.url} did not become ready in 20 s")
+            time.sleep(0.05)
+
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.kill()
+            self._proc.wait()
+        self._proc = None
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        self._proc = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
 
 
 def _atomic_conditional_puts() -> None:
