@@ -42,7 +42,7 @@ async def _publish(url: str, events: list[tuple[str, object]], *, stream: str = 
 
     nc = await nats.connect(url)
     try:
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=30.0)
         try:
             await js.stream_info(stream)
         except Exception:  # noqa: BLE001 - created by the first publisher
@@ -61,7 +61,7 @@ async def _pending(url: str, stream: str, durable: str) -> tuple[int, int]:
 
     nc = await nats.connect(url)
     try:
-        info = await nc.jetstream().consumer_info(stream, durable)
+        info = await nc.jetstream(timeout=30.0).consumer_info(stream, durable)
         return info.num_pending, info.num_ack_pending
     finally:
         await nc.close()

@@ -42,6 +42,7 @@ from tentalis_pipelines.redact import redact
 
 log = logging.getLogger(__name__)
 
+ACK_TIMEOUT = 10.0  # seconds to wait for the server to confirm an ack (nats-py defaults to 1 s: too short on a busy host)
 DEFAULT_STREAM = "TENTALIS"
 DEFAULT_SUBJECTS = ("tentalis.>",)
 DEFAULT_DURABLE = "tentalis-ingest"
@@ -145,7 +146,7 @@ async def _handle(msg, lake: Lakehouse, cfg: IngestConfig, stats: IngestStats,
         stats.redelivered += 1
     kind, task_type = subject_kind(msg.subject)
     if kind is None:
-        await msg.ack_sync()
+        await msg.ack_sync(timeout=ACK_TIMEOUT)
         stats.skipped += 1
         return
     source = f"nats:{msg.subject}"
@@ -174,7 +175,7 @@ async def _handle(msg, lake: Lakehouse, cfg: IngestConfig, stats: IngestStats,
     # The row is committed: only now acknowledge (a crash before this line means a redelivery, which lands nothing new).
     if before_ack is not None:
         before_ack(msg, out)
-    await msg.ack_sync()
+    await msg.ack_sync(timeout=ACK_TIMEOUT)
     stats.by_kind[kind] = stats.by_kind.get(kind, 0) + 1
     if out.get("status") == "unchanged":
         stats.unchanged += 1
@@ -199,7 +200,7 @@ async def ingest(
     nc = await nats.connect(cfg.url, name="tentalis-ingest", connect_timeout=cfg.connect_timeout, max_reconnect_attempts=-1,
                             allow_reconnect=True)
     try:
-        js = nc.jetstream()
+        js = nc.jetstream(timeout=30.0)  # JetStream API calls (stream, consumer, ack_sync): generous on a busy host
         await _ensure_stream(js, cfg)
         sub = await _subscribe(nc, js, cfg)
         last = time.monotonic()
