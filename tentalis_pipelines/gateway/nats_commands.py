@@ -30,7 +30,7 @@ def ingest_nats(
 ):
     """Land the seeds' NATS task/result/feedback events in tasks, rollouts and reviews (JetStream durable
     pull consumer; a message is acked only after its row is committed; bad messages are quarantined)."""
-    from tentalis_pipelines.cli import _paths, err
+    from tentalis_pipelines.cli.common import _paths, err
     from tentalis_pipelines.gateway.bridge import BridgeInputError
     from tentalis_pipelines.gateway.nats_ingest import IngestConfig, run_ingest
     from tentalis_pipelines.lakehouse import Lakehouse
