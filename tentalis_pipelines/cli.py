@@ -664,5 +664,15 @@ def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web serv
     os.execv(str(dagster), [str(dagster), "dev", "-w", str(workspace), "-p", str(port)])
 
 
+# The gateway (tentalis_pipelines/gateway/commands.py): `tentalis serve`, `tentalis keys create|list`.
+from tentalis_pipelines.gateway import commands as _gateway  # noqa: E402
+
+app.command("serve")(_gateway.serve)
+keys_app = typer.Typer(help="API keys of the gateway (bearer key -> tenant).")
+keys_app.command("create")(_gateway.keys_create)
+keys_app.command("list")(_gateway.keys_list)
+app.add_typer(keys_app, name="keys")
+
+
 if __name__ == "__main__":
     app()

@@ -398,19 +398,25 @@ class Lakehouse:
                                              partition_by=_partition_by(name), configuration=table_properties(name)))
         return table.num_rows
 
-    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str]) -> int:
+    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str],
+               target_filter: str | None = None) -> int:
         """Merge rows by ``key``: insert new keys, update a matched row only when a ``compare`` column
-        differs (so importing the same rows again changes nothing)."""
+        differs (so importing the same rows again changes nothing). ``target_filter`` (SQL on the target
+        alias ``t``, e.g. ``t.batch_id = 'live'``) narrows the rows a key can match, so the merge reads
+        only those files."""
         table = to_table(name, rows)
         if table.num_rows == 0:
             return 0
         if not self.exists(name):
-            self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append", configuration=table_properties(name)))
+            # Partitioned like a table created by write_batch (reviews: live reviews share the table).
+            self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append",
+                                                 partition_by=_partition_by(name), configuration=table_properties(name)))
             return table.num_rows
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
+        # merge_schema: a table written before a column was added to its schema gains it.
         self._commit(
             lambda: self._open(name)
-            .merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
+            .merge(table, predicate=f"t.{key} = s.{key}" + (f" AND ({target_filter})" if target_filter else ""), source_alias="s", target_alias="t", merge_schema=True)
             .when_matched_update_all(predicate=changed)
             .when_not_matched_insert_all()
             .execute()

@@ -1,0 +1,172 @@
+"""What the gateway lands: turn rows (through the WAL), session rows (recomputed from the turns), and
+live reviews; and the registry that says which tenant owns a session and which turn index comes next.
+
+Session rows are recomputed from the ``turns`` table after every turns merge (turn count, policy
+versions in order, models, first and last turn), so landing a WAL segment twice, or a crash between
+the two merges, never counts a turn twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from datetime import datetime
+from typing import Any
+
+import pyarrow.compute as pc
+
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+
+LIVE_BATCH = "live"
+TURN_COMPARE = ("response", "policy_version", "completion_token_ids", "session_id")
+SESSION_COMPARE = ("turn_count", "last_turn_at", "metadata", "tenant")
+REVIEW_COMPARE = ("score", "critique", "hint", "rubric", "manager", "rollout_id")
+
+
+class Forbidden(Exception):
+    """The session or turn belongs to another tenant (HTTP 403)."""
+
+
+class NotFound(Exception):
+    """No such session or turn (HTTP 404)."""
+
+
+def _ts(value: Any) -> datetime:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
+
+
+def land_records(lake: Lakehouse, records: list[dict[str, Any]]) -> dict[str, int]:
+    """Merge WAL records into ``turns`` (by turn_id) and the sessions they touch into ``sessions``."""
+    turns: dict[str, dict[str, Any]] = {}
+    metadata: dict[str, str] = {}
+    for rec in records:
+        if rec.get("kind") != "turn":
+            continue
+        row = dict(rec["row"])
+        row["created_at"] = _ts(row["created_at"])
+        turns[row["turn_id"]] = row  # a record landed twice in one batch is one row
+        if rec.get("session_metadata"):
+            metadata[row["session_id"]] = rec["session_metadata"]
+    if not turns:
+        return {"turns": 0, "sessions": 0}
+    lake.upsert("turns", "turn_id", list(turns.values()), compare=TURN_COMPARE)
+    sessions = session_rows(lake, sorted({r["session_id"] for r in turns.values()}), metadata)
+    lake.upsert("sessions", "session_id", sessions, compare=SESSION_COMPARE)
+    return {"turns": len(turns), "sessions": len(sessions)}
+
+
+def session_rows(lake: Lakehouse, session_ids: list[str], metadata: dict[str, str]) -> list[dict[str, Any]]:
+    """The ``sessions`` rows of ``session_ids``, from every turn of theirs in ``turns``."""
+    cols = ["session_id", "tenant", "turn_index", "choice_index", "policy_version", "model", "created_at"]
+    t = lake.dataset("turns").to_table(columns=cols, filter=pc.field("session_id").isin(session_ids))
+    old = {}
+    if lake.exists("sessions"):
+        old = {r["session_id"]: r for r in lake.dataset("sessions").to_table(
+            columns=["session_id", "metadata"], filter=pc.field("session_id").isin(session_ids)).to_pylist()}
+    by_session: dict[str, list[dict[str, Any]]] = {}
+    for r in t.to_pylist():
+        by_session.setdefault(r["session_id"], []).append(r)
+    rows = []
+    for sid, turns in by_session.items():
+        turns.sort(key=lambda r: (r["turn_index"], r["choice_index"]))
+        versions = list(dict.fromkeys(r["policy_version"] for r in turns))
+        models = list(dict.fromkeys(r["model"] for r in turns))
+        rows.append({
+            "session_id": sid, "tenant": turns[0]["tenant"], "turn_count": len({r["turn_index"] for r in turns}),
+            "policy_versions": versions, "models": models,
+            "first_turn_at": min(r["created_at"] for r in turns), "last_turn_at": max(r["created_at"] for r in turns),
+            "metadata": metadata.get(sid) or (old.get(sid) or {}).get("metadata") or "{}",
+        })
+    return rows
+
+
+class SessionRegistry:
+    """Which tenant owns each session, and the next turn index of each, for this gateway process.
+
+    Sessions this process has not seen are looked up in the lakehouse (complete: the WAL is replayed
+    before the gateway serves). One gateway process assigns a session's turn indexes; replicas behind a
+    load balancer need session affinity (route by X-Session-Id).
+    """
+
+    def __init__(self, lake: Lakehouse):
+        self.lake = lake
+        self._sessions: dict[str, list[Any]] = {}  # id -> [tenant, next turn index]
+        self._turns: dict[str, tuple[str, str]] = {}  # turn id -> (session id, tenant)
+        self._lock = threading.Lock()
+
+    def _load(self, session_id: str) -> list[Any] | None:
+        entry = self._sessions.get(session_id)
+        if entry is not None:
+            return entry
+        if not self.lake.exists("sessions"):
+            return None
+        rows = self.lake.dataset("sessions").to_table(columns=["tenant", "turn_count"],
+                                                      filter=pc.field("session_id") == session_id).to_pylist()
+        if not rows:
+            return None
+        entry = [rows[0]["tenant"], int(rows[0]["turn_count"] or 0)]
+        self._sessions[session_id] = entry
+        return entry
+
+    def owner(self, session_id: str) -> str | None:
+        with self._lock:
+            entry = self._load(session_id)
+        return entry[0] if entry else None
+
+    def check(self, session_id: str, tenant: str) -> None:
+        """Raise ``Forbidden`` when the session exists and belongs to another tenant."""
+        owner = self.owner(session_id)
+        if owner is not None and owner != tenant:
+            raise Forbidden(f"session {session_id!r} belongs to another tenant")
+
+    def next_turn(self, session_id: str, tenant: str) -> int:
+        """Reserve the session's next turn index (the session is created on its first turn)."""
+        with self._lock:
+            entry = self._load(session_id)
+            if entry is None:
+                entry = self._sessions[session_id] = [tenant, 0]
+            if entry[0] != tenant:
+                raise Forbidden(f"session {session_id!r} belongs to another tenant")
+            index = entry[1]
+            entry[1] += 1
+            return index
+
+    def note_turns(self, turn_ids: list[str], session_id: str, tenant: str) -> None:
+        with self._lock:
+            for tid in turn_ids:
+                self._turns[tid] = (session_id, tenant)
+
+    def turn(self, turn_id: str) -> tuple[str, str] | None:
+        """(session id, tenant) of a turn, or None."""
+        with self._lock:
+            hit = self._turns.get(turn_id)
+        if hit is not None or not self.lake.exists("turns"):
+            return hit
+        rows = self.lake.dataset("turns").to_table(columns=["session_id", "tenant"], filter=pc.field("turn_id") == turn_id).to_pylist()
+        return (rows[0]["session_id"], rows[0]["tenant"]) if rows else None
+
+
+def default_review_id(tenant: str, target: str, reviewer: str) -> str:
+    """A re-sent review (same tenant, target and reviewer) gets the same id, so it merges onto itself."""
+    return "rev-" + hashlib.sha256(f"{tenant}\x1f{target}\x1f{reviewer}".encode()).hexdigest()[:24]
+
+
+def review_row(*, tenant: str, session_id: str, turn_id: str | None, score: float, critique: str, hint: str,
+               reviewer: str, rubric: str, review_id: str | None) -> dict[str, Any]:
+    target = f"turn:{turn_id}" if turn_id else f"session:{session_id}"
+    return {
+        "batch_id": LIVE_BATCH, "rollout_id": turn_id or session_id, "manager": reviewer, "score": float(score),
+        "critique": critique, "hint": hint, "created_at": now_utc(),
+        "review_id": review_id or default_review_id(tenant, target, reviewer), "session_id": session_id,
+        "reviewer": reviewer, "rubric": rubric, "tenant": tenant,
+    }
+
+
+def land_review(lake: Lakehouse, row: dict[str, Any]) -> None:
+    """Merge one live review by review_id (a re-sent identical review changes nothing)."""
+    lake.upsert("reviews", "review_id", [row], compare=REVIEW_COMPARE, target_filter=f"t.batch_id = '{LIVE_BATCH}'")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":"), default=str)
