@@ -155,6 +155,13 @@ def _sql_quote(value: str) -> str:
     return value.replace("'", "''")
 
 
+def repr_sql(value: str) -> str:
+    """A SQL string literal."""
+    if not isinstance(value, str):
+        raise LakehouseError(f"expected a string key, not {type(value).__name__}")
+    return "'" + _sql_quote(value) + "'"
+
+
 def now_utc() -> datetime:
     return datetime.now(timezone.utc)
 
@@ -365,6 +372,22 @@ class Lakehouse:
         self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
+    def replace_in(self, name: str, column: str, values: Sequence[str], rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+        """Replace the rows whose ``column`` is one of ``values`` with ``rows`` (one atomic commit; every
+        row written must carry one of ``values``). Unlike ``upsert`` (a Delta merge, whose files store
+        strings as ``string_view``, which pyarrow cannot filter beside plain ``string`` files), this
+        writes plain Arrow types, so filtered reads and ``tentalis sql ... where`` keep working."""
+        table = to_table(name, rows)
+        wanted = set(values)
+        if not wanted:
+            return 0
+        others = set(table.column(column).to_pylist()) - wanted if table.num_rows else set()
+        if others:
+            raise LakehouseError(f"rows for {column} in {sorted(wanted)[:5]} carry other values {sorted(map(str, others))[:5]}")
+        predicate = f"{column} IN ({', '.join(repr_sql(v) for v in sorted(wanted))})"
+        self._replace(name, predicate, table, partition_by=_partition_by(name))
+        return table.num_rows
+
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
         """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write).
 
@@ -398,12 +421,9 @@ class Lakehouse:
                                              partition_by=_partition_by(name), configuration=table_properties(name)))
         return table.num_rows
 
-    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str],
-               target_filter: str | None = None) -> int:
+    def upsert(self, name: str, key: str, rows: Sequence[Mapping[str, Any]] | pa.Table, compare: Sequence[str]) -> int:
         """Merge rows by ``key``: insert new keys, update a matched row only when a ``compare`` column
-        differs (so importing the same rows again changes nothing). ``target_filter`` (SQL on the target
-        alias ``t``, e.g. ``t.batch_id = 'live'``) narrows the rows a key can match, so the merge reads
-        only those files."""
+        differs (so importing the same rows again changes nothing)."""
         table = to_table(name, rows)
         if table.num_rows == 0:
             return 0
@@ -413,10 +433,9 @@ class Lakehouse:
                                                  partition_by=_partition_by(name), configuration=table_properties(name)))
             return table.num_rows
         changed = " OR ".join(f"(t.{c} IS DISTINCT FROM s.{c})" for c in compare)
-        # merge_schema: a table written before a column was added to its schema gains it.
         self._commit(
             lambda: self._open(name)
-            .merge(table, predicate=f"t.{key} = s.{key}" + (f" AND ({target_filter})" if target_filter else ""), source_alias="s", target_alias="t", merge_schema=True)
+            .merge(table, predicate=f"t.{key} = s.{key}", source_alias="s", target_alias="t")
             .when_matched_update_all(predicate=changed)
             .when_not_matched_insert_all()
             .execute()

@@ -1,9 +1,9 @@
 """What the gateway lands: turn rows (through the WAL), session rows (recomputed from the turns), and
 live reviews; and the registry that says which tenant owns a session and which turn index comes next.
 
-Session rows are recomputed from the ``turns`` table after every turns merge (turn count, policy
-versions in order, models, first and last turn), so landing a WAL segment twice, or a crash between
-the two merges, never counts a turn twice.
+Turns are appended only when their turn id is not in ``turns`` yet, and session rows are recomputed
+from ``turns`` after every append (turn count, policy versions in order, models, first and last
+turn), so landing a WAL segment twice, or a crash between the two commits, never counts a turn twice.
 """
 
 from __future__ import annotations
@@ -14,13 +14,12 @@ import threading
 from datetime import datetime
 from typing import Any
 
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 
 LIVE_BATCH = "live"
-TURN_COMPARE = ("response", "policy_version", "completion_token_ids", "session_id")
-SESSION_COMPARE = ("turn_count", "last_turn_at", "metadata", "tenant")
 REVIEW_COMPARE = ("score", "critique", "hint", "rubric", "manager", "rollout_id")
 
 
@@ -36,8 +35,29 @@ def _ts(value: Any) -> datetime:
     return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
+def select(lake: Lakehouse, name: str, columns: list[str], key: str, values: list[str]) -> list[dict[str, Any]]:
+    """Rows of ``name`` whose ``key`` is one of ``values`` (only ``columns``, plus ``key``).
+
+    The filter runs on the read columns, not as a dataset filter: should a table hold files that a
+    Delta merge wrote (strings stored as ``string_view``), pyarrow's filter pushdown cannot compare
+    them with the table schema's ``string`` (ArrowNotImplementedError)."""
+    if not lake.exists(name):
+        return []
+    cols = list(dict.fromkeys([key, *columns]))
+    t = lake.dataset(name).to_table(columns=cols)
+    return t.filter(pc.is_in(t[key], value_set=pa.array(values, type=t.schema.field(key).type))).to_pylist()
+
+
 def land_records(lake: Lakehouse, records: list[dict[str, Any]]) -> dict[str, int]:
-    """Merge WAL records into ``turns`` (by turn_id) and the sessions they touch into ``sessions``."""
+    """Land WAL records: append the turns whose turn_id is not in ``turns`` yet, then replace the rows
+    of the sessions they touch with ones recomputed from ``turns``.
+
+    Exactly once: a record landed before (a flush that committed, then died before deleting its
+    segment) is skipped by its turn id; the session rows are recomputed, never incremented. This
+    relies on one writer per WAL (each gateway process flushes its own; turn ids are unique across
+    processes). Neither write is a Delta merge: merge files store strings as ``string_view``, which
+    pyarrow cannot filter beside plain ``string`` files (see ``Lakehouse.replace_in``).
+    """
     turns: dict[str, dict[str, Any]] = {}
     metadata: dict[str, str] = {}
     for rec in records:
@@ -50,22 +70,21 @@ def land_records(lake: Lakehouse, records: list[dict[str, Any]]) -> dict[str, in
             metadata[row["session_id"]] = rec["session_metadata"]
     if not turns:
         return {"turns": 0, "sessions": 0}
-    lake.upsert("turns", "turn_id", list(turns.values()), compare=TURN_COMPARE)
-    sessions = session_rows(lake, sorted({r["session_id"] for r in turns.values()}), metadata)
-    lake.upsert("sessions", "session_id", sessions, compare=SESSION_COMPARE)
-    return {"turns": len(turns), "sessions": len(sessions)}
+    landed = {r["turn_id"] for r in select(lake, "turns", [], "turn_id", list(turns))}
+    new = [r for tid, r in turns.items() if tid not in landed]
+    if new:
+        lake.append("turns", new)
+    session_ids = sorted({r["session_id"] for r in turns.values()})
+    lake.replace_in("sessions", "session_id", session_ids, session_rows(lake, session_ids, metadata))
+    return {"turns": len(new), "sessions": len(session_ids)}
 
 
 def session_rows(lake: Lakehouse, session_ids: list[str], metadata: dict[str, str]) -> list[dict[str, Any]]:
     """The ``sessions`` rows of ``session_ids``, from every turn of theirs in ``turns``."""
-    cols = ["session_id", "tenant", "turn_index", "choice_index", "policy_version", "model", "created_at"]
-    t = lake.dataset("turns").to_table(columns=cols, filter=pc.field("session_id").isin(session_ids))
-    old = {}
-    if lake.exists("sessions"):
-        old = {r["session_id"]: r for r in lake.dataset("sessions").to_table(
-            columns=["session_id", "metadata"], filter=pc.field("session_id").isin(session_ids)).to_pylist()}
+    cols = ["tenant", "turn_index", "choice_index", "policy_version", "model", "created_at"]
+    old = {r["session_id"]: r for r in select(lake, "sessions", ["metadata"], "session_id", session_ids)}
     by_session: dict[str, list[dict[str, Any]]] = {}
-    for r in t.to_pylist():
+    for r in select(lake, "turns", cols, "session_id", session_ids):
         by_session.setdefault(r["session_id"], []).append(r)
     rows = []
     for sid, turns in by_session.items():
@@ -99,10 +118,7 @@ class SessionRegistry:
         entry = self._sessions.get(session_id)
         if entry is not None:
             return entry
-        if not self.lake.exists("sessions"):
-            return None
-        rows = self.lake.dataset("sessions").to_table(columns=["tenant", "turn_count"],
-                                                      filter=pc.field("session_id") == session_id).to_pylist()
+        rows = select(self.lake, "sessions", ["tenant", "turn_count"], "session_id", [session_id])
         if not rows:
             return None
         entry = [rows[0]["tenant"], int(rows[0]["turn_count"] or 0)]
@@ -141,9 +157,9 @@ class SessionRegistry:
         """(session id, tenant) of a turn, or None."""
         with self._lock:
             hit = self._turns.get(turn_id)
-        if hit is not None or not self.lake.exists("turns"):
+        if hit is not None:
             return hit
-        rows = self.lake.dataset("turns").to_table(columns=["session_id", "tenant"], filter=pc.field("turn_id") == turn_id).to_pylist()
+        rows = select(self.lake, "turns", ["session_id", "tenant"], "turn_id", [turn_id])
         return (rows[0]["session_id"], rows[0]["tenant"]) if rows else None
 
 
@@ -163,9 +179,15 @@ def review_row(*, tenant: str, session_id: str, turn_id: str | None, score: floa
     }
 
 
-def land_review(lake: Lakehouse, row: dict[str, Any]) -> None:
-    """Merge one live review by review_id (a re-sent identical review changes nothing)."""
-    lake.upsert("reviews", "review_id", [row], compare=REVIEW_COMPARE, target_filter=f"t.batch_id = '{LIVE_BATCH}'")
+def land_review(lake: Lakehouse, row: dict[str, Any]) -> bool:
+    """Land one live review, keyed by review_id: a re-sent identical review changes nothing (no commit);
+    one with a new score, critique, hint, rubric or target replaces the old row. Returns whether it wrote."""
+    old = [r for r in select(lake, "reviews", list(REVIEW_COMPARE) + ["batch_id"], "review_id", [row["review_id"]])
+           if r["batch_id"] == LIVE_BATCH]
+    if old and all(old[0].get(c) == row[c] for c in REVIEW_COMPARE):
+        return False
+    lake.replace_where("reviews", {"batch_id": LIVE_BATCH, "review_id": row["review_id"]}, [row], partition_by=["batch_id"])
+    return True
 
 
 def dumps(obj: Any) -> str:
