@@ -400,3 +400,53 @@ def test_sigkill_loses_no_acknowledged_turn_and_duplicates_none(gateway):
         by.setdefault(r["session_id"], []).append(r["turn_index"])
     assert all(sorted(v) == list(range(len(v))) for v in by.values())
     assert {r["session_id"]: r["turn_count"] for r in lake.read("sessions").to_pylist()} == {s: len(v) for s, v in by.items()}
+
+
+def test_upstream_mode_forwards_and_records(tmp_path, tiny_model_dir):
+    """--upstream: the reply is the upstream's, streamed or not; each choice lands with the upstream's token
+    ids and log-probs and the locally templated prompt ids."""
+    from fastapi.testclient import TestClient
+    from transformers import AutoTokenizer
+
+    from tentalis_pipelines.gateway.app import GatewayConfig, create_app
+
+    seen: list[dict] = []
+
+    def upstream(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        seen.append(body)
+        if body.get("stream"):
+            chunks = [{"id": "up-2", "choices": [{"index": 0, "delta": {"role": "assistant", "content": "Hel"}, "token_ids": [10],
+                                                  "logprobs": {"content": [{"token": "Hel", "logprob": -0.5}]}}]},
+                      {"id": "up-2", "choices": [{"index": 0, "delta": {"content": "lo"}, "token_ids": [11],
+                                                  "logprobs": {"content": [{"token": "lo", "logprob": -0.25}]}, "finish_reason": "stop"}]}]
+            text = "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+            return httpx.Response(200, text=text, headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json={"id": "up-1", "object": "chat.completion", "model": "big", "choices": [
+            {"index": 0, "finish_reason": "tool_calls", "message": {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": "{\"a\": 1, \"b\": 2}"}}]}}],
+            "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}})
+
+    cfg = GatewayConfig(home=tmp_path, lakehouse=tmp_path / "lakehouse", model_dir=tiny_model_dir, model_name="big",
+                        upstream="http://upstream.invalid/v1", no_auth=True, flush_interval=3600)
+    messages = [{"role": "user", "content": "1+2?"}]
+    with TestClient(create_app(cfg)) as client:
+        gw = client.app.state.gateway
+        gw.upstream.client = httpx.AsyncClient(base_url=gw.upstream.base_url, transport=httpx.MockTransport(upstream))
+        r = client.post("/v1/chat/completions", headers={"X-Session-Id": "up"}, json={"model": "big", "messages": messages, "tools": TOOLS})
+        assert r.status_code == 200 and r.json()["choices"][0]["message"]["tool_calls"][0]["function"]["name"] == "add"
+        with client.stream("POST", "/v1/chat/completions", headers={"X-Session-Id": "up"},
+                           json={"model": "big", "messages": messages, "stream": True, "logprobs": True}) as s:
+            lines = [x for x in s.iter_lines() if x.startswith("data:")]
+        assert lines[-1] == "data: [DONE]" and len(lines) == 3
+        assert client.post("/v1/chat/completions", json={"model": "other", "messages": messages}).status_code == 404
+        gw.flusher.flush()
+    assert seen[0]["model"] == "big" and seen[0]["tools"] == TOOLS
+    turns = sorted(Lakehouse(tmp_path / "lakehouse").read("turns").to_pylist(), key=lambda t: t["turn_index"])
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    assert [t["policy_version"] for t in turns] == ["upstream:big", "upstream:big"]
+    assert turns[0]["prompt_token_ids"] == chat.render_chat(tok, messages, TOOLS)[1]
+    assert json.loads(turns[0]["response"])["tool_calls"][0]["function"]["arguments"] == "{\"a\": 1, \"b\": 2}"
+    assert turns[0]["finish_reason"] == "tool_calls" and turns[0]["backend"] == "openai"
+    assert (turns[1]["completion_token_ids"], turns[1]["sampling_logprobs"]) == ([10, 11], [-0.5, -0.25])
+    assert json.loads(turns[1]["response"]) == {"role": "assistant", "content": "Hello"} and turns[1]["stream"]

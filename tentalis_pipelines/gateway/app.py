@@ -289,7 +289,7 @@ def _start(cfg: GatewayConfig) -> Gateway:
         from tentalis_pipelines.gateway.upstream import Upstream
 
         gw.upstream = Upstream(cfg.upstream, api_key=cfg.upstream_api_key)
-        gw.model_id = cfg.model_name or "upstream"
+        gw.model_id = cfg.model_name or gw.upstream.first_model()
         if cfg.model_dir is not None:
             from transformers import AutoTokenizer
 

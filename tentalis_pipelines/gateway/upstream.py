@@ -28,10 +28,15 @@ class Upstream:
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self.client = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=timeout)
 
-    async def models(self) -> list[str]:
-        r = await self.client.get("/models")
-        r.raise_for_status()
-        return [m["id"] for m in r.json().get("data", [])]
+    def first_model(self) -> str:
+        """The first model the upstream lists (what the gateway serves when --model-name is not given)."""
+        try:
+            r = httpx.get(self.base_url + "/models", headers=self.client.headers, timeout=30)
+            r.raise_for_status()
+            return r.json()["data"][0]["id"]
+        except (httpx.HTTPError, KeyError, IndexError, ValueError) as exc:
+            raise RuntimeError(f"cannot list the upstream's models at {self.base_url}/models ({type(exc).__name__}): "
+                               "pass --model-name") from None
 
     async def post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         r = await self.client.post(path, json=body)
@@ -127,8 +132,7 @@ async def forward(gw, endpoint: str, body, tenant: str, session_id: str):
     chat = endpoint == "chat.completions"
     path = "/chat/completions" if chat else "/completions"
     payload = body.model_dump(exclude_none=True, exclude={"return_token_ids"} if not body.return_token_ids else set())
-    payload.pop("model", None)
-    payload["model"] = gw.model_id if gw.model_id != "upstream" else body.model
+    payload["model"] = gw.model_id  # the client may have used an alias ("tentalis", "default")
     if chat:
         messages = payload["messages"]
         messages_json = landing.dumps(messages)
