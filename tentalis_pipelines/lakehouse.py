@@ -157,6 +157,8 @@ def _sql_quote(value: str) -> str:
 
 def repr_sql(value: str) -> str:
     """A SQL string literal."""
+    if not isinstance(value, str):
+        raise LakehouseError(f"expected a string key, not {type(value).__name__}")
     return f"'{_sql_quote(value)}'"
 
 
@@ -374,6 +376,22 @@ class Lakehouse:
         self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
+    def replace_in(self, name: str, column: str, values: Sequence[str], rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+        """Replace the rows whose ``column`` is one of ``values`` with ``rows`` (one atomic commit; every
+        row written must carry one of ``values``). Unlike ``upsert`` (a Delta merge, whose files store
+        strings as ``string_view``, which pyarrow cannot filter beside plain ``string`` files), this
+        writes plain Arrow types, so filtered reads and ``tentalis sql ... where`` keep working."""
+        table = to_table(name, rows)
+        wanted = set(values)
+        if not wanted:
+            return 0
+        others = set(table.column(column).to_pylist()) - wanted if table.num_rows else set()
+        if others:
+            raise LakehouseError(f"rows for {column} in {sorted(wanted)[:5]} carry other values {sorted(map(str, others))[:5]}")
+        predicate = f"{column} IN ({', '.join(repr_sql(v) for v in sorted(wanted))})"
+        self._replace(name, predicate, table, partition_by=_partition_by(name))
+        return table.num_rows
+
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
         """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write).
 
@@ -425,6 +443,7 @@ class Lakehouse:
         if not keys:
             raise LakehouseError("upsert needs at least one key column")
         if not self.exists(name):
+            # Partitioned like a table created by write_batch (reviews: live reviews share the table).
             self._commit(lambda: write_deltalake(self.uri(name), table, storage_options=self._storage_options, mode="append",
                                                  partition_by=_partition_by(name), configuration=table_properties(name)))
             return table.num_rows

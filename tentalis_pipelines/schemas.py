@@ -71,13 +71,19 @@ class StepLabelRow(BaseModel):
 
 
 class ReviewRow(BaseModel):
-    batch_id: str
-    rollout_id: str
+    batch_id: str = Field(description="the task batch, or 'live' for a review of gateway work (POST /v1/reviews)")
+    rollout_id: str = Field(description="the reviewed rollout; for live work the turn id (or the session id for a session-level review)")
     manager: str
     score: float
     critique: str
     hint: str
     created_at: datetime
+    # Live reviews (POST /v1/reviews) only; the pipeline's writers leave them null.
+    review_id: str | None = Field(None, description="merge key of a live review (default: a hash of tenant, target and reviewer)")
+    session_id: str | None = Field(None, description="the reviewed session (a live review)")
+    reviewer: str | None = Field(None, description="who reviewed: a person, a script or an LLM")
+    rubric: str | None = Field(None, description="the rubric the score follows")
+    tenant: str | None = Field(None, description="the tenant of the API key that posted it")
 
 
 class TrajectoryRow(BaseModel):
@@ -317,6 +323,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("critique", pa.string()),
             ("hint", pa.string()),
             ("created_at", TS),
+            ("review_id", pa.string()),
+            ("session_id", pa.string()),
+            ("reviewer", pa.string()),
+            ("rubric", pa.string()),
+            ("tenant", pa.string()),
         ]
     ),
     "trajectories": pa.schema(

@@ -9,7 +9,7 @@ from tentalis_pipelines.cli import cycle  # noqa: F401  init, run, batch, learn
 from tentalis_pipelines.cli import serving  # noqa: F401  status, promote, rollback, reconcile
 from tentalis_pipelines.cli import tables  # noqa: F401  sql, maintain, import-reviews
 from tentalis_pipelines.cli import evaluate  # noqa: F401  benchmark, bench
-from tentalis_pipelines.cli import agents  # noqa: F401  ingest-nats
+from tentalis_pipelines.cli import agents  # noqa: F401  serve, keys, ingest-nats
 from tentalis_pipelines.cli import ui  # noqa: F401  ui
 
 __all__ = ["app", "csv_safe"]

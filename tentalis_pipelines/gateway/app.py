@@ -1,0 +1,696 @@
+"""The OpenAI-compatible FastAPI app: routes, request models, errors, and the acknowledgement rule.
+
+A turn is acknowledged only once it is durable: a non-streamed response is sent after its turns are
+fsynced to the WAL; a streamed one ends with ``data: [DONE]`` only after that (the chunks before it
+carry the text as the model writes it). Errors are OpenAI-style JSON (``{"error": {"message", "type",
+"param", "code"}}``) with a 4xx status, and land nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from tentalis_pipelines.gateway import landing
+from tentalis_pipelines.gateway.auth import LOCAL_TENANT, AuthError, KeyStore
+from tentalis_pipelines.gateway.chat import (
+    ChatTemplateError,
+    maybe_tool_call_prefix,
+    parse_tool_calls,
+    render_chat,
+)
+from tentalis_pipelines.gateway.wal import Flusher, WriteAheadLog
+from tentalis_pipelines.lakehouse import Lakehouse, LakehouseError, now_utc
+from tentalis_pipelines.redact import redact
+
+log = logging.getLogger(__name__)
+
+
+# --------------------------------------------------------------------------- configuration and state
+@dataclass
+class GatewayConfig:
+    home: Path
+    lakehouse: Path | str
+    model_dir: Path | None = None  # the base model (embedded backend; with --upstream: its tokenizer only)
+    model_name: str | None = None  # the id /v1/models lists (default: the model folder's name or the upstream's)
+    upstream: str | None = None
+    upstream_api_key: str | None = None
+    no_auth: bool = False
+    flush_interval: float = 0.5
+    poll_seconds: float = 2.0
+    max_body_bytes: int = 4 * 1024 * 1024
+    default_max_tokens: int = 256
+    max_n: int = 16
+    device: str = "auto"
+    dtype: str = "auto"
+
+
+@dataclass
+class Gateway:
+    cfg: GatewayConfig
+    lake: Lakehouse
+    wal: WriteAheadLog
+    flusher: Flusher
+    sessions: landing.SessionRegistry
+    keys: KeyStore | None
+    holder: Any = None  # PolicyHolder (embedded backend)
+    upstream: Any = None  # Upstream
+    tokenizer: Any = None  # for --upstream with --model: templating the recorded prompt
+    model_id: str = "tentalis"
+    aliases: set[str] = field(default_factory=set)
+    ack_lock: threading.Lock = field(default_factory=threading.Lock)
+    started_at: float = field(default_factory=time.time)
+
+
+class APIError(Exception):
+    def __init__(self, status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                 code: str | None = None):
+        super().__init__(message)
+        self.status, self.message, self.type, self.param, self.code = status, message, type, param, code
+
+
+def error_response(status: int, message: str, *, type: str = "invalid_request_error", param: str | None = None,
+                   code: str | None = None) -> JSONResponse:
+    return JSONResponse({"error": {"message": redact(message), "type": type, "param": param, "code": code}}, status_code=status)
+
+
+# --------------------------------------------------------------------------- request models
+class _Open(BaseModel):
+    model_config = ConfigDict(extra="allow")  # OpenAI parameters this gateway ignores (presence_penalty, ...)
+
+
+class ChatMessage(_Open):
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+
+class _Sampling(_Open):
+    model: str
+    n: int = Field(1, ge=1)
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+    stop: str | list[str] | None = None
+    seed: int | None = None
+    user: str | None = None
+    metadata: dict[str, Any] | None = None
+    stream_options: dict[str, Any] | None = None
+    return_token_ids: bool = False  # vLLM's extension: token ids on every choice (and chunk)
+
+
+class ChatRequest(_Sampling):
+    messages: list[ChatMessage] = Field(min_length=1)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    max_completion_tokens: int | None = Field(None, ge=1)
+
+
+class CompletionRequest(_Sampling):
+    prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False
+
+
+class ReviewRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    session_id: str | None = Field(None, min_length=1, max_length=256)
+    turn_id: str | None = Field(None, min_length=1, max_length=256)
+    score: float = Field(ge=0.0, le=1.0)
+    critique: str = ""
+    hint: str = ""
+    reviewer: str = Field("manager", min_length=1, max_length=256)
+    rubric: str = ""
+    review_id: str | None = Field(None, min_length=1, max_length=256)
+
+
+# --------------------------------------------------------------------------- app
+def create_app(cfg: GatewayConfig) -> FastAPI:
+    state: dict[str, Gateway] = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI):
+        gw = await run_in_threadpool(_start, cfg)
+        state["gw"] = gw
+        app.state.gateway = gw
+        try:
+            yield
+        finally:
+            await run_in_threadpool(_stop, gw)
+
+    app = FastAPI(title="Tentalis gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+
+    def gw() -> Gateway:
+        return state["gw"]
+
+    # ---- errors: OpenAI's shape, 4xx for the client's mistakes
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError):
+        return error_response(exc.status, exc.message, type=exc.type, param=exc.param, code=exc.code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError):
+        errs = exc.errors()
+        first = errs[0] if errs else {}
+        if first.get("type") == "json_invalid":
+            return error_response(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
+                                   code="invalid_json")
+        loc = [str(x) for x in first.get("loc", ()) if x != "body"]
+        param = ".".join(loc) or None
+        message = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}" for e in errs[:5])
+        return error_response(422, message, param=param, code="invalid_value")
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException):
+        return error_response(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None)
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next):
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
+            return error_response(413, f"request body of {length} bytes is over the limit of {cfg.max_body_bytes}",
+                                  code="request_too_large")
+        return await call_next(request)
+
+    async def tenant_of(authorization: str | None = Header(None)) -> str:
+        g = gw()
+        if g.keys is None:
+            return LOCAL_TENANT
+        try:
+            return g.keys.tenant_for(authorization)
+        except AuthError as exc:
+            raise APIError(401, str(exc), type="authentication_error", code="invalid_api_key") from None
+
+    # ---- OpenAI endpoints
+    @app.get("/v1/models")
+    async def models(tenant: str = Depends(tenant_of)):
+        g = gw()
+        return {"object": "list", "data": [{"id": g.model_id, "object": "model", "created": int(g.started_at),
+                                            "owned_by": "tentalis", "policy_version": _policy_version(g)}]}
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatRequest, request: Request, tenant: str = Depends(tenant_of),
+                               x_session_id: str | None = Header(None)):
+        return await _complete(gw(), "chat.completions", body, request, tenant, x_session_id)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request, tenant: str = Depends(tenant_of),
+                          x_session_id: str | None = Header(None)):
+        return await _complete(gw(), "completions", body, request, tenant, x_session_id)
+
+    @app.post("/v1/reviews")
+    async def reviews(request: Request, tenant: str = Depends(tenant_of)):
+        return await _review(gw(), request, tenant)
+
+    # ---- Bridge API (manager agents): landing in tentalis_pipelines.gateway.bridge
+    async def _bridge(fn_name: str, request: Request | None, tenant: str):
+        try:
+            from tentalis_pipelines.gateway import bridge
+        except ImportError:
+            raise APIError(501, "the Bridge API is not installed in this build", type="server_error") from None
+        args: list[Any] = [gw().lake]
+        if request is not None:
+            payload = await _json_body(request)
+            if not isinstance(payload, dict):
+                raise APIError(422, "the request body must be a JSON object", param="body")
+            args.append(payload)
+        try:
+            return await run_in_threadpool(getattr(bridge, fn_name), *args, tenant)
+        except bridge.BridgeInputError as exc:
+            raise APIError(422, str(exc), code="invalid_value") from None
+
+    @app.post("/tasks/assign")
+    async def tasks_assign(request: Request, tenant: str = Depends(tenant_of)):
+        return await _bridge("land_task_assign", request, tenant)
+
+    @app.post("/tasks/result")
+    async def tasks_result(request: Request, tenant: str = Depends(tenant_of)):
+        return await _bridge("land_task_result", request, tenant)
+
+    @app.post("/feedback")
+    async def feedback(request: Request, tenant: str = Depends(tenant_of)):
+        return await _bridge("land_feedback", request, tenant)
+
+    @app.get("/status")
+    async def status(tenant: str = Depends(tenant_of)):
+        return await _bridge("bridge_status", None, tenant)
+
+    @app.get("/health")
+    async def health():
+        g = gw()
+        holder = g.holder
+        return {
+            "status": "ok", "model": g.model_id, "policy_version": _policy_version(g),
+            "backend": "upstream" if g.upstream is not None else "transformers",
+            "wal_pending": g.flusher.pending(), "turns_flushed": g.flusher.flushed, "wal_replayed": g.flusher.replayed,
+            "last_flush_ms": None if g.flusher.last_flush_seconds is None else round(g.flusher.last_flush_seconds * 1000, 1),
+            "flush_error": g.flusher.last_error and redact(g.flusher.last_error),
+            "serving_error": holder.last_error if holder is not None else None,
+            "policy_switches": [list(s) for s in holder.switches] if holder is not None else [],
+        }
+
+    return app
+
+
+# --------------------------------------------------------------------------- start / stop
+def _start(cfg: GatewayConfig) -> Gateway:
+    from tentalis_pipelines.redact import install_log_filter
+
+    install_log_filter()
+    lake = Lakehouse(cfg.lakehouse)
+    wal = WriteAheadLog(Path(cfg.home) / "gateway" / "wal")
+    flusher = Flusher(wal, lambda records: landing.land_records(lake, records), interval=cfg.flush_interval)
+    replayed = flusher.replay()  # what a killed gateway acknowledged lands before anything new is served
+    if replayed:
+        log.info("replayed %d WAL records left by the previous gateway", replayed)
+    gw = Gateway(cfg=cfg, lake=lake, wal=wal, flusher=flusher, sessions=landing.SessionRegistry(lake),
+                 keys=None if cfg.no_auth else KeyStore(Path(cfg.home)))
+    if cfg.upstream:
+        from tentalis_pipelines.gateway.upstream import Upstream
+
+        gw.upstream = Upstream(cfg.upstream, api_key=cfg.upstream_api_key)
+        gw.model_id = cfg.model_name or gw.upstream.first_model()
+        if cfg.model_dir is not None:
+            from transformers import AutoTokenizer
+
+            gw.tokenizer = AutoTokenizer.from_pretrained(cfg.model_dir)
+    else:
+        from tentalis_pipelines.gateway.policy import PolicyHolder
+
+        if cfg.model_dir is None:
+            raise ValueError("the embedded backend needs a model folder (--model)")
+        gw.holder = PolicyHolder(lake, cfg.model_dir, poll_seconds=cfg.poll_seconds, device=cfg.device, dtype=cfg.dtype)
+        gw.holder.load()
+        gw.holder.start()
+        gw.model_id = cfg.model_name or Path(cfg.model_dir).name
+    gw.aliases = {gw.model_id, "tentalis", "default"}
+    flusher.start()
+    return gw
+
+
+def _stop(gw: Gateway) -> None:
+    if gw.holder is not None:
+        gw.holder.stop()
+    gw.flusher.stop()
+    gw.wal.close()
+    if gw.upstream is not None:
+        with contextlib.suppress(Exception):
+            asyncio.run(gw.upstream.aclose())
+
+
+def _policy_version(gw: Gateway) -> str:
+    if gw.upstream is not None:
+        return f"upstream:{gw.model_id}"
+    return gw.holder.current().version
+
+
+async def _json_body(request: Request) -> Any:
+    raw = await request.body()
+    if len(raw) > request.app.state.gateway.cfg.max_body_bytes:
+        raise APIError(413, "request body is over the limit", code="request_too_large")
+    try:
+        return json.loads(raw or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+
+
+# --------------------------------------------------------------------------- completions
+@dataclass
+class _Call:
+    """One request being answered: what lands with each of its choices."""
+
+    endpoint: str
+    body: Any
+    tenant: str
+    session_id: str
+    response_id: str
+    created: int
+    t0: float
+    messages_json: str
+    tools_json: str
+    prompt_ids: list[int]
+    max_tokens: int | None
+    policy_version: str
+    backend: str
+
+
+def _session_id(body: Any, header: str | None) -> str:
+    sid = (header or body.user or "").strip()
+    if len(sid) > 256:
+        raise APIError(422, "the session id (X-Session-Id or user) is longer than 256 characters", param="user")
+    return sid or f"sess-{uuid.uuid4().hex}"
+
+
+def _stops(body: Any) -> tuple[str, ...]:
+    if body.stop is None:
+        return ()
+    return (body.stop,) if isinstance(body.stop, str) else tuple(body.stop)
+
+
+async def _complete(gw: Gateway, endpoint: str, body: Any, request: Request, tenant: str, header_sid: str | None):
+    if body.model not in gw.aliases:
+        raise APIError(404, f"the model {body.model!r} does not exist: this gateway serves {gw.model_id!r}", param="model",
+                       code="model_not_found")
+    if body.n > gw.cfg.max_n:
+        raise APIError(422, f"n must be at most {gw.cfg.max_n}", param="n", code="invalid_value")
+    session_id = _session_id(body, header_sid)
+    try:
+        await run_in_threadpool(gw.sessions.check, session_id, tenant)
+    except landing.Forbidden as exc:
+        raise APIError(403, str(exc), type="permission_error") from None
+    if gw.upstream is not None:
+        from tentalis_pipelines.gateway.upstream import forward
+
+        return await forward(gw, endpoint, body, tenant, session_id)
+    policy = gw.holder.current()  # this request finishes on this policy, whatever the pointer does meanwhile
+    prompts = _prompts(policy.tokenizer, endpoint, body)
+    max_tokens = (getattr(body, "max_completion_tokens", None) or body.max_tokens or gw.cfg.default_max_tokens)
+    limit = getattr(policy.model.config, "max_position_embeddings", None)
+    for _, ids in prompts:
+        if limit and len(ids) + max_tokens > limit:
+            raise APIError(400, f"the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the model's context of "
+                           f"{limit} tokens", param="messages" if endpoint == "chat.completions" else "prompt",
+                           code="context_length_exceeded")
+    rid = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
+    calls = []
+    for i, (raw, ids) in enumerate(prompts):
+        calls.append(_Call(endpoint=endpoint, body=body, tenant=tenant, session_id=session_id,
+                           response_id=rid if len(prompts) == 1 else f"{rid}-p{i}", created=int(time.time()),
+                           t0=time.perf_counter(), messages_json=raw, tools_json=landing.dumps(getattr(body, "tools", None) or []),
+                           prompt_ids=ids, max_tokens=max_tokens, policy_version=policy.version, backend="transformers"))
+    if body.stream:
+        if len(calls) != 1:
+            raise APIError(422, "stream: true takes one prompt", param="prompt")
+        return StreamingResponse(_stream(gw, policy, calls[0], request), media_type="text/event-stream",
+                                 headers={"X-Session-Id": session_id, "Cache-Control": "no-cache"})
+    results = []
+    for call in calls:
+        choices = await run_in_threadpool(_decode_all, policy, call)
+        results.append((call, choices))
+    rows, payload = [], None
+    for call, choices in results:
+        turn_rows, out = _finish(gw, policy.tokenizer, call, choices)
+        rows += turn_rows
+        payload = out if payload is None else {**payload, "choices": payload["choices"] + [
+            {**c, "index": len(payload["choices"]) + j} for j, c in enumerate(out["choices"])]}
+    await run_in_threadpool(_acknowledge, gw, session_id, tenant, rows, body.metadata)
+    return JSONResponse(payload, headers={"X-Session-Id": session_id})
+
+
+def _prompts(tokenizer, endpoint: str, body: Any) -> list[tuple[str, list[int]]]:
+    """(what lands in `messages`, the exact prompt token ids) per prompt of the request."""
+    if endpoint == "chat.completions":
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        try:
+            _, ids = render_chat(tokenizer, messages, body.tools)
+        except ChatTemplateError as exc:
+            raise APIError(400, str(exc), param="messages") from None
+        return [(landing.dumps(messages), ids)]
+    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
+    if not prompts or any(not p for p in prompts):
+        raise APIError(422, "prompt must be a non-empty string or list of non-empty strings", param="prompt")
+    return [(landing.dumps(p), list(tokenizer(p, add_special_tokens=False)["input_ids"])) for p in prompts]
+
+
+def _decode_all(policy, call: _Call):
+    from tentalis_pipelines.gateway.sampler import decode
+
+    choices: list = []
+    with policy.lock:
+        for _ in decode(policy.model, policy.tokenizer, call.prompt_ids, n=call.body.n, max_new_tokens=call.max_tokens,
+                        temperature=call.body.temperature, top_p=call.body.top_p, stop=_stops(call.body), seed=call.body.seed,
+                        choices=choices):
+            pass
+    return choices
+
+
+def _logprob_items(tokenizer, ids: list[int], logps: list[float]) -> list[dict[str, Any]]:
+    out = []
+    for i, lp in zip(ids, logps):
+        tok = tokenizer.decode([i])
+        out.append({"token": tok, "logprob": lp, "bytes": list(tok.encode()), "top_logprobs": []})
+    return out
+
+
+def _finish(gw: Gateway, tokenizer, call: _Call, choices) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The turn rows (one per choice) and the response payload of a finished, non-streamed call."""
+    body, chat = call.body, call.endpoint == "chat.completions"
+    out_choices, rows = [], []
+    for c in choices:
+        if chat:
+            content, tool_calls = parse_tool_calls(c.text) if body.tools else (c.text, [])
+            message: dict[str, Any] = {"role": "assistant", "content": content}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            finish = "tool_calls" if tool_calls else c.finish_reason
+            item: dict[str, Any] = {"index": c.index, "message": message, "finish_reason": finish,
+                                    "logprobs": {"content": _logprob_items(tokenizer, c.token_ids, c.logprobs)} if body.logprobs else None}
+            response = message
+        else:
+            finish = c.finish_reason
+            lp = None
+            if body.logprobs is not None:
+                lp = {"tokens": [tokenizer.decode([i]) for i in c.token_ids], "token_logprobs": c.logprobs,
+                      "top_logprobs": None, "text_offset": []}
+            item = {"index": c.index, "text": c.text, "finish_reason": finish, "logprobs": lp}
+            response = {"text": c.text}
+        if body.return_token_ids:
+            item["token_ids"] = c.token_ids
+        out_choices.append(item)
+        rows.append(_turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=False))
+    completion_tokens = sum(len(c.token_ids) for c in choices)
+    payload: dict[str, Any] = {
+        "id": call.response_id, "object": "chat.completion" if chat else "text_completion", "created": call.created,
+        "model": gw.model_id, "system_fingerprint": call.policy_version, "choices": out_choices,
+        "usage": {"prompt_tokens": len(call.prompt_ids), "completion_tokens": completion_tokens,
+                  "total_tokens": len(call.prompt_ids) + completion_tokens},
+    }
+    if body.return_token_ids:
+        payload["prompt_token_ids"] = call.prompt_ids
+    return rows, payload
+
+
+def _turn_row(call: _Call, choice_index: int, response: dict[str, Any], token_ids: list[int], logprobs: list[float] | None,
+              finish: str, *, stream: bool) -> dict[str, Any]:
+    return {
+        "turn_id": f"{call.response_id}-{choice_index}", "session_id": call.session_id, "tenant": call.tenant,
+        "turn_index": None, "choice_index": choice_index, "endpoint": call.endpoint, "model": call.body.model,
+        "policy_version": call.policy_version, "backend": call.backend, "messages": call.messages_json, "tools": call.tools_json,
+        "response": landing.dumps(response), "prompt_token_ids": list(call.prompt_ids), "completion_token_ids": list(token_ids),
+        "sampling_logprobs": list(logprobs) if logprobs else None, "finish_reason": finish or "stop",
+        "temperature": float(call.body.temperature), "max_tokens": call.max_tokens, "stream": stream,
+        "prompt_tokens": len(call.prompt_ids), "completion_tokens": len(token_ids),
+        "latency_ms": round((time.perf_counter() - call.t0) * 1000, 3), "created_at": now_utc().isoformat(),
+    }
+
+
+def _acknowledge(gw: Gateway, session_id: str, tenant: str, rows: list[dict[str, Any]], metadata: dict | None) -> None:
+    """Make a call's turns durable (fsynced WAL); only then may the client see them acknowledged."""
+    with gw.ack_lock:
+        index = gw.sessions.next_turn(session_id, tenant)
+        records = []
+        for r in rows:
+            r["turn_index"] = index
+            records.append({"kind": "turn", "row": r, "session_metadata": landing.dumps(metadata) if metadata else None})
+        gw.wal.append(records)
+    gw.sessions.note_turns([r["turn_id"] for r in rows], session_id, tenant)
+    gw.flusher.poke()
+
+
+def _sse(obj: Any) -> bytes:
+    return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
+
+
+async def _stream(gw: Gateway, policy, call: _Call, request: Request):
+    """SSE chunks in OpenAI's format as the model writes; ``data: [DONE]`` once the turns are durable."""
+    from tentalis_pipelines.gateway.sampler import decode
+
+    body, chat = call.body, call.endpoint == "chat.completions"
+    loop = asyncio.get_running_loop()
+    queue: asyncio.Queue = asyncio.Queue()
+    cancel = threading.Event()
+    stops = _stops(body)
+    tok = policy.tokenizer
+
+    def work() -> None:
+        choices: list = []
+        try:
+            with policy.lock:
+                for step in decode(policy.model, tok, call.prompt_ids, n=body.n, max_new_tokens=call.max_tokens,
+                                   temperature=body.temperature, top_p=body.top_p, stop=stops, seed=body.seed, choices=choices):
+                    loop.call_soon_threadsafe(queue.put_nowait, ("step", step, choices))
+                    if cancel.is_set():
+                        return
+            loop.call_soon_threadsafe(queue.put_nowait, ("done", None, choices))
+        except Exception as exc:  # noqa: BLE001 - reported to the client as an error chunk
+            loop.call_soon_threadsafe(queue.put_nowait, ("error", exc, choices))
+
+    def chunk(choice_payloads: list[dict[str, Any]], usage: dict | None = None) -> dict[str, Any]:
+        c = {"id": call.response_id, "object": "chat.completion.chunk" if chat else "text_completion", "created": call.created,
+             "model": gw.model_id, "system_fingerprint": call.policy_version, "choices": choice_payloads}
+        if usage is not None:
+            c["usage"] = usage
+        return c
+
+    def holdback(text: str) -> int:
+        """Characters at the end of ``text`` that may be the start of a stop string (not sent yet)."""
+        best = 0
+        for s in stops:
+            for k in range(min(len(s) - 1, len(text)), 0, -1):
+                if text.endswith(s[:k]):
+                    best = max(best, k)
+                    break
+        return best
+
+    thread = threading.Thread(target=work, name="tentalis-stream", daemon=True)
+    sent: dict[int, int] = {}
+    try:
+        if chat:
+            yield _sse(chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+                              for i in range(body.n)]))
+        thread.start()
+        while True:
+            kind, payload, choices = await queue.get()
+            if kind == "error":
+                log.error("generation failed: %s", redact(str(payload)))
+                yield _sse({"error": {"message": redact(f"generation failed: {payload}"), "type": "server_error", "param": None, "code": None}})
+                return
+            if kind == "done":
+                break
+            if await request.is_disconnected():
+                cancel.set()
+                return  # never acknowledged: nothing lands
+            step = payload
+            out = []
+            for idx, token_id, logp in step.tokens:
+                c = choices[idx]
+                done = idx in step.finished
+                text = c.text
+                if chat and body.tools and maybe_tool_call_prefix(text):
+                    upto = sent.get(idx, 0)  # held back until the end: it may be a tool call
+                else:
+                    upto = len(text) if done else len(text) - holdback(text)
+                    if text and text[-1] == "\ufffd" and not done:
+                        upto = min(upto, len(text) - 1)  # half of a multi-byte character
+                delta_text = text[sent.get(idx, 0):max(upto, sent.get(idx, 0))]
+                sent[idx] = max(upto, sent.get(idx, 0))
+                item: dict[str, Any] = {"index": idx}
+                if chat:
+                    item["delta"] = {"content": delta_text} if delta_text else {}
+                    item["logprobs"] = {"content": _logprob_items(tok, [token_id], [logp])} if body.logprobs else None
+                else:
+                    item["text"] = delta_text
+                    item["logprobs"] = ({"tokens": [tok.decode([token_id])], "token_logprobs": [logp], "top_logprobs": None,
+                                         "text_offset": []} if body.logprobs is not None else None)
+                if body.return_token_ids:
+                    item["token_ids"] = [token_id]
+                item["finish_reason"] = None
+                out.append(item)
+            if out:
+                yield _sse(chunk(out))
+        # the end: tool calls (or held-back text), finish reasons, then durability, then [DONE]
+        rows, finals = [], []
+        for c in choices:
+            if chat:
+                content, tool_calls = parse_tool_calls(c.text) if body.tools else (c.text, [])
+                rest = "" if tool_calls else c.text[sent.get(c.index, 0):]
+                delta: dict[str, Any] = {}
+                if rest:
+                    delta["content"] = rest
+                if tool_calls:
+                    delta["tool_calls"] = [{"index": k, **tc} for k, tc in enumerate(tool_calls)]
+                    if content and not sent.get(c.index):
+                        delta["content"] = content
+                finish = "tool_calls" if tool_calls else c.finish_reason
+                finals.append({"index": c.index, "delta": delta, "logprobs": None, "finish_reason": finish})
+                response: dict[str, Any] = {"role": "assistant", "content": content}
+                if tool_calls:
+                    response["tool_calls"] = tool_calls
+            else:
+                finish = c.finish_reason
+                finals.append({"index": c.index, "text": c.text[sent.get(c.index, 0):], "logprobs": None, "finish_reason": finish})
+                response = {"text": c.text}
+            rows.append(_turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=True))
+        yield _sse(chunk(finals))
+        await run_in_threadpool(_acknowledge, gw, call.session_id, call.tenant, rows, body.metadata)
+        if (body.stream_options or {}).get("include_usage"):
+            n_out = sum(len(c.token_ids) for c in choices)
+            yield _sse(chunk([], usage={"prompt_tokens": len(call.prompt_ids), "completion_tokens": n_out,
+                                        "total_tokens": len(call.prompt_ids) + n_out}))
+        yield b"data: [DONE]\n\n"
+    finally:
+        cancel.set()
+
+
+# --------------------------------------------------------------------------- reviews
+async def _review(gw: Gateway, request: Request, tenant: str):
+    from pydantic import ValidationError
+
+    payload = await _json_body(request)
+    raw = landing.dumps(payload)
+
+    def reject(status: int, message: str, param: str | None = None, code: str | None = None):
+        try:
+            gw.lake.quarantine([{"source": "gateway:/v1/reviews", "line": None, "raw": redact(raw)[:100_000],
+                                 "error": f"{status}: {message}", "batch_id": None, "stage": f"live_review:{tenant}"}])
+        except LakehouseError:
+            log.exception("could not quarantine a rejected review")
+        raise APIError(status, message, param=param, code=code, type="invalid_request_error" if status != 403 else "permission_error")
+
+    try:
+        if not isinstance(payload, dict):
+            raise ValueError("the request body must be a JSON object")
+        review = ReviewRequest.model_validate(payload)
+    except ValidationError as exc:
+        e = exc.errors()[0]
+        field_name = ".".join(str(x) for x in e.get("loc", ())) or "body"
+        await run_in_threadpool(reject, 422, f"{field_name}: {e.get('msg')}", field_name, "invalid_value")
+    except ValueError as exc:
+        await run_in_threadpool(reject, 422, str(exc), "body", "invalid_value")
+    if not review.session_id and not review.turn_id:
+        await run_in_threadpool(reject, 422, "session_id or turn_id: one of them is required", "session_id", "invalid_value")
+
+    def land() -> dict[str, Any]:
+        session_id = review.session_id
+        if review.turn_id:
+            hit = gw.sessions.turn(review.turn_id)
+            if hit is None:
+                reject(404, f"turn {review.turn_id!r} does not exist", "turn_id", "not_found")
+            if hit[1] != tenant:
+                reject(403, f"turn {review.turn_id!r} belongs to another tenant")
+            if session_id and session_id != hit[0]:
+                reject(422, f"turn {review.turn_id!r} is not in session {session_id!r}", "session_id", "invalid_value")
+            session_id = hit[0]
+        owner = gw.sessions.owner(session_id)
+        if owner is None:
+            reject(404, f"session {session_id!r} does not exist", "session_id", "not_found")
+        if owner != tenant:
+            reject(403, f"session {session_id!r} belongs to another tenant")
+        row = landing.review_row(tenant=tenant, session_id=session_id, turn_id=review.turn_id, score=review.score,
+                                 critique=review.critique, hint=review.hint, reviewer=review.reviewer, rubric=review.rubric,
+                                 review_id=review.review_id)
+        landing.land_review(gw.lake, row)
+        return {"object": "review", "review_id": row["review_id"], "batch_id": row["batch_id"], "rollout_id": row["rollout_id"],
+                "session_id": session_id, "turn_id": review.turn_id, "score": row["score"], "tenant": tenant}
+
+    return JSONResponse(await run_in_threadpool(land))
