@@ -42,11 +42,15 @@ class RolloutRow(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     completion_token_ids: list[int]
-    sampling_logprobs: list[float] | None = None
+    sampling_logprobs: list[float | None] | None = Field(None, description="per completion token; null on a session's context tokens")
     finish_reason: str = Field(description="'stop' (EOS or </answer>) or 'length'")
     temperature: float
     seconds: float
     created_at: datetime
+    session_id: str | None = Field(None, description="sessions batches: the live session this rollout was built from")
+    prompt_token_ids: list[int] | None = Field(None, description="sessions batches: the exact prompt tokens (single-turn rows tokenize prompt_text)")
+    assistant_mask: list[int] | None = Field(None, description="sessions batches: 1 on tokens the model generated, 0 on system/user/tool/template tokens")
+    turn_spans: list[dict] | None = Field(None, description="sessions batches: each assistant turn's [start, end) in completion_token_ids")
 
 
 class StepScoreRow(BaseModel):
@@ -78,6 +82,11 @@ class ReviewRow(BaseModel):
     critique: str
     hint: str
     created_at: datetime
+    review_id: str | None = Field(None, description="live reviews (POST /v1/reviews): the review's id, merged on")
+    session_id: str | None = Field(None, description="live reviews: the session reviewed (rollout_id is the turn id or the session id)")
+    reviewer: str | None = None
+    rubric: str | None = None
+    tenant: str | None = None
 
 
 class TrajectoryRow(BaseModel):
@@ -99,6 +108,11 @@ class TrajectoryRow(BaseModel):
     advantage_mode: str = Field(description="'outcome' (one advantage per sample) or 'process' (per step, per token)")
     kept: bool = Field(description="False when dynamic sampling drops the group (all rewards equal)")
     created_at: datetime
+    kind: str | None = Field(None, description="'single' (one completion) or 'multi_turn' (a live session's segment); null = single")
+    loss_mask: list[int] | None = Field(None, description="multi_turn: 1 on the completion tokens trained on (rewarded assistant turns)")
+    token_advantages: list[float] | None = Field(None, description="multi_turn: the advantage of every completion token (0 on masked ones)")
+    turn_rewards: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's reward (rollouts.turn_spans order)")
+    turn_advantages: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's normalised advantage")
 
 
 class HumanReviewRow(BaseModel):
@@ -283,6 +297,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("temperature", pa.float64()),
             ("seconds", pa.float64()),
             ("created_at", TS),
+            ("session_id", pa.string()),
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("assistant_mask", pa.list_(pa.int8())),
+            ("turn_spans", pa.list_(pa.struct([("turn_id", pa.string()), ("turn_index", pa.int32()),
+                                               ("start", pa.int32()), ("end", pa.int32())]))),
         ]
     ),
     "step_scores": pa.schema(
@@ -317,6 +336,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("critique", pa.string()),
             ("hint", pa.string()),
             ("created_at", TS),
+            ("review_id", pa.string()),
+            ("session_id", pa.string()),
+            ("reviewer", pa.string()),
+            ("rubric", pa.string()),
+            ("tenant", pa.string()),
         ]
     ),
     "trajectories": pa.schema(
@@ -339,6 +363,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("advantage_mode", pa.string()),
             ("kept", pa.bool_()),
             ("created_at", TS),
+            ("kind", pa.string()),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("token_advantages", pa.list_(pa.float64())),
+            ("turn_rewards", pa.list_(pa.float64())),
+            ("turn_advantages", pa.list_(pa.float64())),
         ]
     ),
     "human_reviews": pa.schema(
