@@ -176,3 +176,15 @@ def test_rewarded_assistant_turn_gains_probability_over_the_other(tiny_model_dir
         train_grpo(model, tok, [sample], cfg)
     after = margin()
     assert after > before + 0.5, (before, after)
+
+
+def test_the_token_normaliser_counts_only_trained_tokens(tiny_model_dir):
+    """dapo, beta 0, one on-policy step: the step's loss is minus the mean advantage over the trained
+    tokens only (2 of 5 here), not over every completion token."""
+    model = build_policy(tiny_model_dir, None, GRPOConfig(lora_r=4, dtype="float32", device="cpu"))
+    row = TrainSample([1, 520, 9531, 198], [30, 31, 32, 33, 34], 0.0, token_advantages=[1.0, 0.0, 0.0, 0.0, 3.0],
+                      loss_mask=[1, 0, 0, 0, 1], temperature=1.0)
+    tok_stub = type("T", (), {"pad_token_id": 2, "eos_token_id": 2})()
+    result = train_grpo(model, tok_stub, [row], GRPOConfig(loss_type="dapo", beta=0.0, lora_r=4, dtype="float32", device="cpu"))
+    assert result.history[0]["loss"] == pytest.approx(-(1.0 + 3.0) / 2, rel=1e-5)
+    assert result.metrics["trained_tokens"] == 2 and result.metrics["completion_tokens"] == 5
