@@ -1,6 +1,6 @@
 """Sensors and schedules: the automation that chains the asset jobs into learning cycles.
 
-New inbox files and the nightly schedule start ``rollout_job``; fresh trajectories (or a finished
+New inbox files, reviewed live sessions and the nightly schedule start ``rollout_job``; fresh trajectories (or a finished
 nightly batch) start ``train_job``; checkpoints without results start ``benchmark_job``; complete gate
 results start ``promotion_job``. Everything that loads a model is off until automation is turned on.
 """
@@ -25,9 +25,9 @@ from dagster import (
 )
 
 from assets.partitions import checkpoint_ids, task_batches
-from tentalis_pipelines import pipeline, promotion
+from tentalis_pipelines import pipeline, promotion, sessions
 from tentalis_pipelines.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
-from tentalis_pipelines.settings import inbox_settle_seconds
+from tentalis_pipelines.settings import inbox_settle_seconds, session_settle_seconds
 from tentalis_pipelines.tasks.batches import (
     RefusedEntry,
     register_file_batch,
@@ -105,6 +105,43 @@ def task_inbox(context: SensorEvaluationContext, lakehouse: LakehouseResource):
         return SensorResult(skip_reason=SkipReason(f"no new files in {paths.inbox}"), cursor=next_cursor)
     return SensorResult(
         run_requests=[RunRequest(run_key=b, partition_key=b, tags={"tentalis/source": "inbox"}) for b in new + stranded],
+        dynamic_partitions_requests=[task_batches.build_add_request(new)] if new else [],
+        cursor=next_cursor,
+    )
+
+
+@sensor(job_name="rollout_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
+def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+    """Reviewed live sessions (``reviews`` of batch ``live``) that no batch holds yet and that have had
+    no new turn for ``$TENTALIS_SESSION_SETTLE_SECONDS`` (default 60) become one task batch
+    ``sessions-<hash of their ids>`` (its session ids snapshotted under ``$TENTALIS_HOME/batches``) and
+    one rollout run, in one ``SensorResult``, exactly once: the run key is the batch id and a cut
+    session is never cut again. A cut whose partition or run never came about (the daemon died) is
+    requested again under the same run key. The batch's assets build multi-turn trajectories from the
+    turns (``tentalis_pipelines/sessions.py``)."""
+    lake, paths = lakehouse.lakehouse(), lakehouse.paths()
+    cursor = json.loads(context.cursor) if context.cursor else {}
+    seen = set(cursor.get("seen", []))
+    new: list[str] = []
+    stranded: list[str] = []
+    for batch_id in sessions.cut_sessions(paths.batches):
+        if batch_id in seen:
+            continue
+        if not context.instance.has_dynamic_partition(task_batches.name, batch_id):
+            new.append(batch_id)  # snapshotted, but the partition was never added
+        elif _has_run(context, batch_id):
+            seen.add(batch_id)
+        else:
+            stranded.append(batch_id)
+    ids = sessions.sessions_to_cut(lake, paths.batches, settle_seconds=session_settle_seconds())
+    if ids:
+        new.append(sessions.register_sessions_batch(paths.batches, ids))
+        context.log.info(f"cut {len(ids)} reviewed session(s) into {new[-1]}")
+    next_cursor = json.dumps({"seen": sorted(seen)})
+    if not new and not stranded:
+        return SensorResult(skip_reason=SkipReason("no reviewed session waits for a batch"), cursor=next_cursor)
+    return SensorResult(
+        run_requests=[RunRequest(run_key=b, partition_key=b, tags={"tentalis/source": "sessions"}) for b in new + stranded],
         dynamic_partitions_requests=[task_batches.build_add_request(new)] if new else [],
         cursor=next_cursor,
     )

@@ -11,7 +11,14 @@ from assets.serving_assets import serving
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, promotion_job, rollout_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
-from jobs.sensors import fresh_trajectories, gate_ready, new_checkpoints, nightly_learning_cycle, task_inbox
+from jobs.sensors import (
+    fresh_sessions,
+    fresh_trajectories,
+    gate_ready,
+    new_checkpoints,
+    nightly_learning_cycle,
+    task_inbox,
+)
 from tentalis_pipelines.redact import install_log_filter
 from tentalis_pipelines.resources import (
     BenchmarkResource,
@@ -29,7 +36,7 @@ install_log_filter()
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
-    sensors=[task_inbox, fresh_trajectories, new_checkpoints, gate_ready],
+    sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tentalis_pipelines import quality
+from tentalis_pipelines import quality, sessions
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
@@ -96,6 +96,8 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
     With ``policy``, prompts are capped at ``policy.max_prompt_tokens`` of its tokenizer (without it,
     UTF-8 bytes stand in for tokens: never fewer). A file with no valid line fails here, naming why.
     """
+    if sessions.is_sessions_manifest(paths.batches, batch_id):  # live sessions: one chat task per session
+        return StageResult(*sessions.build_session_tasks(lake, paths.batches, batch_id))
     options = {}
     if policy is not None:
         options = {"max_prompt_tokens": policy.max_prompt_tokens, "count_tokens": prompt_token_counter(policy, paths)}
@@ -162,6 +164,8 @@ def rollout_id(batch_id: str, task_id: str, policy_version: str, group_index: in
 
 
 def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> StageResult:
+    if sessions.is_sessions_batch(lake, batch_id):  # built from the sessions' turns, never sampled again
+        return StageResult(*sessions.build_session_rollouts(lake, batch_id))
     tasks = lake.read("tasks", batch_id=batch_id).to_pylist()
     if not tasks:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
@@ -316,6 +320,8 @@ def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm
     rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it)."""
     if manager not in ("verifier", "llm", "human"):
         raise ValueError(f"unknown manager {manager!r}; choose verifier, llm or human")
+    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions
+        return StageResult(*sessions.build_session_reviews(lake, batch_id))
     verifier = get_manager("verifier")
     created = now_utc()
     inputs = _review_inputs(lake, batch_id)
@@ -365,7 +371,10 @@ def build_trajectories(
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
-    marked ``kept = False`` (DAPO) and the trainer skips them."""
+    marked ``kept = False`` (DAPO) and the trainer skips them. A sessions batch gets multi-turn rows."""
+    if sessions.is_sessions_batch(lake, batch_id):
+        return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
+                                                                dynamic_sampling=dynamic_sampling))
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     created = now_utc()
@@ -407,6 +416,7 @@ def build_trajectories(
         row["step_advantages"] = sa
         row["advantage_mode"] = advantage_mode
         row["kept"] = bool(s) if dynamic_sampling else True
+        row["kind"] = "single"
     n = lake.write_batch("trajectories", batch_id, rows)
     return StageResult(
         n,
@@ -460,9 +470,10 @@ def train_checkpoint(
     claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
     batches = sorted({r["batch_id"] for r in fresh})
     rollouts = {}
+    columns = ["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids", "sampling_logprobs", "temperature"]
+    columns += [c for c in ("prompt_token_ids",) if c in lake.dataset("rollouts").schema.names]  # multi-turn rows' exact prompt
     for b in batches:
-        for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids",
-                                                            "sampling_logprobs", "temperature"]).to_pylist():
+        for r in lake.read("rollouts", batch_id=b, columns=columns).to_pylist():
             if r["rollout_id"] in ids:
                 rollouts[r["rollout_id"]] = r
     model_dir = resolve_model(policy.model, paths.models)
@@ -474,6 +485,9 @@ def train_checkpoint(
     for t in fresh:
         ro = rollouts[t["rollout_id"]]
         if not ro["completion_token_ids"]:
+            continue
+        if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
+            samples.append(sessions.session_sample(ro, t))
             continue
         p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
         token_adv = None

@@ -56,9 +56,20 @@ def no_held_out_items(lake: Lakehouse, batch_id: str) -> CheckOutcome:
 
 
 def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
-    """Every task of the batch has exactly ``num_generations`` rollouts."""
+    """Every task of the batch has exactly ``num_generations`` rollouts (a sessions batch: at least one
+    per session, one per segment)."""
+    from tentalis_pipelines import sessions
+
+    if sessions.is_sessions_batch(lake, batch_id):
+        num_generations = None
     tasks = {t["task_id"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id"]).to_pylist()}
     counts = Counter(r["task_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["task_id"]).to_pylist())
+    if num_generations is None:
+        wrong = sorted(t for t in tasks | set(counts) if counts.get(t, 0) < 1 or t not in tasks)
+        if wrong:
+            return CheckOutcome(False, f"{len(wrong)} session(s) without a rollout or rollouts of unknown sessions: {', '.join(wrong[:5])}",
+                                {"tasks": len(tasks), "wrong": len(wrong)})
+        return CheckOutcome(True, f"{len(tasks)} sessions, {sum(counts.values())} segments", {"tasks": len(tasks)})
     wrong = sorted(t for t in tasks | set(counts) if counts.get(t, 0) != num_generations or t not in tasks)
     if wrong:
         return CheckOutcome(False, f"{len(wrong)} task(s) without exactly {num_generations} rollouts: {', '.join(wrong[:5])}",
@@ -67,7 +78,19 @@ def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> C
 
 
 def one_review_per_rollout(lake: Lakehouse, batch_id: str) -> CheckOutcome:
-    """Every rollout of the batch has exactly one review, and every review names a rollout of the batch."""
+    """Every rollout of the batch has exactly one review, and every review names a rollout of the batch.
+    A sessions batch: every session has at least one review (of a turn or of the whole session), and
+    every review names a session of the batch."""
+    from tentalis_pipelines import sessions
+
+    if sessions.is_sessions_batch(lake, batch_id):
+        known = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
+        reviewed = Counter(r["session_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["session_id"]).to_pylist())
+        missing, orphans = sorted(known - set(reviewed)), sorted(set(reviewed) - known)
+        if missing or orphans:
+            return CheckOutcome(False, f"{len(missing)} session(s) without a review, {len(orphans)} review(s) of unknown sessions",
+                                {"missing": len(missing), "orphans": len(orphans)})
+        return CheckOutcome(True, f"{len(known)} sessions, {sum(reviewed.values())} reviews", {"sessions": len(known)})
     rollouts = {r["rollout_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["rollout_id"]).to_pylist()}
     counts = Counter(r["rollout_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["rollout_id"]).to_pylist())
     missing = sorted(rollouts - set(counts))

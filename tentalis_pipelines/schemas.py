@@ -42,11 +42,15 @@ class RolloutRow(BaseModel):
     prompt_tokens: int
     completion_tokens: int
     completion_token_ids: list[int]
-    sampling_logprobs: list[float] | None = None
+    sampling_logprobs: list[float | None] | None = Field(None, description="per completion token; null on a session's context tokens")
     finish_reason: str = Field(description="'stop' (EOS or </answer>) or 'length'")
     temperature: float
     seconds: float
     created_at: datetime
+    session_id: str | None = Field(None, description="sessions batches: the live session this rollout was built from")
+    prompt_token_ids: list[int] | None = Field(None, description="sessions batches: the exact prompt tokens (single-turn rows tokenize prompt_text)")
+    assistant_mask: list[int] | None = Field(None, description="sessions batches: 1 on tokens the model generated, 0 on system/user/tool/template tokens")
+    turn_spans: list[dict] | None = Field(None, description="sessions batches: each assistant turn's [start, end) in completion_token_ids")
 
 
 class StepScoreRow(BaseModel):
@@ -105,6 +109,11 @@ class TrajectoryRow(BaseModel):
     advantage_mode: str = Field(description="'outcome' (one advantage per sample) or 'process' (per step, per token)")
     kept: bool = Field(description="False when dynamic sampling drops the group (all rewards equal)")
     created_at: datetime
+    kind: str | None = Field(None, description="'single' (one completion) or 'multi_turn' (a live session's segment); null = single")
+    loss_mask: list[int] | None = Field(None, description="multi_turn: 1 on the completion tokens trained on (rewarded assistant turns)")
+    token_advantages: list[float] | None = Field(None, description="multi_turn: the advantage of every completion token (0 on masked ones)")
+    turn_rewards: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's reward (rollouts.turn_spans order)")
+    turn_advantages: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's normalised advantage")
 
 
 class HumanReviewRow(BaseModel):
@@ -289,6 +298,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("temperature", pa.float64()),
             ("seconds", pa.float64()),
             ("created_at", TS),
+            ("session_id", pa.string()),
+            ("prompt_token_ids", pa.list_(pa.int32())),
+            ("assistant_mask", pa.list_(pa.int8())),
+            ("turn_spans", pa.list_(pa.struct([("turn_id", pa.string()), ("turn_index", pa.int32()),
+                                               ("start", pa.int32()), ("end", pa.int32())]))),
         ]
     ),
     "step_scores": pa.schema(
@@ -350,6 +364,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("advantage_mode", pa.string()),
             ("kept", pa.bool_()),
             ("created_at", TS),
+            ("kind", pa.string()),
+            ("loss_mask", pa.list_(pa.int8())),
+            ("token_advantages", pa.list_(pa.float64())),
+            ("turn_rewards", pa.list_(pa.float64())),
+            ("turn_advantages", pa.list_(pa.float64())),
         ]
     ),
     "human_reviews": pa.schema(

@@ -130,3 +130,18 @@ def inbox_settle_seconds() -> float:
     if value < 0:
         raise ValueError(f"TENTALIS_INBOX_SETTLE_SECONDS={raw!r} must be 0 or more")
     return value
+
+
+def session_settle_seconds() -> float:
+    """How long a reviewed session must have had no new turn before ``fresh_sessions`` cuts it into a batch
+    (a session still in use is cut later): ``$TENTALIS_SESSION_SETTLE_SECONDS``, default 60."""
+    raw = os.environ.get("TENTALIS_SESSION_SETTLE_SECONDS")
+    if raw is None:
+        return 60.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"TENTALIS_SESSION_SETTLE_SECONDS={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"TENTALIS_SESSION_SETTLE_SECONDS={raw!r} must be 0 or more")
+    return value

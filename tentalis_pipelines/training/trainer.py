@@ -161,6 +161,9 @@ class TrainSample:
     token_advantages: list[float] | None = None  # process supervision: one advantage per completion token
     old_logps: list[float] | None = None  # per-token log-probs under the sampling policy, at ``temperature``
     temperature: float | None = None  # the temperature this completion was sampled at
+    # Per completion token, 1 = trained on, 0 = context only (a multi-turn session's user, system and
+    # tool-output tokens between its assistant turns). None = every completion token (single-turn rows).
+    loss_mask: list[int] | None = None
 
 
 @dataclass
@@ -243,16 +246,30 @@ def _row_advantages(s: TrainSample) -> list[float]:
     return list(s.token_advantages)
 
 
+def _row_loss_mask(s: TrainSample) -> list[float]:
+    if s.loss_mask is None:
+        return [1.0] * len(s.completion_ids)
+    if len(s.loss_mask) != len(s.completion_ids):
+        raise ValueError(f"loss_mask has {len(s.loss_mask)} entries for {len(s.completion_ids)} completion tokens")
+    return [1.0 if m else 0.0 for m in s.loss_mask]
+
+
+def trained_tokens(s: TrainSample) -> int:
+    """How many of a row's completion tokens the loss sees (the length normalisers count these only)."""
+    return len(s.completion_ids) if s.loss_mask is None else int(sum(_row_loss_mask(s)))
+
+
 def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Left-pad prompts and right-pad completions so every completion occupies the last C positions."""
     P = max(len(s.prompt_ids) for s in samples)
     C = max(len(s.completion_ids) for s in samples)
-    ids, attn, cmask, adv = [], [], [], []
+    ids, attn, cmask, lmask, adv = [], [], [], [], []
     for s in samples:
         p, c = s.prompt_ids, s.completion_ids
         ids.append([pad_id] * (P - len(p)) + p + c + [pad_id] * (C - len(c)))
         attn.append([0] * (P - len(p)) + [1] * (len(p) + len(c)) + [0] * (C - len(c)))
         cmask.append([1] * len(c) + [0] * (C - len(c)))
+        lmask.append(_row_loss_mask(s) + [0.0] * (C - len(c)))
         adv.append(_row_advantages(s) + [0.0] * (C - len(c)))
     attn_t = torch.tensor(attn, device=device)
     return {
@@ -261,6 +278,8 @@ def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: 
         # Left padding: positions count real tokens only, so a padded row sees the same positions as alone.
         "position_ids": (attn_t.cumsum(-1) - 1).clamp(min=0),
         "completion_mask": torch.tensor(cmask, dtype=torch.float32, device=device),
+        # The tokens the loss sees: the completion minus padding and minus each row's loss_mask zeros.
+        "loss_mask": torch.tensor(lmask, dtype=torch.float32, device=device),
         "advantages": torch.tensor(adv, dtype=torch.float32, device=device),
         "temperature": torch.tensor([_row_temperature(s, default_temperature) for s in samples], dtype=torch.float32, device=device),
         "completion_len": C,
@@ -270,17 +289,21 @@ def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: 
 def _pack_shared(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Rows with one common prompt: the prompt once, completions right-padded."""
     C = max(len(s.completion_ids) for s in samples)
-    comp, cmask, adv = [], [], []
+    comp, cmask, lmask, adv = [], [], [], []
     for s in samples:
         c = s.completion_ids
         comp.append(list(c) + [pad_id] * (C - len(c)))
         cmask.append([1] * len(c) + [0] * (C - len(c)))
+        lmask.append(_row_loss_mask(s) + [0.0] * (C - len(c)))
         adv.append(_row_advantages(s) + [0.0] * (C - len(c)))
     return {
         "shared": True,
         "prompt_ids": torch.tensor([samples[0].prompt_ids], device=device),
         "completion_ids": torch.tensor(comp, device=device),
+        # completion_mask is also the attention mask of the completions (every real token is context);
+        # loss_mask is what the loss sees.
         "completion_mask": torch.tensor(cmask, dtype=torch.float32, device=device),
+        "loss_mask": torch.tensor(lmask, dtype=torch.float32, device=device),
         "advantages": torch.tensor(adv, dtype=torch.float32, device=device),
         "temperature": torch.tensor([_row_temperature(s, default_temperature) for s in samples], dtype=torch.float32, device=device),
         "completion_len": C,
@@ -382,11 +405,20 @@ def micro_batches(samples: list[TrainSample], token_budget: int) -> list[list[Tr
     return out
 
 
+def _has_old_logps(s: TrainSample) -> bool:
+    """Whether a row carries a sampling log-prob for every token the loss sees (masked tokens need none)."""
+    if s.old_logps is None or len(s.old_logps) != len(s.completion_ids):
+        return False
+    return all(x is not None and math.isfinite(x) for x, m in zip(s.old_logps, _row_loss_mask(s)) if m)
+
+
 def _stored_old_logps(mb: list[TrainSample], C: int, device) -> torch.Tensor | None:
-    """The sampling-time log-probs of a micro-batch, right-padded, or None when any row lacks them."""
-    if not all(s.old_logps is not None and len(s.old_logps) == len(s.completion_ids) for s in mb):
+    """The sampling-time log-probs of a micro-batch, right-padded, or None when any row lacks them.
+    Masked tokens (None allowed) get 0.0: finite, and multiplied by a zero mask."""
+    if not all(_has_old_logps(s) for s in mb):
         return None
-    return torch.tensor([list(s.old_logps) + [0.0] * (C - len(s.old_logps)) for s in mb], dtype=torch.float32, device=device)
+    return torch.tensor([[x if m and x is not None else 0.0 for x, m in zip(s.old_logps, _row_loss_mask(s))] + [0.0] * (C - len(s.old_logps))
+                         for s in mb], dtype=torch.float32, device=device)
 
 
 def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, device, *, needs_old: bool, shared: bool) -> dict:
@@ -485,7 +517,7 @@ def train_grpo(
             lr = config.learning_rate * lr_factor(config, global_step, horizon)
             for group in optimizer.param_groups:
                 group["lr"] = lr
-            tokens_in_step = sum(len(s.completion_ids) for s in step_rows)
+            tokens_in_step = sum(trained_tokens(s) for s in step_rows)
             totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0}
             optimizer.zero_grad(set_to_none=True)
             for mi, mb in enumerate(mbs):
@@ -494,7 +526,7 @@ def train_grpo(
                 with autocast(device, dtype):
                     logps = completion_logps(model, batch)
                 old = ex["old"] if ex["old"] is not None else logps.detach()
-                mask = batch["completion_mask"]
+                mask = batch["loss_mask"]
                 parts = per_token_loss(
                     config.loss_type, logps, old, batch["advantages"], mask,
                     epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta, ref_logps=ex["ref"],
@@ -544,6 +576,7 @@ def train_grpo(
         "global_step": new_state.global_step,
         "samples": len(samples),
         "completion_tokens": sum(len(s.completion_ids) for s in samples),
+        "trained_tokens": sum(trained_tokens(s) for s in samples),
         "seconds": time.perf_counter() - t0,
         "device": str(device),
         "dtype": dtype_name(dtype),

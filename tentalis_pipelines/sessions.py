@@ -1,0 +1,329 @@
+"""From live sessions to training: sessions batches and their per-batch stages.
+
+The gateway (``tentalis serve``) lands every model call in ``turns`` (and ``sessions``) and every
+review posted to ``POST /v1/reviews`` in ``reviews`` under ``batch_id = 'live'`` (``rollout_id`` = the
+turn id for a turn-level review, the session id for a session-level one). The ``fresh_sessions`` sensor
+cuts reviewed sessions that no batch holds yet into a task batch ``sessions-<hash>`` (its session ids
+snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``), once. For such a batch the usual
+stages take the branch here instead of sampling:
+
+* tasks: one per session (environment ``chat``, task id = the session id, prompt = the first user
+  message, the session's *family* in metadata);
+* rollouts: one per session segment, built from the turns (never generated again): the exact tokens
+  the model saw and sampled, the assistant mask, each assistant turn's span, the policy version that
+  answered (``training/multiturn.py`` says how);
+* step_scores: none (chat turns state no checkable steps);
+* reviews: the live reviews of the batch's sessions, copied into the batch;
+* trajectories: ``kind = 'multi_turn'`` rows with the loss mask and per-token advantages that the
+  trainer rebuilds the sample from (``session_sample``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import pyarrow.compute as pc
+
+from tentalis_pipelines import quality
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
+from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
+from tentalis_pipelines.training import multiturn
+from tentalis_pipelines.training.trainer import TrainSample
+
+SOURCE = "live-sessions"
+LIVE_BATCH = "live"  # the reviews partition that POST /v1/reviews lands in
+MANIFEST_KIND = "sessions"
+MAX_SESSIONS_PER_BATCH = 512
+
+
+# --------------------------------------------------------------------------- cutting batches
+def sessions_batch_id(session_ids: list[str]) -> str:
+    digest = hashlib.sha256("\x1f".join(sorted(session_ids)).encode()).hexdigest()[:12]
+    return f"sessions-{digest}"
+
+
+def register_sessions_batch(batches_dir: Path, session_ids: list[str]) -> str:
+    """Snapshot a cut of sessions as a batch (idempotent: the id is a hash of the sorted session ids)."""
+    ids = sorted(set(session_ids))
+    if not ids:
+        raise ValueError("a sessions batch needs at least one session")
+    batch_id = validate_batch_id(sessions_batch_id(ids))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    if not (folder / "manifest.json").exists():
+        for name, text in (("sessions.json", json.dumps(ids)),
+                           ("manifest.json", json.dumps({"kind": MANIFEST_KIND, "file": "sessions.json", "sessions": len(ids)}))):
+            tmp = folder / f".{name}.tmp-{os.getpid()}"
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, folder / name)
+    return batch_id
+
+
+def is_sessions_manifest(batches_dir: Path, batch_id: str) -> bool:
+    path = batches_dir / validate_batch_id(batch_id) / "manifest.json"
+    return path.exists() and json.loads(path.read_text()).get("kind") == MANIFEST_KIND
+
+
+def batch_session_ids(batches_dir: Path, batch_id: str) -> list[str]:
+    folder = batches_dir / validate_batch_id(batch_id)
+    manifest = json.loads((folder / "manifest.json").read_text())
+    return list(json.loads((folder / manifest["file"]).read_text()))
+
+
+def cut_sessions(batches_dir: Path) -> dict[str, list[str]]:
+    """Every registered sessions batch and its session ids (the record of what was cut)."""
+    out = {}
+    if not batches_dir.exists():
+        return out
+    for manifest in sorted(batches_dir.glob("sessions-*/manifest.json")):
+        try:
+            if json.loads(manifest.read_text()).get("kind") == MANIFEST_KIND:
+                out[manifest.parent.name] = batch_session_ids(batches_dir, manifest.parent.name)
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def live_reviews(lake: Lakehouse) -> list[dict]:
+    if not lake.exists("reviews"):
+        return []
+    return lake.read("reviews", batch_id=LIVE_BATCH).to_pylist()
+
+
+def _read_turns(lake: Lakehouse, session_ids: list[str] | None = None, columns: list[str] | None = None) -> list[dict]:
+    if not lake.exists("turns"):
+        return []
+    ds = lake.dataset("turns")
+    flt = pc.field("session_id").isin(sorted(session_ids)) if session_ids is not None else None
+    return ds.to_table(columns=columns, filter=flt).to_pylist()
+
+
+def review_session_ids(reviews: list[dict], turn_sessions: dict[str, str]) -> dict[str, list[dict]]:
+    """session id -> its reviews: by the ``session_id`` column, else the target (a session or turn id)."""
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in reviews:
+        sid = r.get("session_id") or turn_sessions.get(r["rollout_id"]) or r["rollout_id"]
+        out[sid].append(r)
+    return out
+
+
+def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float = 0.0, now: float | None = None,
+                    limit: int = MAX_SESSIONS_PER_BATCH) -> list[str]:
+    """Reviewed sessions that no sessions batch holds yet and that have had no new turn for
+    ``settle_seconds`` (a session still in use is cut later), oldest first, at most ``limit``."""
+    reviews = live_reviews(lake)
+    if not reviews:
+        return []
+    turns = _read_turns(lake, columns=["turn_id", "session_id", "created_at"])
+    turn_sessions = {t["turn_id"]: t["session_id"] for t in turns}
+    last: dict[str, float] = {}
+    for t in turns:
+        ts = t["created_at"].timestamp() if t["created_at"] is not None else 0.0
+        last[t["session_id"]] = max(last.get(t["session_id"], 0.0), ts)
+    done = {s for ids in cut_sessions(batches_dir).values() for s in ids}
+    now = time.time() if now is None else now
+    reviewed = set(review_session_ids(reviews, turn_sessions))
+    todo = [s for s in reviewed if s in last and s not in done and now - last[s] >= settle_seconds]
+    return sorted(todo, key=lambda s: (last[s], s))[:limit]
+
+
+def is_sessions_batch(lake: Lakehouse, batch_id: str) -> bool:
+    """Whether a batch's tasks are live sessions (its stages take this module's branch)."""
+    if not lake.exists("tasks"):
+        return False
+    sources = lake.read("tasks", batch_id=batch_id, columns=["source"]).column("source").to_pylist()
+    return bool(sources) and all(s == SOURCE for s in sources)
+
+
+# --------------------------------------------------------------------------- stages
+def _first_user_message(messages: list) -> str:
+    for m in messages:
+        if isinstance(m, dict) and m.get("role") == "user":
+            content = m.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
+    return ""
+
+
+def _messages(raw: str | None) -> list:
+    try:
+        msgs = json.loads(raw or "[]")
+    except ValueError:
+        return []
+    return msgs if isinstance(msgs, list) else [{"role": "user", "content": str(msgs)}]
+
+
+def build_session_tasks(lake: Lakehouse, batches_dir: Path, batch_id: str) -> tuple[int, dict[str, Any]]:
+    """One ``chat`` task per session of the batch (prompt = its first user message). A session whose
+    turns are gone, or whose first user message is a held-out or benchmark item, goes to quarantine."""
+    ids = batch_session_ids(batches_dir, batch_id)
+    by_session: dict[str, list[dict]] = defaultdict(list)
+    for t in _read_turns(lake, ids, columns=["session_id", "tenant", "turn_index", "choice_index", "messages", "policy_version"]):
+        by_session[t["session_id"]].append(t)
+    held = quality.held_out_prompts(lake)
+    created = now_utc()
+    rows, rejects = [], []
+    for sid in ids:
+        turns = sorted(by_session.get(sid, []), key=lambda t: (t["turn_index"], t["choice_index"] or 0))
+        if not turns:
+            rejects.append({"source": SOURCE, "line": None, "raw": sid, "error": f"session {sid} has no turns", "batch_id": batch_id, "stage": "tasks"})
+            continue
+        msgs = _messages(turns[0]["messages"])
+        prompt = _first_user_message(msgs)
+        match = held.get(quality.normalize_prompt(prompt)) if prompt else None
+        if match:
+            rejects.append({"source": SOURCE, "line": None, "raw": sid, "batch_id": batch_id, "stage": "tasks",
+                            "error": f"session {sid} asks the held-out/benchmark item {match}: training on it would contaminate the evaluation"})
+            continue
+        meta = {"session_id": sid, "tenant": turns[0]["tenant"], "family": multiturn.session_family(msgs),
+                "turns": len({t["turn_index"] for t in turns}), "policy_versions": sorted({t["policy_version"] or "" for t in turns})}
+        rows.append({"batch_id": batch_id, "task_id": sid, "source": SOURCE, "environment": "chat", "prompt": prompt,
+                     "reference": "", "difficulty": None, "metadata": json.dumps(meta), "created_at": created})
+    n_bad = lake.quarantine(rejects, batch_id=batch_id, stage="tasks")
+    if not rows:
+        raise ValueError(f"sessions batch {batch_id!r} has no trainable session ({n_bad} quarantined)")
+    n = lake.write_batch("tasks", batch_id, rows)
+    return n, {"num_tasks": n, "sessions": len(ids), "quarantined_sessions": n_bad}
+
+
+def _assistant_text(response: str | None) -> str:
+    try:
+        msg = json.loads(response or "{}")
+    except ValueError:
+        return response or ""
+    if not isinstance(msg, dict):
+        return str(msg)
+    text = msg.get("content") or ""
+    for call in msg.get("tool_calls") or []:
+        fn = (call or {}).get("function") or {}
+        text += f"\n[tool_call {fn.get('name')}({fn.get('arguments')})]"
+    return text
+
+
+def rollout_id(batch_id: str, session_id: str, segment: int) -> str:
+    return "s-" + hashlib.sha1(f"{batch_id}\x1f{session_id}\x1f{segment}".encode()).hexdigest()[:16]
+
+
+def build_session_rollouts(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
+    """One rollout per session segment, built from the turns (nothing is generated)."""
+    tasks = lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist()
+    by_session: dict[str, list[dict]] = defaultdict(list)
+    for t in _read_turns(lake, tasks):
+        by_session[t["session_id"]].append(t)
+    created = now_utc()
+    rows, skipped = [], []
+    for sid in tasks:
+        turns = by_session.get(sid, [])
+        segments = multiturn.build_segments(sid, turns)
+        if not segments:
+            skipped.append(sid)
+            continue
+        by_id = {t["turn_id"]: t for t in turns}
+        for seg in segments:
+            seg_turns = [by_id[s.turn_id] for s in seg.spans]
+            first = seg_turns[0]
+            msgs = _messages(first["messages"])
+            rows.append({
+                "batch_id": batch_id, "rollout_id": rollout_id(batch_id, sid, seg.segment), "task_id": sid,
+                "group_index": seg.segment, "policy_version": seg.policy_version, "backend": first.get("backend") or "gateway",
+                "model": first.get("model") or "", "prompt_text": "\n".join(f"{m.get('role')}: {m.get('content')}" for m in msgs if isinstance(m, dict)),
+                "completion": "\n".join(_assistant_text(t.get("response")) for t in seg_turns), "steps": [], "answer": None,
+                "parse_mode": "session", "prompt_tokens": len(seg.prompt_ids), "completion_tokens": len(seg.completion_ids),
+                "completion_token_ids": seg.completion_ids, "sampling_logprobs": seg.old_logps,
+                "finish_reason": seg_turns[-1].get("finish_reason") or "stop", "temperature": seg.temperature,
+                "seconds": sum((t.get("latency_ms") or 0.0) for t in seg_turns) / 1000.0, "created_at": created,
+                "session_id": sid, "prompt_token_ids": seg.prompt_ids, "assistant_mask": seg.assistant_mask,
+                "turn_spans": [{"turn_id": s.turn_id, "turn_index": s.turn_index, "start": s.start, "end": s.end} for s in seg.spans],
+            })
+    n = lake.write_batch("rollouts", batch_id, rows)
+    return n, {"num_rollouts": n, "sessions": len(tasks) - len(skipped), "skipped_sessions": ", ".join(skipped) or None,
+               "segments_per_session": round(n / max(1, len(tasks) - len(skipped)), 3),
+               "policy_version": ", ".join(sorted({r["policy_version"] for r in rows})),
+               "assistant_tokens": sum(sum(r["assistant_mask"]) for r in rows),
+               "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows)}
+
+
+def build_session_reviews(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
+    """The live reviews of the batch's sessions, copied into the batch (targets kept: turn or session ids)."""
+    sessions = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
+    turn_sessions = {t["turn_id"]: t["session_id"] for t in _read_turns(lake, sorted(sessions), columns=["turn_id", "session_id"])}
+    rows = []
+    for sid, reviews in review_session_ids(live_reviews(lake), turn_sessions).items():
+        if sid not in sessions:
+            continue
+        for r in reviews:
+            rows.append({**{k: r.get(k) for k in ("rollout_id", "manager", "score", "critique", "hint", "created_at", "review_id",
+                                                  "reviewer", "rubric", "tenant")},
+                         "batch_id": batch_id, "session_id": sid, "manager": r.get("manager") or "live"})
+    n = lake.write_batch("reviews", batch_id, rows)
+    turn_level = sum(r["rollout_id"] in turn_sessions for r in rows)
+    return n, {"num_reviews": n, "turn_reviews": turn_level, "session_reviews": n - turn_level,
+               "reviewed_sessions": len({r["session_id"] for r in rows}), "sessions": len(sessions)}
+
+
+def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group",
+                               dynamic_sampling: bool = False) -> tuple[int, dict[str, Any]]:
+    """Multi-turn trajectories: each rewarded assistant turn's reward, normalised per family group or
+    against the batch (``training/multiturn.py``), spread over its tokens; segments without any
+    rewarded turn are skipped and reported."""
+    tasks = {t["task_id"]: json.loads(t["metadata"] or "{}") for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    reviews = defaultdict(list)
+    for r in lake.read("reviews", batch_id=batch_id).to_pylist():
+        reviews[r["session_id"]].append(r)
+    rollouts = sorted(lake.read("rollouts", batch_id=batch_id).to_pylist(), key=lambda r: (r["task_id"], r["group_index"]))
+    items, per_rollout, skipped = [], {}, []
+    for ro in rollouts:
+        sid = ro["session_id"] or ro["task_id"]
+        spans = ro["turn_spans"] or []
+        rewards = multiturn.turn_rewards(sid, [s["turn_id"] for s in spans], reviews.get(sid, []))
+        if not rewards:
+            skipped.append(sid)
+            continue
+        per_rollout[ro["rollout_id"]] = rewards
+        family = tasks.get(ro["task_id"], {}).get("family") or sid
+        items += [(family, sid, s["turn_id"], rewards[s["turn_id"]][0], rewards[s["turn_id"]][1]) for s in spans if s["turn_id"] in rewards]
+    adv = multiturn.turn_advantages(items, scale_rewards=scale_rewards)
+    weights = DEFAULT_WEIGHTS["chat"]
+    created = now_utc()
+    rows = []
+    for ro in rollouts:
+        if ro["rollout_id"] not in per_rollout:
+            continue
+        spans = ro["turn_spans"] or []
+        rewarded = [s for s in spans if s["turn_id"] in adv]
+        turn_adv = {s["turn_id"]: adv[s["turn_id"]].advantage for s in rewarded}
+        mask, token_adv = multiturn.segment_token_arrays(len(ro["completion_token_ids"]), spans, turn_adv)
+        scores = [adv[s["turn_id"]].reward for s in rewarded]
+        manager = sum(scores) / len(scores)
+        rows.append({
+            "batch_id": batch_id, "rollout_id": ro["rollout_id"], "task_id": ro["task_id"], "group_index": ro["group_index"],
+            "policy_version": ro["policy_version"], "outcome_reward": 0.0, "format_reward": 0.0, "process_reward": None,
+            "step_rewards": [], "manager_score": manager, "overlong_penalty": 0.0,
+            "reward": combine(weights, outcome=0.0, format=0.0, process=None, manager=manager), "reward_weights": weights.to_json(),
+            "advantage": sum(turn_adv.values()) / len(turn_adv), "step_advantages": [], "advantage_mode": "turn",
+            "kept": any(adv[s["turn_id"]].signal for s in rewarded) if dynamic_sampling else True, "created_at": created,
+            "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
+            "turn_rewards": [adv[s["turn_id"]].reward if s["turn_id"] in adv else None for s in spans],
+            "turn_advantages": [turn_adv.get(s["turn_id"]) for s in spans],
+        })
+    n = lake.write_batch("trajectories", batch_id, rows)
+    groups = {a.group for a in adv.values()}
+    return n, {"num_trajectories": n, "kind": "multi_turn", "rewarded_turns": len(items),
+               "unrewarded_turns": sum(len(r["turn_spans"] or []) for r in rollouts if r["rollout_id"] in per_rollout) - len(items),
+               "skipped_sessions": ", ".join(sorted(set(skipped))) or None,
+               "groups": len(groups), "family_groups": len(groups - {"batch"}),
+               "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
+
+
+def session_sample(rollout: dict, trajectory: dict) -> TrainSample:
+    """The trainer's sample for a ``multi_turn`` trajectory and its rollout (exact tokens, the mask,
+    per-token advantages, sampling log-probs where every trained token has one)."""
+    return multiturn.train_sample(
+        rollout["prompt_token_ids"], rollout["completion_token_ids"], trajectory["loss_mask"], trajectory["token_advantages"],
+        advantage=float(trajectory["advantage"]), old_logps=rollout.get("sampling_logprobs"), temperature=rollout.get("temperature"),
+    )

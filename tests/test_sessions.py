@@ -1,0 +1,171 @@
+"""Live sessions to training: the fresh_sessions sensor and a sessions batch through the assets."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from dagster import DagsterInstance, build_sensor_context, materialize
+from dagster._core.test_utils import create_run_for_test
+from transformers import AutoTokenizer
+
+from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from jobs.sensors import fresh_sessions
+from tentalis_pipelines import pipeline, sessions
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.training.trainer import GRPOConfig
+from tests.session_rows import land_session, live_review, session_turns, tool_session_script
+
+
+@pytest.fixture()
+def instance():
+    with DagsterInstance.ephemeral() as inst:
+        yield inst
+
+
+@pytest.fixture(scope="module")
+def tok(tiny_model_dir):
+    return AutoTokenizer.from_pretrained(tiny_model_dir)
+
+
+def _evaluate(instance, home, cursor=None, *, launch=True):
+    ctx = build_sensor_context(instance=instance, cursor=cursor, resources={"lakehouse": LakehouseResource(home=str(home))})
+    result = fresh_sessions(ctx)
+    for req in result.dynamic_partitions_requests or []:
+        instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
+    if launch:
+        for req in result.run_requests or []:
+            create_run_for_test(instance, job_name="rollout_job", tags={"dagster/partition": req.partition_key, "dagster/run_key": req.run_key})
+    return result
+
+
+def test_a_reviewed_session_is_cut_once_and_an_unreviewed_one_is_not(instance, home, tok):
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    reviewed, unreviewed = (session_turns(tok, sid, tool_session_script()) for sid in ("s-reviewed", "s-quiet"))
+    active = session_turns(tok, "s-active", tool_session_script(), minutes_ago=0)  # still in use: waits for the settle time
+    for turns in (reviewed, unreviewed, active):
+        land_session(lake, turns)
+    lake.append("reviews", [live_review(reviewed[1]["turn_id"], "s-reviewed", 0.9), live_review("s-active", "s-active", 0.5)])
+
+    first = _evaluate(instance, home)
+    [req] = first.run_requests
+    batch_id = req.partition_key
+    assert batch_id.startswith("sessions-") and req.run_key == batch_id
+    assert instance.get_dynamic_partitions("task_batches") == [batch_id]
+    assert sessions.batch_session_ids(paths.batches, batch_id) == ["s-reviewed"]  # snapshot taken
+
+    # Once: neither the next tick, nor a lost cursor, nor a second review of the same session cuts it again.
+    again = _evaluate(instance, home, cursor=first.cursor)
+    lake.append("reviews", [live_review("s-reviewed", "s-reviewed", 0.4, reviewer="manager-2")])
+    lost = _evaluate(instance, home, cursor=None)
+    assert not again.run_requests and not lost.run_requests
+    assert instance.get_dynamic_partitions("task_batches") == [batch_id]
+
+    # A newly reviewed session becomes the next batch; the unreviewed one never does.
+    lake.append("reviews", [live_review("s-quiet", "s-quiet", 0.1)])
+    third = _evaluate(instance, home, cursor=lost.cursor)
+    [req3] = third.run_requests
+    assert sessions.batch_session_ids(paths.batches, req3.partition_key) == ["s-quiet"]
+    assert "s-active" not in {s for ids in sessions.cut_sessions(paths.batches).values() for s in ids}
+
+
+def test_a_cut_whose_run_never_started_is_requested_again(instance, home, tok):
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    turns = session_turns(tok, "s-1", tool_session_script())
+    land_session(lake, turns)
+    lake.append("reviews", [live_review("s-1", "s-1", 0.9)])
+    first = _evaluate(instance, home, launch=False)  # the daemon died before creating the run
+    batch_id = first.run_requests[0].partition_key
+    again = _evaluate(instance, home, cursor=first.cursor)
+    assert [(r.partition_key, r.run_key) for r in again.run_requests] == [(batch_id, batch_id)]
+
+
+def _single_turn_batch(lake: Lakehouse, tok) -> None:
+    """A single-turn batch of the same policy, for training beside the sessions."""
+    now = now_utc()
+    ro, tr = [], []
+    for i, (text, adv) in enumerate([(" <answer>5</answer>", 1.0), (" 7", -1.0)]):
+        ids = tok(text, add_special_tokens=False)["input_ids"]
+        ro.append({"batch_id": "single", "rollout_id": f"single-r{i}", "task_id": "t0", "group_index": i, "policy_version": "base",
+                   "backend": "transformers", "model": "tiny", "prompt_text": "What is 2 + 3?", "completion": text, "steps": [],
+                   "answer": None, "parse_mode": "fallback", "prompt_tokens": 5, "completion_tokens": len(ids), "completion_token_ids": ids,
+                   "sampling_logprobs": [-1.0] * len(ids), "finish_reason": "stop", "temperature": 0.8, "seconds": 0.1, "created_at": now})
+        tr.append({"batch_id": "single", "rollout_id": f"single-r{i}", "task_id": "t0", "group_index": i, "policy_version": "base",
+                   "outcome_reward": float(adv > 0), "format_reward": 0.0, "process_reward": None, "step_rewards": [], "manager_score": 0.0,
+                   "overlong_penalty": 0.0, "reward": float(adv > 0), "reward_weights": "{}", "advantage": adv, "step_advantages": [],
+                   "advantage_mode": "outcome", "kept": True, "created_at": now, "kind": "single"})
+    lake.write_batch("rollouts", "single", ro)
+    lake.write_batch("trajectories", "single", tr)
+
+
+def test_a_sessions_batch_becomes_multi_turn_trajectories_and_trains(instance, home, tok, tiny_model_dir, monkeypatch):
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    # Two sessions of the same task (a family: their own GRPO group) and one lone session.
+    a = session_turns(tok, "s-a", tool_session_script())
+    b = session_turns(tok, "s-b", tool_session_script())
+    c = session_turns(tok, "s-c", tool_session_script("What is 6 * 7?", "Double it."))
+    for turns in (a, b, c):
+        land_session(lake, turns)
+    lake.append("reviews", [
+        live_review("s-a", "s-a", 0.9),  # session-level: every turn of s-a
+        live_review(b[0]["turn_id"], "s-b", 0.2), live_review(b[2]["turn_id"], "s-b", 0.6),  # b's turn 1 unreviewed: not trained
+        live_review("s-c", "s-c", 0.3), live_review(c[2]["turn_id"], "s-c", 1.0),  # the turn review wins for c's last turn
+    ])
+    [req] = _evaluate(instance, home).run_requests
+    batch_id = req.partition_key
+
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "policy": PolicyResource(model=str(tiny_model_dir)),
+                 "review": ReviewResource(), "trainer": TrainerResource()}
+    result = materialize([tasks, rollouts, step_scores, reviews, trajectories], partition_key=batch_id, instance=instance, resources=resources)
+    assert result.success
+    checks = {e.asset_check_evaluation_data.check_name: e.asset_check_evaluation_data.passed
+              for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert checks and all(checks.values()), checks
+
+    task_rows = lake.read("tasks", batch_id=batch_id).to_pylist()
+    assert sorted(t["task_id"] for t in task_rows) == ["s-a", "s-b", "s-c"] and {t["environment"] for t in task_rows} == {"chat"}
+    families = {t["task_id"]: json.loads(t["metadata"])["family"] for t in task_rows}
+    assert families["s-a"] == families["s-b"] != families["s-c"]
+    ro = {r["session_id"]: r for r in lake.read("rollouts", batch_id=batch_id).to_pylist()}
+    assert set(ro) == {"s-a", "s-b", "s-c"} and {r["policy_version"] for r in ro.values()} == {"base"}
+    assert ro["s-a"]["prompt_token_ids"] + ro["s-a"]["completion_token_ids"] == a[-1]["prompt_token_ids"] + a[-1]["completion_token_ids"]
+    assert lake.count("step_scores", batch_id=batch_id) == 0
+    assert lake.count("reviews", batch_id=batch_id) == 5
+    tr = {r["task_id"]: r for r in lake.read("trajectories", batch_id=batch_id).to_pylist()}
+    assert {r["kind"] for r in tr.values()} == {"multi_turn"}
+    assert tr["s-a"]["turn_rewards"] == [0.9, 0.9, 0.9] and tr["s-b"]["turn_rewards"] == [0.2, None, 0.6]
+    assert tr["s-c"]["turn_rewards"] == [0.3, 0.3, 1.0]
+    # s-b's unreviewed turn is masked out; every other assistant token is trained on.
+    spans_b = ro["s-b"]["turn_spans"]
+    assert sum(tr["s-b"]["loss_mask"]) == sum(s["end"] - s["start"] for k, s in enumerate(spans_b) if k != 1)
+    assert tr["s-a"]["loss_mask"] == ro["s-a"]["assistant_mask"]
+    # Family group (s-a vs s-b): s-a above, s-b below. The lone s-c against the batch mean: its
+    # rewarded last turn up, its others down.
+    assert tr["s-a"]["turn_advantages"][0] > 0 > tr["s-b"]["turn_advantages"][0]
+    assert tr["s-c"]["turn_advantages"][2] > 0 > tr["s-c"]["turn_advantages"][0]
+
+    _single_turn_batch(lake, tok)
+    seen = []
+    real = pipeline.train_grpo
+
+    def spy(model, tokenizer, samples, config, *, state=None, on_step=None):
+        seen.extend(samples)
+        return real(model, tokenizer, samples, config, state=state, on_step=on_step)
+
+    monkeypatch.setattr(pipeline, "train_grpo", spy)
+    res = pipeline.train_checkpoint(lake, paths, pipeline.PolicySettings(model=str(tiny_model_dir)),
+                                    GRPOConfig(beta=0.0, dtype="float32", device="cpu"), promote=False)
+    multi = [s for s in seen if s.loss_mask is not None]
+    assert len(seen) == 5 and len(multi) == 3  # three sessions beside two single-turn rows
+    for s in multi:
+        assert 0 in s.loss_mask and len(s.loss_mask) == len(s.completion_ids) == len(s.token_advantages)
+        assert all(a == 0.0 for a, m in zip(s.token_advantages, s.loss_mask) if not m)
+    [ckpt] = lake.read("checkpoints").to_pylist()
+    assert ckpt["checkpoint_id"] == res.metadata["checkpoint_id"] and sorted(ckpt["trained_on"]) == sorted([batch_id, "single"])
+    assert ckpt["trajectory_count"] == 5
+    assert json.loads(ckpt["metrics"])["trained_tokens"] < json.loads(ckpt["metrics"])["completion_tokens"]
