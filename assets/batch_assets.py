@@ -14,6 +14,7 @@ from assets.external import human_reviews
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
 from tentalis_pipelines import pipeline, quality
+from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 
 
@@ -96,11 +97,16 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
 ) -> MaterializeResult:
-    """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group advantage."""
+    """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group
+    advantage; with a plot of the mean and the outcome reward per policy version over every batch."""
     lake = lakehouse.lakehouse()
     res = pipeline.build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens))
     checks = [check_result("rewards_in_range", quality.rewards_in_range(lake, context.partition_key))]
-    return to_materialize_result(res, "trajectories", lake, checks)
+    meta = stage_metadata(res, "trajectories", lake)
+    # Every batch's rows: how the reward moved from one policy version to the next.
+    rows = lake.read("trajectories", columns=["policy_version", "reward", "outcome_reward", "created_at"]).to_pylist()
+    meta.update({k: MetadataValue.md(v) for k, v in reward_plots(rows).items()})
+    return MaterializeResult(metadata=meta, check_results=checks)
 
 
 @asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu", metadata=table_definition_metadata("step_labels"))

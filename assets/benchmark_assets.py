@@ -16,12 +16,19 @@ from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import pipeline, promotion
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
+from tentalis_pipelines.evaluation.plots import accuracy_inline_markdown
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
 
 # One partition per checkpoint ("base" for the base model) x benchmark.
 benchmark_partitions = MultiPartitionsDefinition(
     {"checkpoint": checkpoint_ids, "benchmark": StaticPartitionsDefinition(list(BENCHMARKS))}
 )
+
+
+def accuracy_plots(history: dict, benchmark: str) -> dict:
+    """The accuracy plot twice: a small SVG that the asset page shows as it is, and the full PNG (behind a click)."""
+    return {"plot": MetadataValue.md(accuracy_inline_markdown(history["results"], f"{benchmark}: accuracy per checkpoint")),
+            "plot_png": MetadataValue.md(history["plot"])}
 
 
 @asset(
@@ -43,18 +50,22 @@ def benchmark_results(
     res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
                                            max_new_tokens=bench.max_new_tokens)
     meta = stage_metadata(res, "benchmark_results", lake)
-    meta["accuracy_per_checkpoint"] = MetadataValue.md(promotion.benchmark_history(lake, benchmark)["history"])
+    meta["dagster/row_count"] = MetadataValue.int(1)  # the partition's one row; `n` counts the benchmark items
+    history = promotion.benchmark_history(lake, benchmark)
+    meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
+    meta.update(accuracy_plots(history, benchmark))
     return MaterializeResult(metadata=meta)
 
 
 @asset(deps=[benchmark_results, checkpoints], group_name="evaluation", kinds={"delta"})
 def learning_curve(lakehouse: LakehouseResource, bench: BenchmarkResource) -> MaterializeResult:
     """Held-out accuracy (strict and lenient, 95% bootstrap intervals, paired difference against the base
-    model) and format rate of every checkpoint on the gate benchmark, base first: the table and a PNG plot."""
+    model) and format rate of every checkpoint on the gate benchmark, base first: the table and the plot
+    (inline SVG and full PNG)."""
     lake = lakehouse.lakehouse()
     history = promotion.benchmark_history(lake, bench.gate_benchmark)
     return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": history["rows"],
-                                       "curve": MetadataValue.md(history["history"]), "plot": MetadataValue.md(history["plot"])})
+                                       "curve": MetadataValue.md(history["history"]), **accuracy_plots(history, bench.gate_benchmark)})
 
 
 class ProcessBenchConfig(Config):

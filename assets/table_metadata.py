@@ -6,6 +6,7 @@ import pyarrow as pa
 from dagster import MetadataValue, TableColumn, TableSchema
 
 from tentalis_pipelines.schemas import SCHEMAS
+from tentalis_pipelines.settings import Paths
 
 
 def column_schema(table: str) -> TableSchema:
@@ -24,8 +25,13 @@ def _not_null():
 
 
 def table_definition_metadata(table: str) -> dict:
-    """Definition-time metadata: visible on the asset page before anything is materialised."""
-    return {"dagster/column_schema": column_schema(table), "dagster/table_name": f"lakehouse.{table}"}
+    """Definition-time metadata: visible on the asset page before anything is materialised. The asset
+    page's "Storage" shows `dagster/uri` only from here (as text or a URL; a path value renders empty),
+    so the Delta URI comes from $TENTALIS_LAKEHOUSE_URI or $TENTALIS_HOME as the code location sees them
+    when it loads (a local folder or an object-store URI such as s3://bucket/prefix)."""
+    root = str(Paths.from_env().lakehouse).rstrip("/")
+    return {"dagster/column_schema": column_schema(table), "dagster/table_name": f"lakehouse.{table}",
+            "dagster/uri": MetadataValue.text(f"{root}/{table}")}
 
 
 def table_uri_metadata(lake, table: str) -> dict:

@@ -88,7 +88,8 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
 
 def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
     """Every checkpoint's result on one benchmark, base first, as a markdown table and a PNG plot, each
-    checkpoint with its paired difference against the base model (the bootstrap the gate uses)."""
+    checkpoint with its paired difference against the base model (the bootstrap the gate uses); with the
+    result rows themselves (``results``, for the inline plot) and their count (``rows``)."""
     from tentalis_pipelines.evaluation.benchmarks import gate_decision
     from tentalis_pipelines.evaluation.plots import accuracy_plot_png, markdown_image
     from tentalis_pipelines.pipeline import markdown_table
@@ -109,4 +110,4 @@ def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
         table_rows.append(row)
     return {"history": markdown_table(table_rows, limit=50),
             "plot": markdown_image(accuracy_plot_png(rows, f"{benchmark}: accuracy per checkpoint"), benchmark),
-            "rows": len(rows)}
+            "rows": len(rows), "results": rows}

@@ -97,3 +97,5 @@ def test_every_table_asset_shows_its_columns_and_name():
         columns = [c.name for c in meta["dagster/column_schema"].columns]
         assert columns == SCHEMAS[name].names, name
         assert meta["dagster/table_name"] == f"lakehouse.{name}"
+        # Text, not a path: the asset page's "Storage" renders a path value as an empty link (tests/test_ui.py).
+        assert meta["dagster/uri"].text.endswith(f"/lakehouse/{name}"), name
