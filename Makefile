@@ -6,7 +6,7 @@ export TENTALIS_HOME ?= $(CURDIR)/.tentalis
 export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: install run test test-server bench mutants lint ui clean
+.PHONY: install run test test-server bench mutants lint ui ui-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ lint: install
 
 ui: install
 	$(BIN)/tentalis ui
+
+# The UI, seen: the real dagster-webserver on a finished learning cycle's state, in headless Chromium
+# (tests/test_ui.py, also part of `make test` when Chromium is there). Fails on console errors and empty
+# metadata; writes the screenshots into docs/. Installs Debian's chromium when missing (root, ~35 s).
+ui-check: install
+	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	TENTALIS_UI_REQUIRED=1 TENTALIS_UI_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q tests/test_ui.py
 
 clean:
 	rm -rf $(VENV) .tentalis .tmp_dagster_home_*
