@@ -65,13 +65,18 @@ def benchmark(
 @app.command()
 def bench(
     parts: str = typer.Option("rollout,dtype,grpo,lakehouse",
-                              help="Which measurements: rollout, dtype (fp32 vs bf16), grpo (needs tentalis[bench]), lakehouse."),
+                              help="Which measurements: rollout, dtype (fp32 vs bf16), grpo (needs tentalis[bench]), lakehouse, "
+                                   "gateway (tentalis serve vs the same backend in-process; not in the default)."),
     prompts: int = typer.Option(16, help="Prompts per rollout batch / GRPO update."),
     num_generations: int = typer.Option(8, help="Samples per prompt."),
     max_new_tokens: int = typer.Option(96, help="Completion length limit."),
     plain_prompts: int = typer.Option(4, help="Prompts the plain per-sample loop generates for (it is slow)."),
     updates: int = typer.Option(2, help="GRPO updates per trainer."),
     rows: int = typer.Option(1_000_000, help="Synthetic trajectory rows for the DuckDB aggregate."),
+    gateway_requests: int = typer.Option(32, help="Gateway part: sequential chat calls per side for the latency percentiles."),
+    gateway_sessions: int = typer.Option(32, help="Gateway part: concurrent sessions for turns/s landed."),
+    gateway_turns: int = typer.Option(2, help="Gateway part: turns per concurrent session."),
+    gateway_max_tokens: int = typer.Option(16, help="Gateway part: max_tokens per chat call (temperature 0)."),
     out: Path | None = typer.Option(None, help="Write every figure as JSON here (default: $TENTALIS_HOME/bench/)."),
     home: str | None = HomeOpt,
 ):
@@ -83,9 +88,9 @@ def bench(
     from tentalis_pipelines.inference.models import resolve_model
 
     wanted = {x.strip() for x in parts.split(",") if x.strip()}
-    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse"}
+    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse", "gateway"}
     if unknown:
-        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse")
+        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse, gateway")
         raise typer.Exit(2)
     model_dir = resolve_model("embedded", paths.models)
     report: dict = {"machine": {"cpus": os.cpu_count()}}
@@ -143,6 +148,20 @@ def bench(
                          "", "< 2 s"))
         rows_out.append((f"batch {scale['batch_n']} vs batch 1 (s)", f"{scale['batch_n_seconds']:.3f} vs {scale['batch_1_seconds']:.3f}",
                          f"{scale['ratio']:.2f}x", "<= 1.3x"))
+    if "gateway" in wanted:
+        from bench.gateway_bench import gateway_benchmark
+
+        with console.status("gateway: tentalis serve vs the same backend in-process, then concurrent sessions..."):
+            gwr = gateway_benchmark(model_dir, requests=gateway_requests, sessions=gateway_sessions,
+                                    turns_per_session=gateway_turns, max_tokens=gateway_max_tokens)
+        report["gateway"] = gwr
+        lat, thr = gwr["latency"], gwr["throughput"]
+        rows_out.append((f"gateway added latency, {gateway_requests} sequential chat calls, {gateway_max_tokens} tokens (ms)",
+                         f"{lat['added_p50_ms']:+} p50 / {lat['added_p99_ms']:+} p99, {lat['added_paired_median_ms']:+} paired median (gateway {lat['gateway']['p50_ms']} / "
+                         f"{lat['gateway']['p99_ms']} vs direct {lat['direct']['p50_ms']} / {lat['direct']['p99_ms']})", "", ""))
+        rows_out.append((f"gateway turns/s landed, {gateway_sessions} sessions x {gateway_turns} turns",
+                         f"{thr['landed_turns_per_s']} landed ({thr['turns_landed']}/{thr['turns_sent']} in Delta after "
+                         f"{thr['landed_seconds']} s), {thr['acknowledged_turns_per_s']} acknowledged", "", ""))
     t = Table(title="tentalis bench (one run, same inputs on both sides)")
     for col in ("measurement", "figures", "ratio", "target"):
         t.add_column(col)
