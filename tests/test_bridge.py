@@ -100,7 +100,9 @@ def test_result_lands_one_rollout_per_worker_with_parsed_steps(lake):
                 "policy_version": "external:w1", "backend": "bridge", "model": "external:w1", "prompt_text": "What is 2+3?",
                 "completion": text, "steps": ["2 plus 3", "is 5"], "answer": "5", "parse_mode": "tagged", "prompt_tokens": 0,
                 "completion_tokens": 0, "completion_token_ids": [], "sampling_logprobs": None, "finish_reason": "stop",
-                "temperature": 1.0, "seconds": 1.5, "created_at": DAY2}
+                "temperature": 1.0, "seconds": 1.5, "created_at": DAY2,
+                # live-session columns (tentalis serve): empty for a Bridge result
+                "session_id": None, "prompt_token_ids": None, "assistant_mask": None, "turn_spans": None}
     assert row == expected
     version = _version(lake, "rollouts")
     assert land_task_result(lake, {"task_id": "t1", "worker_id": "w1", "result": text, "elapsed_seconds": 1.5}, "acme")["status"] == "unchanged"
@@ -130,7 +132,9 @@ def test_feedback_lands_a_review_on_the_workers_rollout(lake):
     assert out == {"task_id": "t1", "rollout_id": rid, "batch_id": "bridge-acme-20250304", "score": 0.75, "status": "created"}
     assert lake.read("reviews").to_pylist() == [{"batch_id": "bridge-acme-20250304", "rollout_id": rid, "manager": "boss",
                                                  "score": 0.75, "critique": "right, but show steps",
-                                                 "hint": "write each step in <step> tags", "created_at": DAY1}]
+                                                 "hint": "write each step in <step> tags", "created_at": DAY1,
+                                                 "review_id": None, "session_id": None, "reviewer": "boss", "rubric": None,
+                                                 "tenant": "acme"}]
     version = _version(lake, "reviews")
     assert land_feedback(lake, dict(fb), "acme")["status"] == "unchanged"
     assert _version(lake, "reviews") == version

@@ -409,7 +409,8 @@ def _land_feedback(lake: Lakehouse, payload: Mapping[str, Any], tenant: str) -> 
                                "that POST /tasks/result returned", field="rollout_id")
     existing = next(iter(_rows(lake, "reviews", tenant, batch_id=batch_id, rollout_id=rollout_id)), None)
     row = {"batch_id": batch_id, "rollout_id": rollout_id, "manager": manager, "score": score,
-           "critique": critique, "hint": hint, "created_at": existing["created_at"] if existing else now_utc()}
+           "critique": critique, "hint": hint, "created_at": existing["created_at"] if existing else now_utc(),
+           "reviewer": manager, "tenant": tenant}
     status = _outcome(existing, row, _REVIEW_COMPARE)
     if status != "unchanged":
         lake.upsert("reviews", ["batch_id", "rollout_id"], [row], compare=_REVIEW_COMPARE)
