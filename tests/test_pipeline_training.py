@@ -5,6 +5,7 @@ from __future__ import annotations
 from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
@@ -42,14 +43,14 @@ def test_training_cycles_use_row_temperatures_and_continue_the_optimizer(home, t
     paths = Paths.from_env(home)
     lake = Lakehouse(paths.lakehouse)
     seen = []
-    real = pipeline.train_grpo
+    real = stage_training.train_grpo
 
     def spy(model, tokenizer, samples, config, *, state=None, on_step=None):
         seen.append({"temperatures": [s.temperature for s in samples], "advantages": sorted(s.advantage for s in samples),
                      "start_step": None if state is None else state.global_step, "config_temperature": config.temperature})
         return real(model, tokenizer, samples, config, state=state, on_step=on_step)
 
-    monkeypatch.setattr(pipeline, "train_grpo", spy)
+    monkeypatch.setattr(stage_training, "train_grpo", spy)
     policy = pipeline.PolicySettings(model=str(tiny_model_dir), temperature=0.9)
     cfg = GRPOConfig(beta=0.0, per_step_rows=4, dtype="float32", device="cpu")
 

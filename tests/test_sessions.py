@@ -15,6 +15,7 @@ from tentalis_pipelines import pipeline, sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training.trainer import GRPOConfig
 from tests.session_rows import land_session, live_review, session_turns, tool_session_script
 
@@ -151,13 +152,13 @@ def test_a_sessions_batch_becomes_multi_turn_trajectories_and_trains(instance, h
 
     _single_turn_batch(lake, tok)
     seen = []
-    real = pipeline.train_grpo
+    real = stage_training.train_grpo
 
     def spy(model, tokenizer, samples, config, *, state=None, on_step=None):
         seen.extend(samples)
         return real(model, tokenizer, samples, config, state=state, on_step=on_step)
 
-    monkeypatch.setattr(pipeline, "train_grpo", spy)
+    monkeypatch.setattr(stage_training, "train_grpo", spy)
     res = pipeline.train_checkpoint(lake, paths, pipeline.PolicySettings(model=str(tiny_model_dir)),
                                     GRPOConfig(beta=0.0, dtype="float32", device="cpu"), promote=False)
     multi = [s for s in seen if s.loss_mask is not None]

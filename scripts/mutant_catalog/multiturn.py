@@ -2,7 +2,7 @@
 
 T = "tentalis_pipelines/training/trainer.py"
 M = "tentalis_pipelines/training/multiturn.py"
-P = "tentalis_pipelines/pipeline.py"
+P = "tentalis_pipelines/stages/training.py"
 TM = ["tests/test_multiturn.py"]
 
 MUTANTS = [

@@ -5,7 +5,8 @@ S = "tentalis_pipelines/rewards/scoring.py"
 ST = "tentalis_pipelines/rewards/steps.py"
 PR = "tentalis_pipelines/rewards/process.py"
 LM = "tentalis_pipelines/rewards/llm_manager.py"
-P = "tentalis_pipelines/pipeline.py"
+PT = "tentalis_pipelines/stages/trajectories.py"
+PS = "tentalis_pipelines/stages/step_scores.py"
 TR = ["tests/test_rewards.py"]
 
 MUTANTS = [
@@ -47,8 +48,8 @@ MUTANTS = [
      "why": "the completion can close the manager's fence"},
     {"id": "llm-score-unbounded", "file": LM, "find": "out.append(Review(bound_by_ground_truth(score, x), critique, hint))",
      "replace": "out.append(Review(score, critique, hint))", "tests": TR, "why": "a wrong answer can be talked up to full marks"},
-    {"id": "review-score-ignored-in-trajectories", "file": P, "find": "        manager = reviews[r[\"rollout_id\"]][\"score\"]",
+    {"id": "review-score-ignored-in-trajectories", "file": PT, "find": "        manager = reviews[r[\"rollout_id\"]][\"score\"]",
      "replace": "        manager = 0.0", "tests": TR, "why": "the manager's review never reaches the trajectory"},
-    {"id": "calculator-ignores-task", "file": P, "find": "check_steps(prompts.get(r[\"task_id\"], \"\"), steps)",
+    {"id": "calculator-ignores-task", "file": PS, "find": "check_steps(prompts.get(r[\"task_id\"], \"\"), steps)",
      "replace": "check_steps(\"\", steps)", "tests": TR, "why": "step checks not grounded in the task's numbers"},
 ]

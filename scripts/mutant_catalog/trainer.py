@@ -91,7 +91,7 @@ MUTANTS = [
                    "guard for peft versions or configs that do not"},
 ]
 
-P = "tentalis_pipelines/pipeline.py"
+P = "tentalis_pipelines/stages/training.py"
 TP = ["tests/test_pipeline_training.py"]
 MUTANTS += [
     {"id": "pipeline-temperature-dropped", "file": P, "find": 'old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))',

@@ -1,0 +1,105 @@
+"""The `reviews` stage: one manager review per rollout (verifier, llm or human)."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+from tentalis_pipelines import sessions
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
+from tentalis_pipelines.rewards.math_answers import answers_match
+from tentalis_pipelines.rewards.scoring import (
+    final_answer,
+    format_score,
+)
+from tentalis_pipelines.rewards.steps import parse_completion
+from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.step_scores import step_reward
+
+
+def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
+    out: dict[str, list[dict]] = defaultdict(list)
+    for r in rows:
+        out[r["rollout_id"]].append(r)
+    for v in out.values():
+        v.sort(key=lambda r: r["step_index"])
+    return out
+
+
+def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInput]]:
+    tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    steps = _by_rollout(lake.read("step_scores", batch_id=batch_id).to_pylist())
+    out = []
+    for r in lake.read("rollouts", batch_id=batch_id).to_pylist():
+        parsed = parse_completion(r["completion"])
+        ref = tasks[r["task_id"]]["reference"]
+        s = steps.get(r["rollout_id"], [])
+        answer = final_answer(parsed, r["finish_reason"])
+        out.append(
+            (
+                r,
+                ReviewInput(
+                    reference=ref,
+                    answer=answer,
+                    correct=answers_match(answer, ref),
+                    answer_tagged=parsed.has_answer_tag,
+                    format_score=format_score(parsed, r["finish_reason"]),
+                    steps=list(r["steps"] or []),
+                    step_scores=[step_reward(x["score"], x["scorer"]) for x in s],
+                    step_rationales=[x["rationale"] for x in s],
+                    finish_reason=r["finish_reason"],
+                ),
+            )
+        )
+    return out
+
+
+def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm_manager=None) -> StageResult:
+    """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
+    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``) or ``human`` (imported reviews;
+    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it)."""
+    if manager not in ("verifier", "llm", "human"):
+        raise ValueError(f"unknown manager {manager!r}; choose verifier, llm or human")
+    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions
+        return StageResult(*sessions.build_session_reviews(lake, batch_id))
+    verifier = get_manager("verifier")
+    created = now_utc()
+    inputs = review_inputs(lake, batch_id)
+    human = {}
+    if manager == "human":
+        human = {r["rollout_id"]: r for r in lake.read("human_reviews").to_pylist() if r["batch_id"] == batch_id}
+    llm_reviews = {}
+    if manager == "llm":
+        if llm_manager is None:
+            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        llm_reviews = dict(zip([r["rollout_id"] for r, _ in inputs],
+                               llm_manager.review_many([(tasks[r["task_id"]]["prompt"], r["completion"], x) for r, x in inputs])))
+    rows = []
+    for r, x in inputs:
+        rid = r["rollout_id"]
+        if rid in human:
+            h = human[rid]
+            row = {"manager": "human", "score": h["score"], "critique": h["critique"], "hint": h["hint"]}
+        elif rid in llm_reviews:
+            rev = llm_reviews[rid]
+            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+        else:
+            rev = verifier.review(x)
+            row = {"manager": "verifier", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+        rows.append({"batch_id": batch_id, "rollout_id": rid, **row, "created_at": created})
+    n = lake.write_batch("reviews", batch_id, rows)
+    by_manager: dict[str, int] = defaultdict(int)
+    for row in rows:
+        by_manager[row["manager"]] += 1
+    return StageResult(
+        n,
+        {
+            "num_reviews": n,
+            "by_manager": json.dumps(by_manager),
+            "mean_score": round(sum(r["score"] for r in rows) / max(n, 1), 3),
+            "preview": markdown_table([{"rollout_id": r["rollout_id"], "manager": r["manager"], "score": r["score"],
+                                        "critique": r["critique"]} for r in rows]),
+        },
+    )

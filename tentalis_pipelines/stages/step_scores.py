@@ -1,0 +1,54 @@
+"""The `step_scores` stage: every step checked (calculator) or judged (LLM PRM)."""
+
+from __future__ import annotations
+
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.rewards.process import check_steps
+from tentalis_pipelines.stages.common import StageResult
+
+
+def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
+    """One row per parsed step. ``calculator`` checks the equations a step states (1/0, null when it
+    states none); ``judge`` asks an LLM judge (``rewards.judge.JudgePRM``) with ``num_votes`` votes per
+    step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict)."""
+    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps"]).to_pylist()
+    rows = []
+    if scorer == "calculator":
+        prompts = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()}
+        for r in rollouts:
+            steps = list(r["steps"] or [])
+            for i, (step, chk) in enumerate(zip(steps, check_steps(prompts.get(r["task_id"], ""), steps))):
+                rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
+                             "scorer": "calculator", "score": chk.score, "votes": [] if chk.score is None else [chk.score],
+                             "rationale": chk.rationale})
+    elif scorer == "judge":
+        if judge is None:
+            raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)")
+        from tentalis_pipelines.rewards.judge import JudgeRequest
+
+        tasks = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        judged = judge.score_steps([JudgeRequest(tasks[r["task_id"]], list(r["steps"] or [])) for r in rollouts])
+        for r, verdicts in zip(rollouts, judged):
+            for i, (step, v) in enumerate(zip(r["steps"] or [], verdicts)):
+                rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
+                             "scorer": "judge", "score": v.score, "votes": v.votes, "rationale": v.rationale})
+    else:
+        raise ValueError(f"unknown step scorer {scorer!r}; choose calculator or judge")
+    n = lake.write_batch("step_scores", batch_id, rows)
+    checked = [r["score"] for r in rows if r["score"] is not None]
+    return StageResult(
+        n,
+        {
+            "num_steps": n,
+            "scorer": scorer,
+            "scored_steps": len(checked),
+            "mean_step_score": round(sum(checked) / len(checked), 3) if checked else None,
+        },
+    )
+
+
+def step_reward(score: float | None, scorer: str) -> float | None:
+    """Step scores on one scale for rewards: calculator 0/1 as is, judge -1/0/1 mapped to 0/0.5/1."""
+    if score is None:
+        return None
+    return (score + 1.0) / 2.0 if scorer == "judge" else score

@@ -1,0 +1,160 @@
+"""The `checkpoints` stage: a LoRA checkpoint trained on the serving policy's fresh trajectories."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tentalis_pipelines import sessions
+from tentalis_pipelines.inference.models import resolve_model
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.rewards.advantages import (
+    token_advantages,
+    token_step_index,
+)
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.rollouts import current_policy
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training import serving
+from tentalis_pipelines.training.trainer import (
+    GRPOConfig,
+    TrainSample,
+    build_policy,
+    load_trainer_state,
+    save_trainer_state,
+    train_grpo,
+)
+
+FRESH_SQL = """
+select t.* from trajectories t
+where t.kept and t.policy_version = $policy
+  and t.rollout_id not in (""" + ckpt.CONSUMED_SQL + """)
+"""
+
+
+def fresh_trajectories(lake: Lakehouse, policy_version: str):
+    """Trajectories sampled by the serving policy that no checkpoint has trained on yet."""
+    con = lake.duckdb()
+    try:
+        return con.execute(FRESH_SQL, {"policy": policy_version}).fetch_arrow_table()
+    finally:
+        con.close()
+
+
+def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
+    version, _ = current_policy(lake, paths)
+    return fresh_trajectories(lake, version).num_rows
+
+
+@ckpt.abandons_claims_on_error
+def train_checkpoint(
+    lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None
+) -> StageResult:
+    from transformers import AutoTokenizer
+
+    ckpt.reconcile(lake, paths)  # settle what earlier crashed runs left (see training/checkpoints.py)
+    version, adapter = current_policy(lake, paths)
+    fresh = fresh_trajectories(lake, version).to_pylist()
+    if not fresh:
+        raise ValueError(
+            f"no fresh trajectories for policy {version!r}: run rollouts for a new batch first "
+            "(every trajectory sampled by this policy has been trained on)"
+        )
+    ids = {r["rollout_id"] for r in fresh}
+    claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
+    batches = sorted({r["batch_id"] for r in fresh})
+    rollouts = {}
+    columns = ["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids", "sampling_logprobs", "temperature"]
+    columns += [c for c in ("prompt_token_ids",) if c in lake.dataset("rollouts").schema.names]  # multi-turn rows' exact prompt
+    for b in batches:
+        for r in lake.read("rollouts", batch_id=b, columns=columns).to_pylist():
+            if r["rollout_id"] in ids:
+                rollouts[r["rollout_id"]] = r
+    model_dir = resolve_model(policy.model, paths.models)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    prompt_cache: dict[str, list[int]] = {}
+    samples = []
+    for t in fresh:
+        ro = rollouts[t["rollout_id"]]
+        if not ro["completion_token_ids"]:
+            continue
+        if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
+            samples.append(sessions.session_sample(ro, t))
+            continue
+        p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
+        token_adv = None
+        if t.get("advantage_mode") == "process":
+            # Outcome advantage on every token, plus the process advantage of the token's step.
+            owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
+            token_adv = token_advantages(owner, float(t["advantage"]), t["step_advantages"] or [])
+        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
+                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
+    if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
+        raise ValueError(
+            f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
+            "sample more generations per task, raise the temperature, or add easier tasks"
+        )
+    # Each sample carries the temperature it was sampled at; the config's is only a fallback.
+    config = GRPOConfig(**{**config.to_dict(), "max_completion_length": policy.max_new_tokens})
+    model = build_policy(model_dir, adapter, config)
+    # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
+    state = load_trainer_state(adapter, next(model.parameters()).device)
+    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
+    checkpoint_id = claim.checkpoint_id
+    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id, extra=lambda folder: save_trainer_state(folder, result.state))
+    metrics = {**result.metrics, "reward_mean": sum(t["reward"] for t in fresh) / len(fresh),
+               "accuracy_mean": sum(t["outcome_reward"] for t in fresh) / len(fresh)}
+    ckpt.record_checkpoint(
+        lake,
+        {
+            "checkpoint_id": checkpoint_id,
+            "parent_id": None if version == "base" else version,
+            "base_model": policy.model_name,
+            "adapter_uri": str(path),
+            "algorithm": config.loss_type,
+            "config": config.to_dict(),
+            "trained_on": batches,
+            "trajectory_ids": sorted(ids),
+            "trajectory_count": len(fresh),
+            "metrics": metrics,
+            "promoted": False,
+        },
+    )
+    if promote:  # only over the policy it trained from: a promotion or rollback made meanwhile wins
+        serving.promote(lake, checkpoint_id, actor="trainer", reason=f"trained on {len(fresh)} fresh trajectories of {version} "
+                        "(trainer.promotion = always)", expect_from=version)
+    ckpt.finish_claim(lake, claim)
+    return StageResult(
+        1,
+        {
+            "checkpoint_id": checkpoint_id,
+            "parent_id": version,
+            "promoted": promote,
+            "trained_on": ", ".join(batches),
+            "history": markdown_table(result.history, limit=50),
+            **{k: round(v, 5) if isinstance(v, float) else v for k, v in metrics.items()},
+        },
+    )
+
+
+def summarize(lake: Lakehouse) -> dict[str, Any]:
+    """Numbers for `tentalis status`."""
+    con = lake.duckdb()
+    try:
+        q = lambda s: con.execute(s).fetchall()  # noqa: E731
+        out = {
+            "batches": q("select count(distinct batch_id) from tasks")[0][0],
+            "tasks": q("select count(*) from tasks")[0][0],
+            "rollouts": q("select count(*) from rollouts")[0][0],
+            "trajectories": q("select count(*) from trajectories")[0][0],
+            "quarantined": q("select count(*) from quarantine")[0][0],
+            "checkpoints": q("select checkpoint_id, parent_id, promoted, trajectory_count, metrics, created_at from checkpoints order by created_at")
+        }
+        last = q("select batch_id, avg(reward), avg(outcome_reward) from trajectories group by batch_id order by max(created_at) desc limit 1")
+        out["last_batch"] = last[0] if last else None
+        return out
+    finally:
+        con.close()

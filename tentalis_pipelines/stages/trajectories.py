@@ -1,0 +1,83 @@
+"""The `trajectories` stage: rewards, their weighted sum and group-relative advantages."""
+
+from __future__ import annotations
+
+from tentalis_pipelines import sessions
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.advantages import (
+    group_advantages,
+    process_advantages,
+)
+from tentalis_pipelines.rewards.scoring import (
+    DEFAULT_WEIGHTS,
+    combine,
+    overlong_penalty,
+    process_credit,
+)
+from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.reviews import review_inputs
+
+
+def build_trajectories(
+    lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
+    overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
+) -> StageResult:
+    """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
+    the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
+    marked ``kept = False`` (DAPO) and the trainer skips them. A sessions batch gets multi-turn rows."""
+    if sessions.is_sessions_batch(lake, batch_id):
+        return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
+                                                                dynamic_sampling=dynamic_sampling))
+    tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    created = now_utc()
+    rows = []
+    for r, x in review_inputs(lake, batch_id):
+        if r["rollout_id"] not in reviews:
+            raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
+        env = tasks[r["task_id"]]["environment"]
+        weights = DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
+        process = process_credit(x.step_scores, x.answer)
+        outcome = 1.0 if x.correct else 0.0
+        manager = reviews[r["rollout_id"]]["score"]
+        penalty = overlong_penalty(r["completion_tokens"], max_completion_length, overlong_buffer)
+        rows.append(
+            {
+                "batch_id": batch_id,
+                "rollout_id": r["rollout_id"],
+                "task_id": r["task_id"],
+                "group_index": r["group_index"],
+                "policy_version": r["policy_version"],
+                "outcome_reward": outcome,
+                "format_reward": x.format_score,
+                "process_reward": process,
+                "step_rewards": x.step_scores,
+                "manager_score": manager,
+                "overlong_penalty": penalty,
+                "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
+                "reward_weights": weights.to_json(),
+                "created_at": created,
+            }
+        )
+    if advantage_mode not in ("outcome", "process"):
+        raise ValueError(f"advantage_mode must be 'outcome' or 'process', got {advantage_mode!r}")
+    keys = [f"{r['task_id']}|{r['policy_version']}" for r in rows]
+    adv, signal = group_advantages(keys, [r["reward"] for r in rows], scale_rewards=scale_rewards)
+    step_adv = process_advantages(keys, [r["step_rewards"] for r in rows])
+    for row, a, s, sa in zip(rows, adv, signal, step_adv):
+        row["advantage"] = a
+        row["step_advantages"] = sa
+        row["advantage_mode"] = advantage_mode
+        row["kept"] = bool(s) if dynamic_sampling else True
+        row["kind"] = "single"
+    n = lake.write_batch("trajectories", batch_id, rows)
+    return StageResult(
+        n,
+        {
+            "num_trajectories": n,
+            "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4),
+            "accuracy": round(sum(r["outcome_reward"] for r in rows) / max(n, 1), 4),
+            "groups": len({r["task_id"] for r in rows}),
+            "groups_with_signal": len({r["task_id"] for r, s in zip(rows, signal) if s}),
+        },
+    )
