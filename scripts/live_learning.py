@@ -205,9 +205,36 @@ def train_on_reviewed_sessions(max_tokens: int) -> dict:
     return {"batches": batches, "checkpoint_id": rows[-1]["checkpoint_id"], "metrics": json.loads(rows[-1]["metrics"] or "{}"), **timings}
 
 
+def plot(csv_path: Path, png_path: Path) -> Path:
+    """The latest run's held-out compliance per round, with Wilson 95% intervals, as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    with open(csv_path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    latest = [r for r in rows if r["started"] == rows[-1]["started"]]
+    x = [int(r["round"]) for r in latest]
+    rate = [float(r["rate"]) for r in latest]
+    err = [[v - float(r["ci_low"]) for v, r in zip(rate, latest)], [float(r["ci_high"]) - v for v, r in zip(rate, latest)]]
+    fig, ax = plt.subplots(figsize=(4.5, 3), dpi=100)
+    ax.errorbar(x, rate, yerr=err, fmt="o-", capsize=4, label="style compliance (Wilson 95% CI)")
+    ax.plot(x, [float(r["heldout_correct"]) for r in latest], "s--", alpha=0.6, label="correct result")
+    ax.set_xticks(x)
+    ax.set(ylim=(0, 1), xlabel="round (0 = base policy)", ylabel="held-out rate",
+           title=f"live sessions, held-out n={latest[0]['heldout_n']} (greedy)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png_path)
+    plt.close(fig)
+    return png_path
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--home", required=True, help="TENTALIS_HOME for the experiment (a fresh folder: base policy)")
+    ap.add_argument("--home", default=None, help="TENTALIS_HOME for the experiment (a fresh folder: base policy)")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--questions", type=int, default=6, help="training questions per round")
     ap.add_argument("--per-question", type=int, default=4, help="sessions per training question (the GRPO group)")
@@ -217,9 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--csv", default=str(ROOT / "docs" / "live_learning.csv"))
     ap.add_argument("--label", default="", help="recorded with every row")
+    ap.add_argument("--png", default=str(ROOT / "docs" / "live_learning.png"), help="the latest run's curve")
+    ap.add_argument("--plot-only", action="store_true", help="only redraw --png from --csv's latest run")
     ap.add_argument("--probe", action="store_true", help="only measure the base rate (held-out, greedy, and sampled)")
     args = ap.parse_args(argv)
 
+    if args.plot_only:
+        print(plot(Path(args.csv), Path(args.png)))
+        return 0
+    if not args.home:
+        ap.error("--home is required (a fresh folder)")
     home = Path(args.home).resolve()
     # One torch thread in the gateway and in training: on a shared 2-core machine two threads each
     # oversubscribe and ran 4x slower per token here.
@@ -262,6 +296,8 @@ def run_rounds(args, gw: Gateway, client, heldout) -> int:
     from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    if subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True, text=True, cwd=ROOT).stdout.strip():
+        commit += "+dirty"
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     csv_path = Path(args.csv)
     fields = ["started", "commit", "label", "round", "policy_version", "train_sessions", "train_styled_rate", "train_score_mean",
@@ -315,7 +351,7 @@ def run_rounds(args, gw: Gateway, client, heldout) -> int:
                 w.writeheader()
                 new_file = False
             w.writerow(row)
-    print(f"{args.rounds} round(s) in {time.time() - t_start:.0f} s", flush=True)
+    print(f"{args.rounds} round(s) in {time.time() - t_start:.0f} s; curve: {plot(csv_path, Path(args.png))}", flush=True)
     return 0
 
 
