@@ -49,7 +49,7 @@ CRITIQUE_OK = "One line with the result, as I want it."
 CRITIQUE_BAD = "Too long: I want a one-line reply that states the result, and nothing after it."
 HINT = "Answer in one short line that states the result, e.g. 'Ben has 3 + 6 = 9 stickers.', then stop."
 RUBRIC = "style: the reply is one line that states a number and ends by itself, not cut at max_tokens (0.8); correct: its last number is the right result (0.2)"
-HELDOUT_SEED = 1_000_000  # the held-out tasks' seed; training rounds use seeds 1..rounds
+HELDOUT_SEED = 1_000_000  # the held-out tasks' seed; training rounds use seeds 1000 * --seed + 1..rounds
 
 
 def manager_review(reply: str, reference: int, finished: bool) -> dict:
@@ -243,6 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--csv", default=str(ROOT / "docs" / "live_learning.csv"))
+    ap.add_argument("--seed", type=int, default=0, help="training questions of round r come from generator seed 1000 * seed + r")
     ap.add_argument("--label", default="", help="recorded with every row")
     ap.add_argument("--png", default=str(ROOT / "docs" / "live_learning.png"), help="the latest run's curve")
     ap.add_argument("--plot-only", action="store_true", help="only redraw --png from --csv's latest run")
@@ -300,7 +301,7 @@ def run_rounds(args, gw: Gateway, client, heldout) -> int:
         commit += "+dirty"
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     csv_path = Path(args.csv)
-    fields = ["started", "commit", "label", "round", "policy_version", "train_sessions", "train_styled_rate", "train_score_mean",
+    fields = ["started", "commit", "label", "seed", "round", "policy_version", "train_sessions", "train_styled_rate", "train_score_mean",
               "heldout_n", "rate", "ci_low", "ci_high", "diff_vs_round0", "diff_ci_low", "diff_ci_high", "heldout_correct",
               "sessions_s", "rollout_job_s", "train_job_s", "switch_s", "eval_s", "round_s"]
     new_file = not csv_path.exists()
@@ -308,12 +309,12 @@ def run_rounds(args, gw: Gateway, client, heldout) -> int:
     base: list[int] = []
     for rnd in range(args.rounds + 1):
         t_round = time.time()
-        row = {"started": started, "commit": commit, "label": args.label, "round": rnd}
+        row = {"started": started, "commit": commit, "label": args.label, "seed": args.seed, "round": rnd}
         if rnd > 0:
             # The user asks, the manager reviews: per_question sessions per question (a GRPO family).
             t0 = time.time()
             scores = []
-            for t in generate_arithmetic(args.questions, seed=rnd, levels=(1,), prefix=f"train-r{rnd}"):
+            for t in generate_arithmetic(args.questions, seed=1000 * args.seed + rnd, levels=(1,), prefix=f"train-s{args.seed}-r{rnd}"):
                 for k in range(args.per_question):
                     sid = f"train-r{rnd}-{t.task_id}-{k}"
                     reply, finished = ask(client, sid, t.prompt, temperature=args.temperature, max_tokens=args.max_tokens)
