@@ -206,7 +206,7 @@ def train_on_reviewed_sessions(max_tokens: int) -> dict:
 
 
 def plot(csv_path: Path, png_path: Path) -> Path:
-    """The latest run's held-out compliance per round, with Wilson 95% intervals, as a PNG."""
+    """Held-out compliance per round with Wilson 95% intervals, one line per run of the latest run's label."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -214,17 +214,22 @@ def plot(csv_path: Path, png_path: Path) -> Path:
 
     with open(csv_path, newline="") as f:
         rows = list(csv.DictReader(f))
-    latest = [r for r in rows if r["started"] == rows[-1]["started"]]
-    x = [int(r["round"]) for r in latest]
-    rate = [float(r["rate"]) for r in latest]
-    err = [[v - float(r["ci_low"]) for v, r in zip(rate, latest)], [float(r["ci_high"]) - v for v, r in zip(rate, latest)]]
-    fig, ax = plt.subplots(figsize=(4.5, 3), dpi=100)
-    ax.errorbar(x, rate, yerr=err, fmt="o-", capsize=4, label="style compliance (Wilson 95% CI)")
-    ax.plot(x, [float(r["heldout_correct"]) for r in latest], "s--", alpha=0.6, label="correct result")
-    ax.set_xticks(x)
+    label = rows[-1]["label"]
+    runs: dict[str, list[dict]] = {}
+    for r in rows:
+        if r["label"] == label:
+            runs.setdefault(r["started"], []).append(r)
+    fig, ax = plt.subplots(figsize=(4.8, 3.2), dpi=100)
+    for i, latest in enumerate(runs.values()):
+        x = [int(r["round"]) + 0.06 * i for r in latest]
+        rate = [float(r["rate"]) for r in latest]
+        err = [[v - float(r["ci_low"]) for v, r in zip(rate, latest)], [float(r["ci_high"]) - v for v, r in zip(rate, latest)]]
+        ax.errorbar(x, rate, yerr=err, fmt="o-", capsize=4, label=f"seed {latest[0].get('seed', '?')}: style (Wilson 95%)")
+        ax.plot(x, [float(r["heldout_correct"]) for r in latest], "s--", alpha=0.5, label=f"seed {latest[0].get('seed', '?')}: correct")
+    ax.set_xticks(sorted({int(r["round"]) for rs in runs.values() for r in rs}))
     ax.set(ylim=(0, 1), xlabel="round (0 = base policy)", ylabel="held-out rate",
-           title=f"live sessions, held-out n={latest[0]['heldout_n']} (greedy)")
-    ax.legend(fontsize=8, loc="upper left")
+           title=f"live sessions, held-out n={rows[-1]['heldout_n']} (greedy)")
+    ax.legend(fontsize=7, loc="upper left")
     ax.grid(alpha=0.3)
     fig.tight_layout()
     fig.savefig(png_path)
