@@ -6,7 +6,7 @@ export TENTALIS_HOME ?= $(CURDIR)/.tentalis
 export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: install run test test-server bench mutants lint ui ui-check clean
+.PHONY: install run test test-server bench mutants live-learning lint ui ui-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,12 @@ bench: install
 # Mutation testing of the RL core: plant each catalogued bug, run its tests, print the score (>= 90%).
 mutants: install
 	$(BIN)/python scripts/mutants.py --jobs 2
+
+# Learning from live work: a scripted user and manager over `tentalis serve`, trained by the sessions
+# machinery, with the held-out curve appended to docs/live_learning.csv (README, "Learning from live work").
+LIVE_HOME ?= $(CURDIR)/.tentalis-live
+live-learning: install
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/live_learning.py --home $(LIVE_HOME) --rounds 4
 
 lint: install
 	$(BIN)/ruff check .

@@ -450,3 +450,28 @@ def test_upstream_mode_forwards_and_records(tmp_path, tiny_model_dir):
     assert turns[0]["finish_reason"] == "tool_calls" and turns[0]["backend"] == "openai"
     assert (turns[1]["completion_token_ids"], turns[1]["sampling_logprobs"]) == ([10, 11], [-0.5, -0.25])
     assert json.loads(turns[1]["response"]) == {"role": "assistant", "content": "Hello"} and turns[1]["stream"]
+
+
+def test_a_segment_opened_while_the_flusher_lists_is_not_taken_for_sealed(tmp_path):
+    """The race the live-learning run hit: an append that opens a new segment while ``sealed()`` lists
+    the folder must not have that (active) segment landed half-written and then deleted."""
+    wal = WriteAheadLog(tmp_path)
+    wal.append([{"turn_id": "t0"}])
+    wal.seal()
+    real = wal.segments
+    appender: list[threading.Thread] = []
+
+    def listing():
+        if not appender:  # an agent's call arrives exactly while the flusher lists the folder
+            appender.append(threading.Thread(target=wal.append, args=([{"turn_id": "t1"}],)))
+            appender[0].start()
+            appender[0].join(0.3)
+        return real()
+
+    wal.segments = listing
+    sealed = wal.sealed()
+    appender[0].join()
+    wal.segments = real
+    active = set(real()) - set(sealed)
+    assert [r["turn_id"] for p in sealed for r in WriteAheadLog.read(p)] == ["t0"]
+    assert [r["turn_id"] for p in active for r in WriteAheadLog.read(p)] == ["t1"]  # still in the WAL, landed next flush

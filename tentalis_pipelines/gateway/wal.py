@@ -78,9 +78,12 @@ class WriteAheadLog:
                 self._active, self._active_path, self._active_records = None, None, 0
 
     def sealed(self) -> list[Path]:
+        # The listing and the active path are read under one lock: listed outside it, a segment that an
+        # append opened in between would count as sealed, and the flusher would land it half-written and
+        # then delete it while later acknowledged records were still being appended to it.
         with self._lock:
             active = self._active_path
-        return [p for p in self.segments() if p != active]
+            return [p for p in self.segments() if p != active]
 
     @staticmethod
     def read(path: Path) -> list[dict[str, Any]]:
