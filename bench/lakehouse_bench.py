@@ -84,6 +84,12 @@ def synthetic_trajectories(
         "advantage_mode": pa.array(["outcome"]).take(pa.array(const)),
         "kept": pa.array(rng.random(rows) < 0.9),
         "created_at": pa.array(np.full(rows, int(time.time() * 1e6), dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+        # single-turn rows: the multi-turn columns (live sessions) stay empty
+        "kind": pa.array(["single"]).take(pa.array(const)),
+        "loss_mask": pa.nulls(rows, pa.list_(pa.int8())),
+        "token_advantages": pa.nulls(rows, pa.list_(pa.float64())),
+        "turn_rewards": pa.nulls(rows, pa.list_(pa.float64())),
+        "turn_advantages": pa.nulls(rows, pa.list_(pa.float64())),
     }
     return to_table("trajectories", pa.table(columns))
 
@@ -196,7 +202,7 @@ def synthetic_batch(
             "policy_version": "base", "outcome_reward": correct, "format_reward": 1.0, "process_reward": process,
             "step_rewards": step_scores, "manager_score": manager, "overlong_penalty": 0.0, "reward": reward,
             "reward_weights": _WEIGHTS, "advantage": rng.gauss(0, 1), "step_advantages": [rng.gauss(0, 1) for _ in range(steps)],
-            "advantage_mode": "outcome", "kept": True, "created_at": now,
+            "advantage_mode": "outcome", "kept": True, "created_at": now, "kind": "single",
         })
     return {"tasks": tasks, "rollouts": rows_r, "step_scores": rows_s, "reviews": rows_v, "trajectories": rows_t}
 

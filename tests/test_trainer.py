@@ -167,7 +167,7 @@ def test_num_iterations_reuses_the_pre_update_log_probs(tiny_model_dir):
     tok = _tok(tiny_model_dir)
     model = _perturbed_policy(tiny_model_dir)
     _, samples = _group(tok)
-    res = train_grpo(model, tok, samples, GRPOConfig(beta=0.0, learning_rate=3e-2, per_step_rows=8, num_iterations=3, **F32))
+    res = train_grpo(model, tok, samples, GRPOConfig(loss_type="grpo", beta=0.0, learning_rate=3e-2, per_step_rows=8, num_iterations=3, **F32))
     assert [h["iteration"] for h in res.history] == [0, 1, 2]
     assert res.history[0]["policy_drift"] == 0.0
     assert res.history[1]["policy_drift"] > 1e-3 and res.history[2]["policy_drift"] > res.history[1]["policy_drift"]
