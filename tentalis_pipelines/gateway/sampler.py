@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tentalis_pipelines.inference.transformers_backend import _eos_ids, _top_p_filter
+from tentalis_pipelines.inference.transformers_backend import _eos_ids, sample_next
 
 
 @dataclass
@@ -66,16 +66,7 @@ def decode(model, tokenizer, prompt_ids: list[int], *, n: int = 1, max_new_token
     gen = torch.Generator(device=dev)
     gen.manual_seed(seed if seed is not None else int(torch.randint(0, 2**62, (1,)).item()))
     for step in range(max_new_tokens):
-        if temperature > 0:
-            logp_all = torch.log_softmax(logits / temperature, dim=-1)
-            probs = logp_all.exp()
-            if top_p < 1.0:
-                probs = _top_p_filter(probs, top_p)
-            nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-        else:
-            logp_all = torch.log_softmax(logits, dim=-1)
-            nxt = logits.argmax(-1)
-        chosen = logp_all.gather(1, nxt[:, None]).squeeze(1).tolist()
+        nxt, chosen = sample_next(logits, temperature, top_p, gen)  # the pipeline backend's step, so log-probs match
         ids = nxt.tolist()
         is_eos = torch.isin(nxt, eos).tolist()
         emitted, finished, keep = [], [], []

@@ -134,16 +134,7 @@ class TransformersBackend:
         stops = tuple(s for s in params.stop if s)
         tail = max((len(tok(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0) + 2
         for step in range(params.max_new_tokens):
-            if temperature > 0:
-                logp_all = torch.log_softmax(logits / temperature, dim=-1)
-                probs = logp_all.exp()
-                if params.top_p < 1.0:
-                    probs = _top_p_filter(probs, params.top_p)
-                nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
-            else:
-                logp_all = torch.log_softmax(logits, dim=-1)
-                nxt = logits.argmax(-1)
-            chosen = logp_all.gather(1, nxt[:, None]).squeeze(1).tolist()
+            nxt, chosen = sample_next(logits, temperature, params.top_p, gen)
             nxt_list = nxt.tolist()
             is_eos = torch.isin(nxt, eos).tolist()
             keep = []
@@ -167,6 +158,22 @@ class TransformersBackend:
             next_pos = next_pos + 1
             logits = out.logits[:, -1, :].float()
         return [(tokens[r], logps[r], finish[r]) for r in range(total)]
+
+
+def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> tuple[torch.Tensor, list[float]]:
+    """One decoding step for every row: the next token (sampled at ``temperature`` with nucleus
+    ``top_p``, or greedy at 0) and its log-prob under the distribution it was drawn from (the sampling
+    log-prob the trainer uses as the old policy's)."""
+    if temperature > 0:
+        logp_all = torch.log_softmax(logits / temperature, dim=-1)
+        probs = logp_all.exp()
+        if top_p < 1.0:
+            probs = _top_p_filter(probs, top_p)
+        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)
+    else:
+        logp_all = torch.log_softmax(logits, dim=-1)
+        nxt = logits.argmax(-1)
+    return nxt, logp_all.gather(1, nxt[:, None]).squeeze(1).tolist()
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
