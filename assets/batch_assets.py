@@ -95,12 +95,14 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
 @asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(
-    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource,
+    review: ReviewResource,
 ) -> MaterializeResult:
     """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group
     advantage; with a plot of the mean and the outcome reward per policy version over every batch."""
     lake = lakehouse.lakehouse()
-    res = pipeline.build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens))
+    res = pipeline.build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens),
+                                      weights=review.weights())
     checks = [check_result("rewards_in_range", quality.rewards_in_range(lake, context.partition_key))]
     meta = stage_metadata(res, "trajectories", lake)
     # Every batch's rows: how the reward moved from one policy version to the next.

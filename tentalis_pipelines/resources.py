@@ -130,8 +130,10 @@ class TrainerResource(ConfigurableResource):
 
 class ReviewResource(ConfigurableResource):
     """How rollouts are judged: the step scorer (``calculator`` or the LLM ``judge`` with ``num_votes``
-    votes per step) and the manager (``verifier``, ``llm`` or ``human``; set it per run to choose per
-    batch). The judge and the llm manager use ``judge_model`` (``embedded`` or a local folder)."""
+    votes per step) and the manager (``verifier``, ``llm``, ``human``, or ``hackable``, the reward-hacking
+    experiment's length-paying scorer; set it per run to choose per batch). The judge and the llm manager
+    use ``judge_model`` (``embedded`` or a local folder). ``reward_weights`` (JSON, empty = the
+    per-environment defaults) sets how outcome, format, process and manager add up to the reward."""
 
     manager: str = "verifier"
     step_scorer: str = "calculator"
@@ -140,6 +142,14 @@ class ReviewResource(ConfigurableResource):
     judge_temperature: float = 0.7
     judge_forced_verdict: bool = True
     manager_max_new_tokens: int = 96
+    reward_weights: str = Field(default="", description='JSON weights of the reward components for every environment, e.g. '
+                                '{"outcome": 0, "format": 0, "process": 0, "manager": 1}; empty: the per-environment defaults')
+
+    def weights(self):
+        """The ``reward_weights`` setting parsed (None: the per-environment defaults)."""
+        from tentalis_pipelines.rewards.scoring import parse_weights
+
+        return parse_weights(self.reward_weights)
 
     def judge(self, models_dir):
         from tentalis_pipelines.inference.factory import make_backend

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import asdict, dataclass
 
 from tentalis_pipelines.rewards.steps import ParsedCompletion
@@ -52,6 +53,28 @@ class RewardWeights:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
+
+
+def parse_weights(text: str | None) -> RewardWeights | None:
+    """The ``review.reward_weights`` setting: a JSON object with any of outcome, format, process and
+    manager (the others keep their math defaults), applied to every environment; empty means the
+    per-environment defaults (None). Raises ValueError naming the setting and the fix."""
+    if text is None or not str(text).strip():
+        return None
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"review.reward_weights is not JSON ({exc.msg}): write e.g. "
+                         '\'{"outcome": 0, "format": 0, "process": 0, "manager": 1}\'') from None
+    if not isinstance(raw, dict):
+        raise ValueError("review.reward_weights must be a JSON object with outcome, format, process, manager")
+    allowed = set(RewardWeights.__dataclass_fields__)
+    if unknown := sorted(set(raw) - allowed):
+        raise ValueError(f"review.reward_weights: unknown component(s) {unknown}; use {sorted(allowed)}")
+    for k, v in raw.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            raise ValueError(f"review.reward_weights[{k!r}] must be a finite number, got {v!r}")
+    return RewardWeights(**{k: float(v) for k, v in raw.items()})
 
 
 DEFAULT_WEIGHTS = {"math": RewardWeights(), "code": RewardWeights(format=0.0, process=0.0), "chat": RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)}

@@ -1,4 +1,5 @@
-"""The `reviews` stage: one manager review per rollout (verifier, llm or human)."""
+"""The `reviews` stage: one manager review per rollout (verifier, llm, human, or the deliberately
+hackable manager of the reward-hacking experiment)."""
 
 from __future__ import annotations
 
@@ -57,13 +58,14 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
 
 def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm_manager=None) -> StageResult:
     """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
-    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``) or ``human`` (imported reviews;
-    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it)."""
-    if manager not in ("verifier", "llm", "human"):
-        raise ValueError(f"unknown manager {manager!r}; choose verifier, llm or human")
+    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``), ``human`` (imported reviews;
+    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it) or
+    ``hackable`` (pays for the length of the shown work: the reward-hacking experiment's scorer)."""
+    if manager not in ("verifier", "llm", "human", "hackable"):
+        raise ValueError(f"unknown manager {manager!r}; choose verifier, llm, human or hackable")
     if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions
         return StageResult(*sessions.build_session_reviews(lake, batch_id))
-    verifier = get_manager("verifier")
+    verifier, hackable = get_manager("verifier"), get_manager("hackable")
     created = now_utc()
     inputs = review_inputs(lake, batch_id)
     human = {}
@@ -85,6 +87,9 @@ def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm
         elif rid in llm_reviews:
             rev = llm_reviews[rid]
             row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+        elif manager == "hackable":
+            rev = hackable.review(x)
+            row = {"manager": "hackable", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
         else:
             rev = verifier.review(x)
             row = {"manager": "verifier", "score": rev.score, "critique": rev.critique, "hint": rev.hint}

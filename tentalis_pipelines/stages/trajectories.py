@@ -10,6 +10,7 @@ from tentalis_pipelines.rewards.advantages import (
 )
 from tentalis_pipelines.rewards.scoring import (
     DEFAULT_WEIGHTS,
+    RewardWeights,
     combine,
     overlong_penalty,
     process_credit,
@@ -21,10 +22,12 @@ from tentalis_pipelines.stages.reviews import review_inputs
 def build_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
     overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
+    weights: RewardWeights | None = None,
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
-    marked ``kept = False`` (DAPO) and the trainer skips them. A sessions batch gets multi-turn rows."""
+    marked ``kept = False`` (DAPO) and the trainer skips them. ``weights`` (the ``review.reward_weights``
+    setting) replaces the per-environment defaults for every row. A sessions batch gets multi-turn rows."""
     if sessions.is_sessions_batch(lake, batch_id):
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
                                                                 dynamic_sampling=dynamic_sampling))
@@ -36,7 +39,7 @@ def build_trajectories(
         if r["rollout_id"] not in reviews:
             raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
         env = tasks[r["task_id"]]["environment"]
-        weights = DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
+        w = weights or DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
         process = process_credit(x.step_scores, x.answer)
         outcome = 1.0 if x.correct else 0.0
         manager = reviews[r["rollout_id"]]["score"]
@@ -54,8 +57,8 @@ def build_trajectories(
                 "step_rewards": x.step_scores,
                 "manager_score": manager,
                 "overlong_penalty": penalty,
-                "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
-                "reward_weights": weights.to_json(),
+                "reward": combine(w, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
+                "reward_weights": w.to_json(),
                 "created_at": created,
             }
         )
