@@ -114,7 +114,7 @@ def write_outputs(rows: list[dict], root: Path, docs: Path) -> None:
 
     lake = Lakehouse(root / "results")
     created = now_utc()
-    lake.overwrite("forensics_runs", [{**r, "created_at": created} for r in rows])
+    lake.replace_in("forensics_runs", "run", sorted({r["run"] for r in rows}), [{**r, "created_at": created} for r in rows])
     docs.mkdir(parents=True, exist_ok=True)
     fields = [k for k in rows[0] if k != "evidence"] + ["evidence"]
     with (docs / "forensics_runs.csv").open("w", newline="") as fh:
@@ -156,6 +156,12 @@ def plot(rows: list[dict], out: Path) -> None:
     fig.savefig(out, dpi=110)
 
 
+def wait(name: str, proc: subprocess.Popen, t0: float) -> None:
+    if proc.wait() != 0:
+        sys.exit(f"[{name}] failed (exit {proc.returncode}); its home and Dagster runs are kept for `tentalis ui`")
+    print(f"[{name}] finished in {(time.time() - t0) / 60:.1f} min", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO / ".tentalis" / "forensics", help="one home per run under it (must be new)")
@@ -168,6 +174,7 @@ def main() -> None:
     ap.add_argument("--model", default=None, help="policy model folder (default: $TENTALIS_MODEL or the embedded SmolLM2)")
     ap.add_argument("--runs", default="hacked,honest")
     ap.add_argument("--analyze-only", action="store_true")
+    ap.add_argument("--parallel", action="store_true", help="run both runs at the same time (a larger share of a busy CPU)")
     ap.add_argument("--docs", type=Path, default=REPO / "docs")
     ap.add_argument("--one-run", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -179,15 +186,19 @@ def main() -> None:
         for name in args.runs.split(","):
             if (root / name).exists():
                 sys.exit(f"{root / name} exists: pick a new --root (or --analyze-only to re-read it)")
+        procs = {}
         for name in args.runs.split(","):
-            t0 = time.time()
             cmd = [sys.executable, __file__, "--one-run", name, "--root", str(root), "--cycles", str(args.cycles),
                    "--num-tasks", str(args.num_tasks), "--num-generations", str(args.num_generations),
                    "--max-new-tokens", str(args.max_new_tokens), "--gate-limit", str(args.gate_limit), "--seed", str(args.seed)]
             if args.model:
                 cmd += ["--model", args.model]
-            subprocess.run(cmd, check=True)
-            print(f"[{name}] finished in {(time.time() - t0) / 60:.1f} min", flush=True)
+            t0 = time.time()
+            procs[name] = (subprocess.Popen(cmd), t0)
+            if not args.parallel:
+                wait(name, *procs.pop(name))
+        for name, (proc, t0) in procs.items():
+            wait(name, proc, t0)
     rows = analyze(root, args)
     write_outputs(rows, root, args.docs)
     for r in rows:

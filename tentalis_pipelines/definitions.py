@@ -7,6 +7,7 @@ from dagster import Definitions
 from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.external import human_reviews
+from assets.forensics_checks import FORENSICS_CHECKS
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
 from jobs.jobs import benchmark_job, promotion_job, rollout_job, train_job
@@ -35,6 +36,7 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
+    asset_checks=FORENSICS_CHECKS,
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
