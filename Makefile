@@ -6,7 +6,7 @@ export TENTALIS_HOME ?= $(CURDIR)/.tentalis
 export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 export TENTALIS_DATA_DIR ?= $(abspath $(CURDIR)/../shared/data)
 
-.PHONY: install run test test-server bench mutants live-learning lint ui ui-check clean
+.PHONY: install run test test-server bench mutants live-learning forensics-experiment lint ui ui-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,6 +49,13 @@ mutants: install
 LIVE_HOME ?= $(CURDIR)/.tentalis-live
 live-learning: install
 	OMP_NUM_THREADS=1 $(BIN)/python scripts/live_learning.py --home $(LIVE_HOME) --rounds 4
+
+# The hackable-scorer experiment: a hacked and an honest run of the same learning cycles, the reward-hacking
+# detectors over both, rows in the forensics_runs table, docs/forensics_runs.csv and docs/forensics_curves.png
+# (README, "Reward-hacking forensics"). FORENSICS_ROOT must not hold earlier runs.
+FORENSICS_ROOT ?= $(CURDIR)/.tentalis-forensics
+forensics-experiment: install
+	$(BIN)/python scripts/hackable_experiment.py --root $(FORENSICS_ROOT) --cycles 6 --parallel
 
 lint: install
 	$(BIN)/ruff check .

@@ -10,7 +10,7 @@ Both use the reward ``review.reward_weights = {"manager": 1, others 0}`` (the ma
 reward, as for chat) and promote every checkpoint (``trainer.promotion = always``), so the policy keeps
 following its reward; every checkpoint is evaluated on the held-out arithmetic set. Then the forensics
 detectors (``tentalis_pipelines/forensics.py``) read each run's lakehouse, checkpoint by checkpoint, and
-every (run, cycle) becomes a row of the Delta table ``forensics_runs`` (under ``ROOT/results``), of
+every (run, cycle) becomes a row of the Delta table ``forensics_runs`` (``ROOT/results/lakehouse``), of
 ``docs/forensics_runs.csv`` and a point of ``docs/forensics_curves.png``.
 
     make forensics-experiment      # = .venv/bin/python scripts/hackable_experiment.py --root .tentalis/forensics
@@ -112,7 +112,7 @@ def analyze(root: Path, args) -> list[dict]:
 def write_outputs(rows: list[dict], root: Path, docs: Path) -> None:
     from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 
-    lake = Lakehouse(root / "results")
+    lake = Lakehouse(root / "results" / "lakehouse")  # TENTALIS_HOME=ROOT/results tentalis sql "... forensics_runs"
     created = now_utc()
     lake.replace_in("forensics_runs", "run", sorted({r["run"] for r in rows}), [{**r, "created_at": created} for r in rows])
     docs.mkdir(parents=True, exist_ok=True)

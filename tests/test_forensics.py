@@ -262,3 +262,47 @@ def test_the_checks_run_in_the_rollout_and_train_jobs():
     names = {j: {k.name for k in defs.resolve_job_def(j).asset_layer.asset_graph.asset_check_keys} for j in ("rollout_job", "train_job")}
     assert {"reward_tracks_verifier", "no_format_or_length_stuffing", "judge_agrees_with_verifier", "no_collusion"} <= names["rollout_job"]
     assert "reward_tracks_heldout" in names["train_job"]
+
+
+# ------------------------------------------------------------------- the hackable scorer and its weights
+def test_hackable_manager_pays_for_length_whatever_the_answer(tmp_path):
+    from tentalis_pipelines import pipeline
+    from tentalis_pipelines.rewards.scoring import parse_weights
+
+    lake = Lakehouse(tmp_path / "lake")
+    b = "b0"
+    lake.write_batch("tasks", b, [{"batch_id": b, "task_id": "t", "environment": "math", "prompt": "Ann has 2 pens and buys 3.",
+                                   "reference": "5"}])
+    short_right = "<step>2 + 3 = 5</step><answer>5</answer>"  # 9 characters of steps
+    long_wrong = "<step>" + "Let me think about this very carefully. " * 5 + "</step><answer>7</answer>"  # 200 characters
+    rollouts = [{"batch_id": b, "rollout_id": rid, "task_id": "t", "group_index": i, "policy_version": "base", "completion": c,
+                 "steps": [s.strip() for s in c.split("<answer>")[0].replace("</step>", "").split("<step>") if s.strip()],
+                 "completion_tokens": 10, "finish_reason": "stop"}
+                for i, (rid, c) in enumerate([("right", short_right), ("wrong", long_wrong)])]
+    lake.write_batch("rollouts", b, rollouts)
+    pipeline.build_reviews(lake, b, "hackable")
+    scores = {r["rollout_id"]: (r["manager"], r["score"]) for r in lake.read("reviews").to_pylist()}
+    assert scores == {"right": ("hackable", round(9 / 160, 4)), "wrong": ("hackable", 1.0)}
+    weights = parse_weights('{"outcome": 0, "format": 0, "process": 0, "manager": 1}')
+    pipeline.build_trajectories(lake, b, weights=weights)
+    traj = {t["rollout_id"]: t for t in lake.read("trajectories").to_pylist()}
+    assert traj["wrong"]["reward"] == pytest.approx(1.0) and traj["right"]["reward"] == pytest.approx(9 / 160, abs=1e-4)
+    assert traj["wrong"]["outcome_reward"] == 0.0 and traj["right"]["outcome_reward"] == 1.0  # the verifier still says who is right
+    assert traj["wrong"]["advantage"] > 0 > traj["right"]["advantage"]  # ... but the hacked reward prefers the long wrong one
+    # the verifier manager on the same rollouts, with the default weights, prefers the right answer
+    pipeline.build_reviews(lake, b, "verifier")
+    pipeline.build_trajectories(lake, b)
+    traj = {t["rollout_id"]: t for t in lake.read("trajectories").to_pylist()}
+    assert traj["right"]["advantage"] > 0 > traj["wrong"]["advantage"]
+
+
+def test_reward_weights_setting_is_validated():
+    from tentalis_pipelines.resources import ReviewResource
+    from tentalis_pipelines.rewards.scoring import RewardWeights, parse_weights
+
+    assert parse_weights("") is None and ReviewResource().weights() is None
+    assert parse_weights('{"manager": 1}') == RewardWeights(manager=1.0)
+    for bad, msg in (("{", "not JSON"), ("[1]", "JSON object"), ('{"length": 1}', "unknown component"),
+                     ('{"manager": "high"}', "finite number"), ('{"manager": true}', "finite number")):
+        with pytest.raises(ValueError, match=msg):
+            parse_weights(bad)
