@@ -56,7 +56,7 @@ def run_one(name: str, root: Path, args) -> None:
         "policy": {"config": {"num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}},
         "review": {"config": {"manager": RUNS[name], "reward_weights": MANAGER_ONLY}},
         "trainer": {"config": {"promotion": "always", "seed": args.seed}},
-        "bench": {"config": {"limit": args.gate_limit}},
+        "bench": {"config": {"limit": args.gate_limit, "max_new_tokens": args.max_new_tokens}},
     }
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     timings = []

@@ -166,6 +166,13 @@ def test_collusion_edges():
     # a strong favour on too few rows (9 < min_n 10) is quiet; at 10 it fires
     assert not forensics.collusion(reviewed(honest + [("bob", "w2", 0, 9, 0.9, 0.9)])).fired
     assert forensics.collusion(reviewed(honest + [("bob", "w2", 0, 10, 0.9, 0.9)])).fired
+    # a noisy favour: bob gives w2's ten wrong answers 0.0 or 0.6 (mean 0.3). Pooled wrong mean (0.1 * 20 + 3) / 30 = 1/6,
+    # so bob x w2's residual mean is 0.133 > 0.1, but its sd 0.316 puts the lower bound at 0.133 - 1.96 * 0.316 / sqrt(10) < 0.1
+    rows = reviewed(honest)
+    noisy = pa.table({"manager": ["bob"] * 10, "worker": ["w2"] * 10, "score": [0.0, 0.6] * 5, "correct": [False] * 10})
+    v = forensics.collusion(pa.concat_tables([rows, noisy]))
+    assert v.evidence["pairs"]["bob x w2"]["residual_mean"] == pytest.approx(0.3 - (0.1 * 20 + 3) / 30, abs=2e-3)
+    assert v.evidence["pairs"]["bob x w2"]["ci_low"] < 0.1 and not v.fired
     one = forensics.collusion(reviewed([("alice", "w1", 10, 10, 0.9, 0.9)]))
     assert not one.fired and "need two" in one.description
 
@@ -306,3 +313,11 @@ def test_reward_weights_setting_is_validated():
                      ('{"manager": "high"}', "finite number"), ('{"manager": true}', "finite number")):
         with pytest.raises(ValueError, match=msg):
             parse_weights(bad)
+
+
+def test_collusion_when_every_answer_is_right():
+    # no wrong answer: the verifier explains only the mean (0.633); bob's +0.267 on w2 is beyond it, alice's -0.133 is not
+    rows = reviewed([("alice", "w1", 10, 0, 0.5, 0.0), ("alice", "w2", 10, 0, 0.5, 0.0), ("bob", "w2", 10, 0, 0.9, 0.0)])
+    v = forensics.collusion(rows)
+    assert v.evidence["slope"] == 0.0 and v.evidence["intercept"] == pytest.approx(19 / 30, abs=1e-3)
+    assert v.fired and v.evidence["flagged"] == ["bob x w2"]
