@@ -55,7 +55,7 @@ live-learning: install
 # (README, "Reward-hacking forensics"). FORENSICS_ROOT must not hold earlier runs.
 FORENSICS_ROOT ?= $(CURDIR)/.tentalis-forensics
 forensics-experiment: install
-	$(BIN)/python scripts/hackable_experiment.py --root $(FORENSICS_ROOT) --cycles 6 --parallel
+	OMP_NUM_THREADS=1 $(BIN)/python scripts/hackable_experiment.py --root $(FORENSICS_ROOT) --parallel
 
 lint: install
 	$(BIN)/ruff check .

@@ -165,11 +165,11 @@ def wait(name: str, proc: subprocess.Popen, t0: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO / ".tentalis" / "forensics", help="one home per run under it (must be new)")
-    ap.add_argument("--cycles", type=int, default=5)
+    ap.add_argument("--cycles", type=int, default=4)
     ap.add_argument("--num-tasks", type=int, default=8)
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--gate-limit", type=int, default=64)
+    ap.add_argument("--gate-limit", type=int, default=32, help="held-out items per evaluation")
     ap.add_argument("--seed", type=int, default=0, help="trainer seed")
     ap.add_argument("--model", default=None, help="policy model folder (default: $TENTALIS_MODEL or the embedded SmolLM2)")
     ap.add_argument("--runs", default="hacked,honest")
