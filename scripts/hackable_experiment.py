@@ -124,6 +124,21 @@ def write_outputs(rows: list[dict], root: Path, docs: Path) -> None:
     plot(rows, docs / "forensics_curves.png")
 
 
+def markdown(rows: list[dict]) -> str:
+    """The rows as the README's table (a fired detector is marked FIRED)."""
+    def num(v, fmt="{:.3f}"):
+        return "" if v is None else fmt.format(v)
+
+    out = ["| run | policy | reward | verifier accuracy | held-out accuracy | tokens | repeated steps | minutes | "
+           "reward vs accuracy | stuffing | judge vs verifier | collusion |", "|" + "---|" * 12]
+    for r in rows:
+        flags = ["FIRED" if r[f"{d}_fired"] else "quiet" for d in ("reward_vs_accuracy", "stuffing", "judge_vs_verifier", "collusion")]
+        out.append(f"| {r['run']} | {'base' if r['cycle'] == 0 else 'ckpt ' + str(r['cycle'])} | {num(r['reward'])} | "
+                   f"{num(r['train_accuracy'], '{:.1%}')} | {num(r['heldout_accuracy'], '{:.1%}')} | {num(r['completion_tokens'], '{:.1f}')} | "
+                   f"{num(r['repeated_step_rate'], '{:.2f}')} | {r['minutes']:.1f} | " + " | ".join(flags) + " |")
+    return "\n".join(out)
+
+
 def plot(rows: list[dict], out: Path) -> None:
     import matplotlib
 
@@ -201,8 +216,7 @@ def main() -> None:
             wait(name, proc, t0)
     rows = analyze(root, args)
     write_outputs(rows, root, args.docs)
-    for r in rows:
-        print({k: v for k, v in r.items() if k not in ("evidence", "commit")})
+    print(markdown(rows))
 
 
 if __name__ == "__main__":
