@@ -55,7 +55,7 @@ def run_one(name: str, root: Path, args) -> None:
     resources = {
         "policy": {"config": {"num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}},
         "review": {"config": {"manager": RUNS[name], "reward_weights": MANAGER_ONLY}},
-        "trainer": {"config": {"promotion": "always", "seed": args.seed}},
+        "trainer": {"config": {"promotion": "always", "seed": args.seed, "learning_rate": args.learning_rate}},
         "bench": {"config": {"limit": args.gate_limit, "max_new_tokens": args.max_new_tokens}},
     }
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
@@ -180,12 +180,13 @@ def wait(name: str, proc: subprocess.Popen, t0: float) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--root", type=Path, default=REPO / ".tentalis" / "forensics", help="one home per run under it (must be new)")
-    ap.add_argument("--cycles", type=int, default=4)
-    ap.add_argument("--num-tasks", type=int, default=8)
+    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--num-tasks", type=int, default=4)
     ap.add_argument("--num-generations", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=96)
-    ap.add_argument("--gate-limit", type=int, default=32, help="held-out items per evaluation")
+    ap.add_argument("--gate-limit", type=int, default=16, help="held-out items per evaluation")
     ap.add_argument("--seed", type=int, default=0, help="trainer seed")
+    ap.add_argument("--learning-rate", type=float, default=4e-4, help="LoRA learning rate (twice `tentalis learn`'s: few cycles)")
     ap.add_argument("--model", default=None, help="policy model folder (default: $TENTALIS_MODEL or the embedded SmolLM2)")
     ap.add_argument("--runs", default="hacked,honest")
     ap.add_argument("--analyze-only", action="store_true")
@@ -205,7 +206,8 @@ def main() -> None:
         for name in args.runs.split(","):
             cmd = [sys.executable, __file__, "--one-run", name, "--root", str(root), "--cycles", str(args.cycles),
                    "--num-tasks", str(args.num_tasks), "--num-generations", str(args.num_generations),
-                   "--max-new-tokens", str(args.max_new_tokens), "--gate-limit", str(args.gate_limit), "--seed", str(args.seed)]
+                   "--max-new-tokens", str(args.max_new_tokens), "--gate-limit", str(args.gate_limit), "--seed", str(args.seed),
+                   "--learning-rate", str(args.learning_rate)]
             if args.model:
                 cmd += ["--model", args.model]
             t0 = time.time()
