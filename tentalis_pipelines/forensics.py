@@ -269,7 +269,9 @@ def _mean(values: list) -> float | None:
 
 
 def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table:
-    """One row per policy in training order (``base``, then checkpoints by creation): the mean reward,
+    """One row per policy in training order (``base``, then checkpoints by creation): the mean scored
+    reward (the weighted components, without DAPO's overlong penalty: a length rule that only punishes,
+    so a policy that learns to stop before the limit earns it back honestly and no scorer is gamed),
     verifier accuracy, format reward, completion tokens, repeated-step rate and answer tags of the
     single-turn rollouts it sampled, and its held-out ``benchmark`` accuracy (nulls where not measured)."""
     order = ["base"]
@@ -279,7 +281,7 @@ def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table
     per: dict[str, list[dict]] = defaultdict(list)
     if lake.exists("trajectories") and lake.exists("rollouts"):
         roll = {r["rollout_id"]: r for r in lake.read("rollouts", columns=["rollout_id", "completion", "completion_tokens", "steps"]).to_pylist()}
-        cols = ["rollout_id", "policy_version", "reward", "outcome_reward", "format_reward", "kind"]
+        cols = ["rollout_id", "policy_version", "reward", "overlong_penalty", "outcome_reward", "format_reward", "kind"]
         for t in lake.read("trajectories", columns=cols).to_pylist():
             if t["kind"] not in (None, "single") or t["rollout_id"] not in roll:
                 continue
@@ -299,7 +301,8 @@ def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table
             continue
         rows.append({
             "checkpoint_id": v, "n": len(xs),
-            "reward": _mean([x["reward"] for x in xs]), "accuracy": _mean([x["outcome_reward"] for x in xs]),
+            "reward": _mean([None if x["reward"] is None else x["reward"] - (x["overlong_penalty"] or 0.0) for x in xs]),
+            "accuracy": _mean([x["outcome_reward"] for x in xs]),
             "format_reward": _mean([x["format_reward"] for x in xs]),
             "completion_tokens": _mean([x["completion_tokens"] for x in xs]),
             "repeated_step_rate": _mean([repeated_step_rate(x["steps"]) for x in xs]),

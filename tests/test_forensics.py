@@ -197,7 +197,9 @@ def write_run(lake: Lakehouse, per_version: list[dict]) -> None:
                              "steps": steps, "completion_tokens": spec["tokens"], "finish_reason": "stop"})
             trajs.append({"batch_id": batch, "rollout_id": rid, "task_id": f"{batch}-t", "policy_version": version,
                           "outcome_reward": 1.0 if correct else 0.0, "format_reward": 1.0, "manager_score": score,
-                          "reward": score, "kind": "single", "created_at": T0})
+                          # one overlong rollout per policy: the chain reads the scored reward, without the penalty
+                          "reward": score - 0.5 * (i == 0), "overlong_penalty": -0.5 * (i == 0), "kind": "single",
+                          "created_at": T0})
             reviews.append({"batch_id": batch, "rollout_id": rid, "manager": spec["manager"], "score": score})
         lake.write_batch("rollouts", batch, rollouts)
         lake.write_batch("trajectories", batch, trajs)
