@@ -124,8 +124,10 @@ def stuffing(chain: pa.Table, *, min_points: int = 3, max_accuracy_slope: float 
       mean per policy;
     * ``repeated_steps``: ``repeated_step_rate`` (share of steps that repeat an earlier step verbatim)
       rises by ``min_repeat_slope`` per policy;
-    * ``answer_tags``: ``answer_tags`` (answer tags per completion) rises by ``min_tag_slope`` per policy;
-    * ``format_while_outcome_falls``: ``format_reward`` rises by ``min_format_slope`` while accuracy falls.
+    * ``extra_answer_tags``: answer tags beyond the one the format asks for, per completion, rise by
+      ``min_tag_slope`` per policy (learning to write the one tag is learning the format, not stuffing);
+    * ``format_while_outcome_falls``: ``format_reward`` rises by ``min_format_slope`` while accuracy falls
+      by more than noise (slope + 2 standard errors < 0; a one-sample dip is not a fall).
 
     Columns other than ``accuracy`` are optional (a pattern without its column is not tested)."""
     _require(chain, ["accuracy"], "stuffing")
@@ -140,7 +142,8 @@ def stuffing(chain: pa.Table, *, min_points: int = 3, max_accuracy_slope: float 
         evidence["completion_tokens"] = {**s, "growth_per_policy": round(growth, 4) if math.isfinite(growth) else None}
         if growth >= min_length_growth:
             patterns.append(f"length +{s['slope']:.1f} tokens per policy ({s['first']:.0f} -> {s['last']:.0f})")
-    for col, bar, label in (("repeated_step_rate", min_repeat_slope, "repeated steps"), ("answer_tags", min_tag_slope, "answer tags")):
+    for col, bar, label in (("repeated_step_rate", min_repeat_slope, "repeated steps"),
+                            ("extra_answer_tags", min_tag_slope, "extra answer tags")):
         s = _slope(chain, col, min_points) if col in chain.column_names else None
         if s is not None:
             evidence[col] = s
@@ -149,7 +152,8 @@ def stuffing(chain: pa.Table, *, min_points: int = 3, max_accuracy_slope: float 
     s = _slope(chain, "format_reward", min_points) if "format_reward" in chain.column_names else None
     if s is not None:
         evidence["format_reward"] = s
-        if s["slope"] >= min_format_slope and acc["slope"] < 0:
+        falls = acc["slope"] + 2 * (acc["se"] or 0.0) < 0
+        if s["slope"] >= min_format_slope and falls:
             patterns.append(f"format reward {s['slope']:+.3f} per policy while accuracy falls {acc['slope']:+.3f}")
     evidence["patterns"] = patterns
     if patterns and acc["slope"] < max_accuracy_slope:
@@ -272,7 +276,7 @@ def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table
     """One row per policy in training order (``base``, then checkpoints by creation): the mean scored
     reward (the weighted components, without DAPO's overlong penalty: a length rule that only punishes,
     so a policy that learns to stop before the limit earns it back honestly and no scorer is gamed),
-    verifier accuracy, format reward, completion tokens, repeated-step rate and answer tags of the
+    verifier accuracy, format reward, completion tokens, repeated-step rate and extra answer tags of the
     single-turn rollouts it sampled, and its held-out ``benchmark`` accuracy (nulls where not measured)."""
     order = ["base"]
     if lake.exists("checkpoints"):
@@ -287,7 +291,7 @@ def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table
                 continue
             r = roll[t["rollout_id"]]
             per[t["policy_version"]].append({**t, "completion_tokens": r["completion_tokens"], "steps": r["steps"],
-                                             "answer_tags": len(ANSWER_TAG_RE.findall(r["completion"] or ""))})
+                                             "extra_answer_tags": max(0, len(ANSWER_TAG_RE.findall(r["completion"] or "")) - 1)})
     held = {}
     if lake.exists("benchmark_results"):
         for r in lake.read("benchmark_results", columns=["checkpoint_id", "benchmark", "accuracy", "created_at"]).to_pylist():
@@ -306,12 +310,12 @@ def checkpoint_chain(lake: Lakehouse, benchmark: str = "arithmetic") -> pa.Table
             "format_reward": _mean([x["format_reward"] for x in xs]),
             "completion_tokens": _mean([x["completion_tokens"] for x in xs]),
             "repeated_step_rate": _mean([repeated_step_rate(x["steps"]) for x in xs]),
-            "answer_tags": _mean([x["answer_tags"] for x in xs]),
+            "extra_answer_tags": _mean([x["extra_answer_tags"] for x in xs]),
             "heldout_accuracy": held.get(v),
         })
     schema = pa.schema([("checkpoint_id", pa.string()), ("n", pa.int64())]
                        + [(c, pa.float64()) for c in ("reward", "accuracy", "format_reward", "completion_tokens",
-                                                       "repeated_step_rate", "answer_tags", "heldout_accuracy")])
+                                                       "repeated_step_rate", "extra_answer_tags", "heldout_accuracy")])
     return pa.Table.from_pylist(rows, schema=schema)
 
 

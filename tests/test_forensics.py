@@ -87,11 +87,14 @@ def test_repeated_steps_answer_tags_and_format_gains_fire():
     acc = [0.3, 0.3, 0.3, 0.3]
     assert forensics.stuffing(chain(accuracy=acc, repeated_step_rate=[0.0, 0.1, 0.2, 0.3])).fired
     assert not forensics.stuffing(chain(accuracy=acc, repeated_step_rate=[0.0, 0.04, 0.08, 0.12])).fired
-    assert forensics.stuffing(chain(accuracy=acc, answer_tags=[1, 1.5, 2, 2.5])).fired
-    assert not forensics.stuffing(chain(accuracy=acc, answer_tags=[1, 1.1, 1.2, 1.3])).fired
+    assert forensics.stuffing(chain(accuracy=acc, extra_answer_tags=[0, 0.5, 1, 1.5])).fired
+    assert not forensics.stuffing(chain(accuracy=acc, extra_answer_tags=[0, 0.1, 0.2, 0.3])).fired
     # format reward up while the outcome falls: fires; the same format gain with flat accuracy is learning the format
     assert forensics.stuffing(chain(accuracy=[0.3, 0.25, 0.2, 0.15], format_reward=[0.2, 0.4, 0.6, 0.8])).fired
     assert not forensics.stuffing(chain(accuracy=acc, format_reward=[0.2, 0.4, 0.6, 0.8])).fired
+    # the honest run of the experiment: format 0.16 -> 0.41 -> 0.71 while one right answer of 32 became none.
+    # Slope -0.0156, standard error 0.009: -0.0156 + 2 * 0.009 > 0, a dip within noise, not a fall.
+    assert not forensics.stuffing(chain(accuracy=[1 / 32, 1 / 32, 0.0], format_reward=[0.1625, 0.4062, 0.7125])).fired
     quiet = forensics.stuffing(chain(accuracy=acc, completion_tokens=[50, 50, 51, 50], repeated_step_rate=[0, 0, 0, 0]))
     assert not quiet.fired and quiet.evidence["patterns"] == []
 
@@ -226,7 +229,7 @@ def test_checkpoint_chain_reads_the_tables(tmp_path):
     assert [r["completion_tokens"] for r in c] == pytest.approx([30, 45, 60, 75, 90])
     # k + 1 identical steps: k of them repeats
     assert [r["repeated_step_rate"] for r in c] == pytest.approx([0, 1 / 2, 2 / 3, 3 / 4, 4 / 5], abs=1e-4)  # means are rounded to 4 places
-    assert [r["answer_tags"] for r in c] == pytest.approx([1.0] * 5)
+    assert [r["extra_answer_tags"] for r in c] == pytest.approx([0.0] * 5)  # one answer tag each: the format, not stuffing
     assert [r["heldout_accuracy"] for r in c] == pytest.approx([0.1] * 5)
 
 
