@@ -92,7 +92,22 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
     return to_materialize_result(res, "reviews", lake, checks)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
+@asset(partitions_def=task_batches, deps=[reviews, rollouts, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
+       metadata=table_definition_metadata("teacher_logprobs"))
+def teacher_logprobs(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+) -> MaterializeResult:
+    """Hinted on-policy distillation's teacher: per rollout, the hint filter's decision, and for kept hints the
+    log-probs of the student's own tokens under the policy given the hint and without it (off when trainer.w_opd = 0)."""
+    lake = lakehouse.lakehouse()
+    settings = policy.settings()
+    res = pipeline.build_teacher_logprobs(lake, lakehouse.paths(), context.partition_key, settings,
+                                          trainer.config(settings.max_new_tokens))
+    return to_materialize_result(res, "teacher_logprobs", lake)
+
+
+@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"},
+       metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource

@@ -7,7 +7,7 @@ and by CI (``jobs/cycle.py``). Every run belongs to its job, so the UI shows eac
 
 from dagster import AssetSelection, define_asset_job
 
-from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
 from assets.benchmark_assets import benchmark_results, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
@@ -15,9 +15,9 @@ from assets.training_assets import checkpoints
 
 rollout_job = define_asset_job(
     "rollout_job",
-    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, trajectories),
+    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, teacher_logprobs, trajectories),
     partitions_def=task_batches,
-    description="One task batch through rollouts, step scores, reviews and trajectories.",
+    description="One task batch through rollouts, step scores, reviews, the OPD teacher and trajectories.",
 )
 
 train_job = define_asset_job(

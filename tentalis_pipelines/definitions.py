@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dagster import Definitions
 
-from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
+from assets.batch_assets import (
+    reviews,
+    rollouts,
+    step_labels,
+    step_scores,
+    tasks,
+    teacher_logprobs,
+    trajectories,
+)
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.external import human_reviews
 from assets.serving_assets import serving
@@ -34,7 +42,7 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],

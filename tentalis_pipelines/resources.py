@@ -115,6 +115,11 @@ class TrainerResource(ConfigurableResource):
     dynamic_sampling: bool | None = mirrored(GRPOConfig, "dynamic_sampling")
     overlong_buffer: int | None = mirrored(GRPOConfig, "overlong_buffer")
     advantage_mode: str = mirrored(GRPOConfig, "advantage_mode")
+    w_rl: float = mirrored(GRPOConfig, "w_rl")
+    w_opd: float = mirrored(GRPOConfig, "w_opd")
+    opd_teacher: str = mirrored(GRPOConfig, "opd_teacher")
+    opd_clip: float = mirrored(GRPOConfig, "opd_clip")
+    opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the bench resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
 

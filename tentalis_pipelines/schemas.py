@@ -114,6 +114,30 @@ class TrajectoryRow(BaseModel):
     token_advantages: list[float] | None = Field(None, description="multi_turn: the advantage of every completion token (0 on masked ones)")
     turn_rewards: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's reward (rollouts.turn_spans order)")
     turn_advantages: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's normalised advantage")
+    opd_signal: list[float] | None = Field(None, description="hinted OPD: clipped log pi_teacher(a|s+hint) - log pi(a|s) per completion token; null = no OPD term")
+    w_rl: float | None = Field(None, description="weight of the RL advantage in the trained per-token advantage (null = 1)")
+    w_opd: float | None = Field(None, description="weight of opd_signal in the trained per-token advantage (null = 0)")
+
+
+class TeacherLogprobRow(BaseModel):
+    """One hint-filter decision per reviewed rollout, and for the hints that go on to the teacher, the
+    teacher's and the student's per-token log-probs of the student's own completion."""
+
+    batch_id: str
+    rollout_id: str
+    hint_id: str | None = Field(None, description="content hash of (rollout, manager, hint); null when the review has no hint")
+    hint_source: str = Field(description="the manager that wrote the hint: verifier | llm | human | judge")
+    hint: str = Field(description="the hint as the teacher saw it")
+    teacher: str = Field(description="'self:<policy_version>' (the sampling policy given the hint) or the teacher model's folder")
+    policy_version: str
+    temperature: float = Field(description="the completion's sampling temperature; both log-probs are at it")
+    decision: str = Field(description="used | no_hint | trivial | leaks_answer | no_effect")
+    reason: str
+    teacher_logprobs: list[float] | None = None
+    student_logprobs: list[float] | None = None
+    opd_signal: list[float] | None = Field(None, description="clipped teacher - student per token (what trajectories carry)")
+    signal_mean: float | None = Field(None, description="mean OPD signal over the completion tokens")
+    created_at: datetime
 
 
 class HumanReviewRow(BaseModel):
@@ -369,6 +393,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("token_advantages", pa.list_(pa.float64())),
             ("turn_rewards", pa.list_(pa.float64())),
             ("turn_advantages", pa.list_(pa.float64())),
+            ("opd_signal", pa.list_(pa.float64())),
+            ("w_rl", pa.float64()),
+            ("w_opd", pa.float64()),
+        ]
+    ),
+    "teacher_logprobs": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("hint_id", pa.string()),
+            ("hint_source", pa.string()),
+            ("hint", pa.string()),
+            ("teacher", pa.string()),
+            ("policy_version", pa.string()),
+            ("temperature", pa.float64()),
+            ("decision", pa.string()),
+            ("reason", pa.string()),
+            ("teacher_logprobs", pa.list_(pa.float64())),
+            ("student_logprobs", pa.list_(pa.float64())),
+            ("opd_signal", pa.list_(pa.float64())),
+            ("signal_mean", pa.float64()),
+            ("created_at", TS),
         ]
     ),
     "human_reviews": pa.schema(
@@ -536,6 +582,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "step_labels": StepLabelRow,
     "reviews": ReviewRow,
     "trajectories": TrajectoryRow,
+    "teacher_logprobs": TeacherLogprobRow,
     "human_reviews": HumanReviewRow,
     "checkpoints": CheckpointRow,
     "benchmark_results": BenchmarkResultRow,
@@ -549,4 +596,4 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
-BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "trajectories")
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "trajectories")

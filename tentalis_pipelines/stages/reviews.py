@@ -27,6 +27,15 @@ def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
+def _expression(task: dict) -> str | None:
+    try:
+        meta = json.loads(task.get("metadata") or "{}")
+    except json.JSONDecodeError:
+        return None
+    expr = meta.get("expression") if isinstance(meta, dict) else None
+    return expr if isinstance(expr, str) else None
+
+
 def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInput]]:
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     steps = _by_rollout(lake.read("step_scores", batch_id=batch_id).to_pylist())
@@ -49,6 +58,7 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
                     step_scores=[step_reward(x["score"], x["scorer"]) for x in s],
                     step_rationales=[x["rationale"] for x in s],
                     finish_reason=r["finish_reason"],
+                    expression=_expression(tasks[r["task_id"]]),
                 ),
             )
         )

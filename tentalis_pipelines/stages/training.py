@@ -16,7 +16,7 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
-from tentalis_pipelines.training import serving
+from tentalis_pipelines.training import opd, serving
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
@@ -90,6 +90,12 @@ def train_checkpoint(
             # Outcome advantage on every token, plus the process advantage of the token's step.
             owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
             token_adv = token_advantages(owner, float(t["advantage"]), t["step_advantages"] or [])
+        w_rl = 1.0 if t.get("w_rl") is None else float(t["w_rl"])
+        w_opd = 0.0 if t.get("w_opd") is None else float(t["w_opd"])
+        if t.get("opd_signal") is not None or w_rl != 1.0:
+            # Hinted OPD (training/opd.py): w_rl * A_rl + w_opd * (log pi_teacher - log pi_student), per token.
+            rl = token_adv if token_adv is not None else [float(t["advantage"])] * len(ro["completion_token_ids"])
+            token_adv = opd.combine_advantages(rl, t.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
         samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
                                    old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
     if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
