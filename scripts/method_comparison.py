@@ -49,7 +49,8 @@ def run(args) -> None:
     if args.gate_limit:
         cmd += ["--gate-limit", str(args.gate_limit)]
     t0 = time.time()
-    subprocess.run([*tentalis, "init"], env=env, check=True, cwd=ROOT)
+    model = ["--model", os.environ["TENTALIS_MODEL"]] if os.environ.get("TENTALIS_MODEL") else []
+    subprocess.run([*tentalis, "init", *model], env=env, check=True, cwd=ROOT)
     print("$", " ".join(cmd), f"(home {home})", flush=True)
     subprocess.run(cmd, env=env, check=True, cwd=ROOT)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
