@@ -254,9 +254,10 @@ class Lakehouse:
         _schema(name)
         return f"{self.root.rstrip('/')}/{name}"
 
-    def _open(self, name: str) -> DeltaTable:
-        """The table's current snapshot (raises ``TableNotFoundError`` before its first write)."""
-        return DeltaTable(self.uri(name), storage_options=self._storage_options)
+    def _open(self, name: str, version: int | None = None) -> DeltaTable:
+        """The table's current snapshot, or ``version`` (Delta time travel); raises ``TableNotFoundError``
+        before its first write."""
+        return DeltaTable(self.uri(name), version=version, storage_options=self._storage_options)
 
     # ---------------------------------------------------------------- reading
     def exists(self, name: str) -> bool:
@@ -267,23 +268,26 @@ class Lakehouse:
         except TableNotFoundError:
             return False
 
-    def table(self, name: str) -> DeltaTable | None:
-        """The table's current snapshot, or None before its first write."""
+    def table(self, name: str, version: int | None = None) -> DeltaTable | None:
+        """The table's current snapshot (or its snapshot at ``version``), or None before its first write."""
         try:
-            return self._open(name)
+            return self._open(name, version)
         except TableNotFoundError:
+            if version is not None and self.exists(name):
+                raise  # the table exists but not that version: not the same as "no table yet"
             return None
 
-    def dataset(self, name: str, *, batch_id: str | None = None) -> pds.Dataset:
+    def dataset(self, name: str, *, batch_id: str | None = None, version: int | None = None) -> pds.Dataset:
         """A lazy pyarrow dataset of the table (an empty in-memory one before the first write).
 
         With ``batch_id`` on a per-batch table the dataset holds only that batch's partition files,
         chosen from the Delta log, so scanning it never opens another batch's file. Nothing is read
-        until the dataset is scanned.
+        until the dataset is scanned. ``version``: the table as it was at that Delta version (time
+        travel; its files must not have been vacuumed).
         """
         if batch_id is not None:
             validate_batch_id(batch_id)
-        dt = self.table(name)
+        dt = self.table(name, version)
         if dt is None:
             return pds.dataset(_schema(name).empty_table())
         return self._dataset(name, dt, batch_id)
@@ -315,9 +319,11 @@ class Lakehouse:
             fragments.append(fmt.make_fragment(unquote(path), filesystem=fs, partition_expression=expr))
         return pds.FileSystemDataset(fragments, schema, fmt, fs)
 
-    def read(self, name: str, *, batch_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
-        """Read a table, pruned to one batch's partition when ``batch_id`` is given."""
-        ds = self.dataset(name, batch_id=batch_id)
+    def read(self, name: str, *, batch_id: str | None = None, columns: list[str] | None = None,
+             version: int | None = None) -> pa.Table:
+        """Read a table, pruned to one batch's partition when ``batch_id`` is given; at Delta ``version``
+        when given (time travel)."""
+        ds = self.dataset(name, batch_id=batch_id, version=version)
         if batch_id is not None and "batch_id" not in _schema(name).names:
             raise LakehouseError(f"table {name!r} has no batch_id column")
         # The row filter is exact for unpartitioned tables (quarantine, human_reviews) and free for
@@ -463,6 +469,14 @@ class Lakehouse:
             .execute()
         )
         return table.num_rows
+
+    def delete(self, name: str, predicate: str) -> int:
+        """Delete the rows matching the SQL ``predicate`` (one Delta commit, retried on conflicts);
+        returns how many. The rows stay in older versions' files until ``vacuum`` removes those."""
+        if self.table(name) is None:
+            return 0
+        metrics = self._commit(lambda: self._open(name).delete(predicate))
+        return int((metrics or {}).get("num_deleted_rows", 0) or 0)
 
     def update(self, name: str, predicate: str, updates: Mapping[str, str]) -> None:
         """SQL-expression update (e.g. flip ``promoted``), retried on commit conflicts."""
@@ -636,7 +650,7 @@ class Lakehouse:
         return [self.maintain(name, **options) for name in names if self.exists(name)]
 
     # ---------------------------------------------------------------- SQL
-    def duckdb(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+    def duckdb(self, tables: Iterable[str] | None = None, versions: Mapping[str, int | None] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table (or the given ones) registered as a view.
 
         Tables are registered as lazy pyarrow datasets (not DuckDB's ``delta_scan``, which downloads an
@@ -647,10 +661,14 @@ class Lakehouse:
         access is switched off and the configuration locked, so a query cannot read or write files
         (``read_text('/etc/shadow')``, ``COPY ... TO`` into a table's ``_delta_log``), ``ATTACH`` a
         database, ``INSTALL``/``LOAD`` an extension or ``SET`` its way back.
+
+        ``versions`` pins tables to a Delta version (``{"trajectories": 12}``): the view shows the table
+        as it was then (what training read, for a lineage replay).
         """
+        versions = versions or {}
         con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         for name in SCHEMAS if tables is None else tables:
-            con.register(name, self.dataset(name))
+            con.register(name, self.dataset(name, version=versions.get(name)))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return con

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tentalis_pipelines import audit
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.training import serving
 
@@ -81,6 +82,9 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
         row = {"checkpoint_id": checkpoint_id, "benchmark": benchmark, "incumbent": incumbent, **decision.as_dict(),
                "margin": float(margin), "created_at": now_utc()}
         lake.replace_where("gate_decisions", {"checkpoint_id": checkpoint_id, "benchmark": benchmark}, [row])
+        audit.record(lake, actor="gate", action="gate_decision", subject=checkpoint_id, from_state=incumbent,
+                     to_state="promote" if decision.promote else "reject", reason=f"{benchmark}: {decision.reason}",
+                     detail={k: v for k, v in row.items() if k != "created_at"})
         if decision.promote:
             serving.promote(lake, checkpoint_id, actor="gate", action="gate", reason=f"{benchmark} vs {incumbent}: {decision.reason}")
     return incumbent, decision
