@@ -595,6 +595,32 @@ class Lakehouse:
             )
         return hours
 
+    def purge_log_history(self, name: str) -> int:
+        """Drop the Delta log before the current version: checkpoint the current version, delete every
+        older commit file and checkpoint, and keep nothing else. Returns the log files deleted.
+
+        The log's per-file statistics hold min/max values of the indexed columns (for unpartitioned
+        tables: every column, e.g. a 64-character prefix of a critique), so after a retraction's delete
+        and vacuum the old commits still carry the retracted text. Time travel of this table to any
+        earlier version is lost. Local lakehouses only."""
+        dt = self.table(name)
+        if dt is None:
+            return 0
+        if self.is_object_store:
+            raise LakehouseError(f"purge_log_history({name!r}) needs a local lakehouse")
+        log_dir = Path(self.uri(name)) / "_delta_log"
+        before = {p.name for p in log_dir.iterdir()}
+        key = "delta.logRetentionDuration"
+        previous = dt.metadata().configuration.get(key)
+        # cleanup_metadata() deletes what is older than the retention and precedes a checkpoint; the
+        # retention goes to 0 only for this call and is then set back (its own commit, after the checkpoint).
+        self._commit(lambda: self._open(name).alter.set_table_properties({key: "interval 0 seconds"}))
+        dt = self._open(name)
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        self._commit(lambda: self._open(name).alter.set_table_properties({key: previous or "interval 30 days"}))
+        return len(before - {p.name for p in log_dir.iterdir()})
+
     def create_checkpoint(self, name: str) -> int | None:
         """Write a Delta checkpoint of the current version, so loading the table replays one parquet
         file instead of every JSON commit since the last checkpoint. Returns the version (None: no table)."""

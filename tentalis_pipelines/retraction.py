@@ -17,7 +17,10 @@
    plus ``teacher_logprobs`` rows of the affected rollouts where that table exists;
 2. deletes them (one Delta delete per table), then vacuums those tables with retention 0, so no file
    on disk holds the rows any more, and checks that by scanning every parquet file left under the
-   tables' folders. Time travel of those tables to versions before the retraction is lost (that is the
+   tables' folders. The log of an unpartitioned table (``human_reviews``, ``turns``, ``sessions``) is cut
+   to its current version as well (``Lakehouse.purge_log_history``): its statistics hold column
+   values. Per-batch tables keep statistics on their two id columns only, so their log keeps its
+   history. Time travel of those tables to versions before the retraction is lost (that is the
    point); lineage replays of checkpoints whose pinned files were rewritten fail from then on;
 3. lists every checkpoint whose lineage manifest used the rows (``direct``) or that descends from one
    (``inherited from ...``: a LoRA chain starts from its parent's adapter), and marks each in ``audit``
@@ -45,6 +48,7 @@ import pyarrow.dataset as pds
 
 from tentalis_pipelines import audit, lineage
 from tentalis_pipelines.lakehouse import Lakehouse, repr_sql
+from tentalis_pipelines.schemas import BATCH_TABLES
 from tentalis_pipelines.sessions import LIVE_BATCH
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
@@ -67,6 +71,7 @@ class Retraction:
     actor: str
     deleted: dict[str, int] = field(default_factory=dict)
     vacuumed_files: dict[str, int] = field(default_factory=dict)
+    purged_log_files: dict[str, int] = field(default_factory=dict)
     affected: dict[str, str] = field(default_factory=dict)
     serving_before: str = serving.BASE
     serving_after: str = serving.BASE
@@ -280,6 +285,9 @@ def retract(lake: Lakehouse, *, reason: str, actor: str, review: str | None = No
 
     for name, conditions in deletes.items():
         out.deleted[name], out.vacuumed_files[name] = _delete(lake, name, conditions)
+        if name in lake_schema_names() and name not in BATCH_TABLES and out.deleted[name]:
+            # Unpartitioned tables keep statistics on every column: their old log commits hold text.
+            out.purged_log_files[name] = lake.purge_log_history(name)
     for name, conditions in deletes.items():
         left = remaining_matches(lake, name, conditions)
         if left:
