@@ -41,10 +41,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as pds
+import pyarrow.parquet as pq
 
 from tentalis_pipelines import audit, lineage
 from tentalis_pipelines.lakehouse import Lakehouse, repr_sql
@@ -87,18 +88,22 @@ def _predicate(conditions: Sequence[Condition]) -> str:
     return " OR ".join("(" + " AND ".join(f"{c} = {repr_sql(v)}" for c, v in sorted(cond.items())) + ")" for cond in conditions)
 
 
-def _expression(conditions: Sequence[Condition], names: Sequence[str]) -> pc.Expression | None:
-    """The conditions as a pyarrow filter over a file with columns ``names`` (None: no condition applies)."""
-    expr = None
+def _matches(table: pa.Table, conditions: Sequence[Condition]) -> int:
+    """Rows of ``table`` matching any condition whose columns it has (string_view columns, which
+    delta-rs writes when it rewrites files, compared as strings)."""
+    mask = None
     for cond in conditions:
-        if not all(c in names for c in cond):
+        if not all(c in table.column_names for c in cond):
             continue
         part = None
         for c, v in cond.items():
-            term = pc.field(c) == pa.scalar(v)
-            part = term if part is None else part & term
-        expr = part if expr is None else expr | part
-    return expr
+            col = table.column(c)
+            if pa.types.is_string_view(col.type) or pa.types.is_large_string(col.type):
+                col = col.cast(pa.string())
+            term = pc.equal(col, pa.scalar(v, pa.string()))
+            part = term if part is None else pc.and_(part, term)
+        mask = part if mask is None else pc.or_(mask, part)
+    return 0 if mask is None else int(pc.sum(pc.fill_null(mask, False).cast(pa.int64())).as_py() or 0)
 
 
 def _rows(lake: Lakehouse, name: str) -> list[dict[str, Any]]:
@@ -216,16 +221,19 @@ def _table_dir(lake: Lakehouse, name: str) -> Path:
 def remaining_matches(lake: Lakehouse, name: str, conditions: Sequence[Condition]) -> int:
     """Rows matching ``conditions`` in any parquet file under the table's folder (every version's
     files still on disk, not only the current snapshot's): 0 once a retraction is complete."""
-    folder = _table_dir(lake, name)
+    needed = {c for cond in conditions for c in cond}
     found = 0
-    for path in sorted(folder.rglob("*.parquet")):
+    for path in sorted(_table_dir(lake, name).rglob("*.parquet")):
         if "_delta_log" in path.parts:
             continue
-        ds = pds.dataset(str(path), format="parquet")
-        expr = _expression(conditions, ds.schema.names)
-        if expr is None:
-            continue
-        found += ds.count_rows(filter=expr)
+        names = set(pq.read_schema(path).names)
+        # A partition column (batch_id) lives in the folder name, not in the file.
+        table = pq.read_table(path, columns=sorted(needed & names))
+        for part in path.relative_to(_table_dir(lake, name)).parts[:-1]:
+            key, _, value = part.partition("=")
+            if key in needed and key not in names:
+                table = table.append_column(key, pa.array([unquote(value)] * table.num_rows, pa.string()))
+        found += _matches(table, conditions)
     return found
 
 

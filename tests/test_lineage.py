@@ -234,6 +234,9 @@ def test_retracting_a_review_deletes_it_from_disk_and_moves_serving_off_every_ch
 def test_retracting_a_task_takes_its_rollouts_scores_reviews_and_trajectories(cycles, tmp_path):
     _, lake = copy_home(cycles["home"], tmp_path / "home")
     c1 = cycles["ids"][0]
+    # The on-disk check sees rows in every file, partition values (batch_id is in the folder name) included.
+    assert retraction.remaining_matches(lake, "trajectories", [{"batch_id": "b1", "rollout_id": "b1-r0"}]) == 1
+    assert retraction.remaining_matches(lake, "trajectories", [{"batch_id": "b2", "rollout_id": "b1-r0"}]) == 0
     # Task t0 of every batch: all three checkpoints trained on it, so serving falls back to the base model.
     result = retraction.retract(lake, task="t0", reason="the task leaked a benchmark item", actor="bob")
     assert result.deleted == {"tasks": 3, "step_scores": 12, "step_labels": 0, "human_reviews": 1, "rollouts": 12, "reviews": 12,
@@ -268,3 +271,44 @@ def test_every_promotion_rollback_and_gate_decision_is_an_audit_row(cycles, tmp_
         ("carol", "rollback", c2, c3, c2), ("dave", "promote", c3, c2, c3), ("gate", "gate_decision", c2, c3, "reject")]
     assert rows[0]["reason"] == "c3 regressed in production" and decision.reason in rows[2]["reason"]
     assert json.loads(rows[2]["detail"])["n_paired"] == 40
+
+
+def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywhere_on_disk(home):
+    """A gateway session and a sessions batch built from it, written by hand (no model needed)."""
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    now = now_utc()
+    said = "MY-ACCOUNT-NUMBER-IS-12345678 please forget it"
+    lake.append("sessions", [{"session_id": "s1", "tenant": "acme", "turn_count": 2, "policy_versions": ["base"], "models": ["m"],
+                              "first_turn_at": now, "last_turn_at": now, "metadata": "{}"},
+                             {"session_id": "s2", "tenant": "acme", "turn_count": 1, "policy_versions": ["base"], "models": ["m"],
+                              "first_turn_at": now, "last_turn_at": now, "metadata": "{}"}])
+    lake.append("turns", [{"turn_id": f"{sid}-t{i}", "session_id": sid, "tenant": "acme", "turn_index": i,
+                           "messages": json.dumps([{"role": "user", "content": said if sid == "s1" else "hello"}]), "created_at": now}
+                          for sid, n in (("s1", 2), ("s2", 1)) for i in range(n)])
+    live = [{"batch_id": "live", "rollout_id": sid, "manager": "live", "score": 1.0, "critique": f"{sid} was fine", "hint": "",
+             "created_at": now, "review_id": f"rev-{sid}", "session_id": sid} for sid in ("s1", "s2")]
+    lake.write_batch("reviews", "live", live)
+    batch = "sessions-abc"
+    lake.write_batch("tasks", batch, [{"batch_id": batch, "task_id": sid, "source": "live-sessions", "environment": "chat",
+                                       "prompt": said if sid == "s1" else "hello", "reference": "", "metadata": "{}", "created_at": now}
+                                      for sid in ("s1", "s2")])
+    lake.write_batch("rollouts", batch, [{"batch_id": batch, "rollout_id": f"ro-{sid}", "task_id": sid, "group_index": 0,
+                                          "prompt_text": said if sid == "s1" else "hello", "completion": "ok", "session_id": sid,
+                                          "created_at": now} for sid in ("s1", "s2")])
+    lake.write_batch("reviews", batch, [{**r, "batch_id": batch} for r in live])
+    lake.write_batch("trajectories", batch, [{"batch_id": batch, "rollout_id": f"ro-{sid}", "task_id": sid, "group_index": 0,
+                                              "kind": "multi_turn", "advantage": 0.0, "kept": True, "created_at": now} for sid in ("s1", "s2")])
+    assert any(said[:30].encode() in p.read_bytes() for p in (Path(lake.root) / "turns" / "_delta_log").iterdir())  # stats hold it
+
+    result = retraction.retract(lake, session="s1", reason="the customer asked to be forgotten", actor="privacy")
+    assert result.deleted == {"sessions": 1, "turns": 2, "tasks": 1, "rollouts": 1, "reviews": 2, "trajectories": 1}
+    assert result.affected == {} and result.serving_after == "base"
+    leaks = [p for p in Path(lake.root).rglob("*") if p.is_file() and said[:30].encode() in p.read_bytes()]
+    assert leaks == []
+    # s2 is untouched, in every table.
+    assert [r["session_id"] for r in lake.read("sessions").to_pylist()] == ["s2"]
+    assert [r["turn_id"] for r in lake.read("turns").to_pylist()] == ["s2-t0"]
+    assert sorted(r["review_id"] for r in lake.read("reviews").to_pylist()) == ["rev-s2", "rev-s2"]
+    assert [r["rollout_id"] for r in lake.read("trajectories", batch_id=batch).to_pylist()] == ["ro-s2"]
+    (row,) = audit.rows(lake, action="retraction")
+    assert (row["actor"], row["subject"], row["reason"]) == ("privacy", "session s1", "the customer asked to be forgotten")
