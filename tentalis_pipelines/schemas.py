@@ -147,7 +147,7 @@ class ServingRow(BaseModel):
     seq: int = Field(description="position in the serving log; the row with the highest seq is what serves")
     from_checkpoint: str = Field(description="what served before this change: a checkpoint id or 'base'")
     to_checkpoint: str = Field(description="what serves from this change on: a checkpoint id or 'base'")
-    action: str = Field(description="promote | rollback | gate | reconcile | migrate")
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate | retract")
     actor: str = Field(description="who: a user name, 'gate', 'trainer' or 'reconcile'")
     reason: str
     created_at: datetime

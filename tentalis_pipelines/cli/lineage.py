@@ -54,7 +54,7 @@ def lineage(
     if check is not None:
         head.add_row("replay", ("[green]matches[/]" if check[0] else "[red]DIFFERS[/]") + f" ({check[1]['samples']} samples)")
     _print_table(head)
-    versions = Table(title="table versions read (Delta time travel replays these)")
+    versions = Table(title="table versions read")
     _add_column(versions, "table")
     _add_column(versions, "version", justify="right")
     for name, v in sorted(manifest["tables"].items()):
