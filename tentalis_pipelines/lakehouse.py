@@ -563,6 +563,7 @@ class Lakehouse:
 
     def vacuum(
         self, name: str, retention_hours: int | None = None, *, allow_unsafe_retention: bool = False, dry_run: bool = False,
+        full: bool = True,
     ) -> list[str]:
         """Delete files that no version within ``retention_hours`` needs (default: the setting
         ``$TENTALIS_VACUUM_RETENTION_HOURS``, 168 h), and orphans that no commit references.
@@ -570,6 +571,8 @@ class Lakehouse:
         A retention below the table's ``delta.deletedFileRetentionDuration`` could delete files that
         a running reader or writer still uses, so it is refused unless ``allow_unsafe_retention``.
         Time travel to versions older than the retention is lost. Returns the files (to be) deleted.
+        ``full=False`` deletes only files that a commit removed (never an uncommitted file, which a
+        concurrent writer may be about to commit: what a retention of 0 needs).
         """
         hours = self._retention(name, retention_hours, allow_unsafe_retention)
         if self.table(name) is None:
@@ -577,7 +580,7 @@ class Lakehouse:
         # full: also delete files that no commit references (left by writers that lost a commit race);
         # they are older than the retention too, so an in-flight write's files are safe.
         return self._commit(lambda: self._open(name).vacuum(
-            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=True,
+            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=full,
             post_commithook_properties=_KEEP_LOG))
 
     def _retention(self, name: str, retention_hours: int | None, allow_unsafe_retention: bool) -> int:

@@ -241,13 +241,14 @@ def _delete(lake: Lakehouse, name: str, conditions: Sequence[Condition]) -> tupl
     """Delete, then vacuum with retention 0; returns (rows deleted, files vacuumed)."""
     if name in lake_schema_names():
         deleted = lake.delete(name, _predicate(conditions))
-        files = lake.vacuum(name, 0, allow_unsafe_retention=True)
+        # full=False: only the files commits removed (the delete's), never a concurrent writer's uncommitted ones.
+        files = lake.vacuum(name, 0, allow_unsafe_retention=True, full=False)
     else:  # a table another feature added (teacher_logprobs): plain deltalake
         dt = _optional_table(lake, name)
         if dt is None or not all(c in dt.schema().to_arrow().names for cond in conditions for c in cond):
             return 0, 0
         deleted = int(dt.delete(_predicate(conditions)).get("num_deleted_rows", 0) or 0)
-        files = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True)
+        files = dt.vacuum(retention_hours=0, enforce_retention_duration=False, dry_run=False, full=False)
     return deleted, len(files)
 
 
