@@ -312,3 +312,32 @@ def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywher
     assert [r["rollout_id"] for r in lake.read("trajectories", batch_id=batch).to_pylist()] == ["ro-s2"]
     (row,) = audit.rows(lake, action="retraction")
     assert (row["actor"], row["subject"], row["reason"]) == ("privacy", "session s1", "the customer asked to be forgotten")
+
+
+def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_them(home, tiny_model_dir):
+    """Other features add a `skills` table and a `rollouts.skill_ids` column; the manifest records both."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    write_batch(lake, tok, "b1", "base")
+    rollouts = lake.read("rollouts", batch_id="b1")
+    skills = [["sk-1"], ["sk-1", "sk-2"], [], None]
+    write_deltalake(lake.uri("rollouts"), rollouts.append_column("skill_ids", pa.array(skills, pa.list_(pa.string()))),
+                    mode="overwrite", predicate="batch_id = 'b1'", schema_mode="merge", partition_by=["batch_id"])
+    write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-1", "sk-2"], "text": ["a", "b"]}))
+    write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-3"], "text": ["c"]}), mode="append")
+
+    versions = lineage.table_versions(lake)
+    assert versions == {"tasks": 0, "rollouts": 1, "step_scores": 0, "reviews": 0, "trajectories": 0, "skills": 1}
+    fresh = lineage.order_trajectories(stage_training.fresh_trajectories(lake, "base", versions).to_pylist())
+    samples, by_id = stage_training.build_samples(lake, tok, fresh, versions)
+    m = lineage.build_manifest(lake, checkpoint_id="ckpt-x", parent_id=None, policy_version="base", versions=versions, trajectories=fresh,
+                               rollouts=by_id, samples=samples, config={}, base_model="tiny", model=str(tiny_model_dir))
+    assert m["skills"] == ["sk-1", "sk-2"] and m["tables"]["skills"] == 1
+    assert [r["review_key"] for r in m["hints"]] == ["b1/b1-r0/verifier", "b1/b1-r2/verifier"] and len(m["reviews"]) == 4
+    kinds = [r["kind"] for r in lineage.lineage_rows(m)]
+    assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
+    assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])
