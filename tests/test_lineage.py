@@ -271,6 +271,12 @@ def test_every_promotion_rollback_and_gate_decision_is_an_audit_row(cycles, tmp_
         ("carol", "rollback", c2, c3, c2), ("dave", "promote", c3, c2, c3), ("gate", "gate_decision", c2, c3, "reject")]
     assert rows[0]["reason"] == "c3 regressed in production" and decision.reason in rows[2]["reason"]
     assert json.loads(rows[2]["detail"])["n_paired"] == 40
+    # A checkpoint a retraction tainted is rejected by the gate even when its benchmark says promote.
+    retraction.retract(lake, review=REVIEWED, reason="withdrawn", actor="alice")  # taints c2 and c3; serving moves to c1
+    lake.replace_where("benchmark_items", {"checkpoint_id": c1, "benchmark": "arithmetic"}, items(c1, 5))
+    incumbent, decision = promotion.decide_promotion(lake, c3, "arithmetic")
+    assert incumbent == c1 and not decision.promote and "retracted" in decision.reason and serving.serving_checkpoint(lake) == c1
+    assert audit.rows(lake)[-1]["to_state"] == "reject"
 
 
 def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywhere_on_disk(home):
@@ -299,6 +305,12 @@ def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywher
     lake.write_batch("trajectories", batch, [{"batch_id": batch, "rollout_id": f"ro-{sid}", "task_id": sid, "group_index": 0,
                                               "kind": "multi_turn", "advantage": 0.0, "kept": True, "created_at": now} for sid in ("s1", "s2")])
     assert any(said[:30].encode() in p.read_bytes() for p in (Path(lake.root) / "turns" / "_delta_log").iterdir())  # stats hold it
+
+    # The lineage of a sessions batch's trajectory: the reviews of its session (live copies in the batch).
+    trajs = [r for r in lake.read("trajectories", batch_id=batch).to_pylist() if r["rollout_id"] == "ro-s1"]
+    ros = {r["rollout_id"]: r for r in lake.read("rollouts", batch_id=batch).to_pylist()}
+    used = lineage.used_reviews(lake, trajs, ros, lake.table("reviews").version())
+    assert [(r["batch_id"], lineage.review_key(r)) for r in used] == [(batch, "rev-s1")]
 
     result = retraction.retract(lake, session="s1", reason="the customer asked to be forgotten", actor="privacy")
     assert result.deleted == {"sessions": 1, "turns": 2, "tasks": 1, "rollouts": 1, "reviews": 2, "trajectories": 1}
@@ -341,3 +353,7 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     kinds = [r["kind"] for r in lineage.lineage_rows(m)]
     assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
     assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])
+    # A live review: its row in `live` and its copy in the sessions batch go, with the session's trajectory.
+    result = retraction.retract(lake, review="rev-s2", reason="posted by mistake", actor="privacy")
+    assert result.deleted == {"reviews": 2, "trajectories": 1} and result.review_keys == ["rev-s2"]
+    assert lake.read("reviews").num_rows == 0 and lake.read("trajectories").num_rows == 0 and lake.read("turns").num_rows == 1
