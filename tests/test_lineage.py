@@ -324,6 +324,10 @@ def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywher
     assert [r["rollout_id"] for r in lake.read("trajectories", batch_id=batch).to_pylist()] == ["ro-s2"]
     (row,) = audit.rows(lake, action="retraction")
     assert (row["actor"], row["subject"], row["reason"]) == ("privacy", "session s1", "the customer asked to be forgotten")
+    # A live review: its row in `live` and its copy in the sessions batch go, with the session's trajectory.
+    result = retraction.retract(lake, review="rev-s2", reason="posted by mistake", actor="privacy")
+    assert result.deleted == {"reviews": 2, "trajectories": 1} and result.review_keys == ["rev-s2"]
+    assert lake.read("reviews").num_rows == 0 and lake.read("trajectories").num_rows == 0 and lake.read("turns").num_rows == 1
 
 
 def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_them(home, tiny_model_dir):
@@ -353,7 +357,3 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     kinds = [r["kind"] for r in lineage.lineage_rows(m)]
     assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
     assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])
-    # A live review: its row in `live` and its copy in the sessions batch go, with the session's trajectory.
-    result = retraction.retract(lake, review="rev-s2", reason="posted by mistake", actor="privacy")
-    assert result.deleted == {"reviews": 2, "trajectories": 1} and result.review_keys == ["rev-s2"]
-    assert lake.read("reviews").num_rows == 0 and lake.read("trajectories").num_rows == 0 and lake.read("turns").num_rows == 1
