@@ -171,7 +171,7 @@ class ServingRow(BaseModel):
     seq: int = Field(description="position in the serving log; the row with the highest seq is what serves")
     from_checkpoint: str = Field(description="what served before this change: a checkpoint id or 'base'")
     to_checkpoint: str = Field(description="what serves from this change on: a checkpoint id or 'base'")
-    action: str = Field(description="promote | rollback | gate | reconcile | migrate")
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate | retract")
     actor: str = Field(description="who: a user name, 'gate', 'trainer' or 'reconcile'")
     reason: str
     created_at: datetime
@@ -284,6 +284,29 @@ class TurnRow(BaseModel):
     completion_tokens: int
     latency_ms: float
     created_at: datetime
+
+
+class LineageRow(BaseModel):
+    checkpoint_id: str
+    kind: str = Field(description="manifest | table | trajectory | review | hint | skill: what the row records")
+    table_name: str | None = Field(None, description="the table read (table) or holding the row (trajectory, review, hint, skill)")
+    table_version: int | None = Field(None, description="the Delta version of table_name that training read (time travel replays it)")
+    row_id: str | None = Field(None, description="the row trained on: a rollout id (trajectory), a review key (review, hint), a skill id")
+    batch_id: str | None = None
+    detail: str | None = Field(None, description="JSON; the manifest row: parent, config, code version, model, ancestors")
+    created_at: datetime
+
+
+class AuditRow(BaseModel):
+    actor: str = Field(description="who: a user name, 'gate', 'trainer', 'reconcile', 'retract'")
+    at: datetime
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate | retract (serving moves), "
+                        "gate_decision, retraction")
+    subject: str = Field(description="what it is about: a checkpoint id, or the retracted review / session / task")
+    from_state: str | None = Field(None, description="before: the serving checkpoint, the incumbent, or the rows retracted")
+    to_state: str | None = Field(None, description="after: the serving checkpoint, 'promote' / 'reject', or the rows left")
+    reason: str
+    detail: str | None = Field(None, description="JSON with the numbers behind it")
 
 
 SCHEMAS: dict[str, pa.Schema] = {
@@ -573,6 +596,30 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "lineage": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("kind", pa.string(), False),
+            ("table_name", pa.string()),
+            ("table_version", pa.int64()),
+            ("row_id", pa.string()),
+            ("batch_id", pa.string()),
+            ("detail", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "audit": pa.schema(
+        [
+            ("actor", pa.string(), False),
+            ("at", TS),
+            ("action", pa.string(), False),
+            ("subject", pa.string()),
+            ("from_state", pa.string()),
+            ("to_state", pa.string()),
+            ("reason", pa.string()),
+            ("detail", pa.string()),
+        ]
+    ),
 }
 
 ROW_MODELS: dict[str, type[BaseModel]] = {
@@ -593,6 +640,8 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "quarantine": QuarantineRow,
     "sessions": SessionRow,
     "turns": TurnRow,
+    "lineage": LineageRow,
+    "audit": AuditRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
