@@ -145,6 +145,21 @@ def used_reviews(lake: Lakehouse, trajectories: Iterable[dict], rollouts: dict[s
     return sorted(out, key=review_key)
 
 
+def distilled_hints(lake: Lakehouse, trajectories: Sequence[dict], version: int | None) -> list[dict[str, str]]:
+    """The hints whose OPD signal the checkpoint trained on: a trajectory carries ``opd_signal`` exactly
+    when the teacher used its rollout's hint (``teacher_logprobs.decision = 'used'``)."""
+    with_signal = {(t["batch_id"], t["rollout_id"]) for t in trajectories if t.get("opd_signal") is not None}
+    if not with_signal or not lake.exists("teacher_logprobs"):
+        return []
+    out = []
+    for batch in sorted({b for b, _ in with_signal}):
+        for r in lake.read("teacher_logprobs", batch_id=batch, columns=["batch_id", "rollout_id", "hint_id", "decision"],
+                           version=version).to_pylist():
+            if (batch, r["rollout_id"]) in with_signal and r["decision"] == "used" and r["hint_id"]:
+                out.append({"batch_id": batch, "hint_id": r["hint_id"], "rollout_id": r["rollout_id"]})
+    return sorted(out, key=lambda h: (h["batch_id"], h["hint_id"]))
+
+
 def build_manifest(lake: Lakehouse, *, checkpoint_id: str, parent_id: str | None, policy_version: str, versions: dict[str, int | None],
                    trajectories: Sequence[dict], rollouts: dict[str, dict], samples: Sequence[Any], config: dict[str, Any],
                    base_model: str, model: str) -> dict[str, Any]:
@@ -152,6 +167,7 @@ def build_manifest(lake: Lakehouse, *, checkpoint_id: str, parent_id: str | None
     their ``rollouts``, read at ``versions``). Ids only: no review text, prompt or completion."""
     reviews = used_reviews(lake, trajectories, rollouts, versions.get("reviews"))
     skills = sorted({s for r in rollouts.values() for s in (r.get("skill_ids") or [])})
+    distilled = distilled_hints(lake, trajectories, versions.get("teacher_logprobs"))
     return {
         "manifest_version": MANIFEST_VERSION,
         "checkpoint_id": checkpoint_id,
@@ -169,6 +185,7 @@ def build_manifest(lake: Lakehouse, *, checkpoint_id: str, parent_id: str | None
         "reviews": [{"batch_id": r["batch_id"], "review_key": review_key(r)} for r in reviews],
         "hints": [{"batch_id": r["batch_id"], "review_key": review_key(r)} for r in reviews if (r.get("hint") or "").strip()],
         "skills": skills,
+        "opd_hints": distilled,
         "samples": len(samples),
         "samples_digest": samples_digest(samples),
     }
@@ -192,6 +209,8 @@ def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     for kind in ("review", "hint"):
         rows += [{**base, "kind": kind, "table_name": "reviews", "table_version": versions.get("reviews"), "row_id": r["review_key"],
                   "batch_id": r["batch_id"]} for r in manifest[kind + "s"]]
+    rows += [{**base, "kind": "opd_hint", "table_name": "teacher_logprobs", "table_version": versions.get("teacher_logprobs"),
+              "row_id": h["hint_id"], "batch_id": h["batch_id"]} for h in manifest.get("opd_hints", [])]
     rows += [{**base, "kind": "skill", "table_name": "skills", "table_version": versions.get("skills"), "row_id": s}
              for s in manifest["skills"]]
     return rows

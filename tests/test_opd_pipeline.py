@@ -79,6 +79,12 @@ def test_opd_rows_flow_from_the_teacher_to_the_trainer(batch, home, tiny_model_d
     assert len(got) == len(signals)
     for g, e in zip(got, signals):  # w_rl 0: the per-token advantage is the teacher's signal
         assert list(g) == pytest.approx(list(e))
+    # "Which hints did checkpoint X learn from" is one query over the lineage (README).
+    con = lake.duckdb()
+    taught = con.execute("select l.row_id, t.hint from lineage l join teacher_logprobs t on t.hint_id = l.row_id "
+                         "where l.checkpoint_id = $c and l.kind = 'opd_hint'", {"c": out.metadata["checkpoint_id"]}).fetchall()
+    con.close()
+    assert sorted(taught) == sorted((teacher[rid]["hint_id"], teacher[rid]["hint"]) for rid in used)
 
 
 def test_combine_adds_the_signal_to_the_rl_advantage_and_rl_only_computes_nothing(batch, home, tiny_model_dir, monkeypatch):
