@@ -198,3 +198,37 @@ def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_t
     assert len(flagged) <= 2  # measured 1: a train question that is the test item gsm8k-00603 with other numbers
     assert all(m.item_id == "gsm8k-00603" for _, m in flagged)
     assert right >= 48  # measured 50/50, every one attributed to its own test item
+
+
+@needs_data
+def test_the_tasks_asset_quarantines_the_item_and_a_missing_index_holds_rollouts_back(home, tiny_model_dir, monkeypatch):
+    """Through Dagster: the match is in the asset's metadata and the check passes on what landed; with the
+    benchmark data gone the step fails naming the file, so neither `tasks` nor `rollouts` materialise."""
+    from dagster import DagsterInstance, materialize
+
+    from assets.batch_assets import rollouts, tasks
+    from tentalis_pipelines.resources import LakehouseResource, PolicyResource
+
+    paths = Paths.from_env(home).ensure()
+    verbatim = _questions("test.jsonl")[1]  # gsm8k-00002
+    src = paths.inbox / "mixed.jsonl"
+    src.write_text(json.dumps({"prompt": verbatim, "reference": "3"}) + "\n" + json.dumps({"prompt": "What is 6*7?", "reference": "42"}) + "\n")
+    batch_id = register_file_batch(paths.batches, src)
+    resources = {"lakehouse": LakehouseResource(home=str(home)),
+                 "policy": PolicyResource(model=str(tiny_model_dir), num_generations=2, max_new_tokens=8)}
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("task_batches", [batch_id])
+        res = materialize([tasks], partition_key=batch_id, instance=instance, resources=resources)
+        assert res.success
+        (check,) = res.get_asset_check_evaluations()
+        assert (check.check_name, check.passed) == ("no_held_out_items", True)
+        meta = res.asset_materializations_for_node("tasks")[0].metadata
+        assert meta["contaminated_tasks"].value == 1 and "| gsm8k | gsm8k-00002 | exact |" in meta["contamination"].value
+        assert [t["prompt"] for t in Lakehouse(paths.lakehouse).read("tasks").to_pylist()] == ["What is 6*7?"]
+
+        monkeypatch.setenv("TENTALIS_DATA_DIR", str(home / "no-data"))
+        failed = materialize([tasks, rollouts], partition_key=batch_id, instance=instance, resources=resources, raise_on_error=False)
+        assert not failed.success
+        (err,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
+        assert "gsm8k/test.jsonl is missing" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
+        assert failed.asset_materializations_for_node("tasks") == [] and failed.asset_materializations_for_node("rollouts") == []
