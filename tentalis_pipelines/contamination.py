@@ -384,19 +384,6 @@ class ContaminationIndex:
                     out[k] = self._match(self.fuzzy[int(best[row])], "embedding", s)
         return out
 
-    def nearest(self, texts: Sequence[str]) -> list[dict[str, Any]]:
-        """Per text, the best n-gram containment and the best embedding cosine with any item (calibration)."""
-        sims = embed(list(texts)) @ self.embeddings().T if self.fuzzy else None
-        rows = []
-        for k, text in enumerate(texts):
-            scored = self.ngram_scores(text)
-            row = {"ngram": scored[1] if scored else 0.0, "ngram_item": self.items[scored[0]].item_id if scored else None}
-            if sims is not None:
-                j = int(sims[k].argmax())
-                row.update(embedding=float(sims[k, j]), embedding_item=self.items[self.fuzzy[j]].item_id)
-            rows.append(row)
-        return rows
-
     def _match(self, i: int, tier: str, sim: float) -> Match:
         it = self.items[i]
         return Match(it.benchmark, it.item_id, tier, float(sim), it.text)

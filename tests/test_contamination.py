@@ -232,3 +232,27 @@ def test_the_tasks_asset_quarantines_the_item_and_a_missing_index_holds_rollouts
         (err,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
         assert "gsm8k/test.jsonl is missing" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
         assert failed.asset_materializations_for_node("tasks") == [] and failed.asset_materializations_for_node("rollouts") == []
+
+
+@needs_data
+def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+
+    runner = CliRunner()
+    test_q = _questions("test.jsonl")
+    dirty = tmp_path / "dirty.jsonl"
+    dirty.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n"
+                     + json.dumps({"question": test_q[2].replace(",", ""), "answer": "x\n#### 70000"}) + "\n")
+    out = runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"])
+    assert out.exit_code == 1, out.output
+    report = json.loads(out.stdout)
+    assert report["lines"] == 2 and [(m["line"], m["item_id"], m["tier"]) for m in report["matches"]] == [(2, "gsm8k-00003", "exact")]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
+    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
+    assert out.exit_code == 0 and "clean: no line matches" in out.stdout
+    monkeypatch.delenv("TENTALIS_DATA_DIR")
+    out = runner.invoke(app, ["contamination", str(clean)])
+    assert out.exit_code == 2 and "TENTALIS_DATA_DIR is not set" in out.output
