@@ -256,3 +256,27 @@ def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path
     monkeypatch.delenv("TENTALIS_DATA_DIR")
     out = runner.invoke(app, ["contamination", str(clean)])
     assert out.exit_code == 2 and "TENTALIS_DATA_DIR is not set" in out.output
+
+
+@needs_data
+def test_a_live_session_asking_a_reworded_test_question_is_not_trained_on(home, tiny_model_dir):
+    """Sessions cut from the gateway go through the same guard; the quarantine keeps the id and the match,
+    not the user's message."""
+    from transformers import AutoTokenizer
+
+    from tentalis_pipelines import sessions
+    from tests.session_rows import land_session, session_turns, tool_session_script
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    question, _ = reword(_questions("test.jsonl")[681])  # gsm8k-00682, names and words changed
+    land_session(lake, session_turns(tok, "s-leak", tool_session_script(question)))
+    land_session(lake, session_turns(tok, "s-ok", tool_session_script()))
+    batch_id = sessions.register_sessions_batch(paths.batches, ["s-leak", "s-ok"])
+    pipeline.build_tasks(lake, paths, batch_id)
+    assert [t["task_id"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()] == ["s-ok"]
+    (q,) = lake.read("quarantine").to_pylist()
+    raw = json.loads(q["raw"])
+    assert raw["session_id"] == "s-leak" and (raw["contamination"]["item_id"], raw["contamination"]["tier"]) == ("gsm8k-00682", "ngram")
+    assert "session s-leak asks the benchmark item gsm8k/gsm8k-00682 (ngram" in q["error"] and "Zara" not in q["raw"]
