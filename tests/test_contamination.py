@@ -155,7 +155,7 @@ def test_a_gsm8k_test_question_verbatim_or_reworded_is_blocked_and_a_clean_batch
 
     # the blocking check passes on what landed ...
     ok = quality.no_held_out_items(lake, batch_id)
-    assert ok.passed and ok.metadata["contaminated"] == 0 and ok.metadata["compared_with"] >= 2048 + 1319 + 500
+    assert ok.passed and ok.metadata["contaminated"] == 0 and ok.metadata["compared_with"] >= 64 + 1319 + 500 + 164
     # ... and fails, naming the item, if the rows reach `tasks` some other way (a write that skipped the stage)
     lake.write_batch("tasks", "b1", [_task("t0", clean[0]), _task("t1", verbatim.upper()), _task("t2", "Please answer: " + reworded)])
     out = quality.no_held_out_items(lake, "b1")
