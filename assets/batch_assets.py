@@ -13,7 +13,7 @@ from dagster import (
 from assets.external import human_reviews
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
-from tentalis_pipelines import pipeline, quality
+from tentalis_pipelines import contamination, pipeline, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 
@@ -46,20 +46,23 @@ def to_materialize_result(result: pipeline.StageResult, table: str, lake=None, c
 
 def check_result(name: str, outcome: quality.CheckOutcome) -> AssetCheckResult:
     """A data-quality outcome as a Dagster check result (a failure is an ERROR: it says the data is wrong)."""
-    meta = {k: MetadataValue.int(v) if isinstance(v, int) else MetadataValue.text(str(v)) for k, v in outcome.metadata.items()}
+    meta = {k: MetadataValue.int(v) if isinstance(v, int)
+            else MetadataValue.md(v) if isinstance(v, str) and "\n|" in v
+            else MetadataValue.text(str(v)) for k, v in outcome.metadata.items()}
     return AssetCheckResult(check_name=name, passed=outcome.passed, description=outcome.description, metadata=meta,
                             severity=AssetCheckSeverity.ERROR)
 
 
 @asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("tasks"),
-       check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item (contaminated tasks are quarantined at load; this confirms none remain).")])
+       check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item, exactly or as a near duplicate (normalised text, 13-gram containment, MiniLM embedding); contaminated tasks are quarantined at load, this confirms none remain and fails closed when the benchmark index cannot be built.")])
 def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, and prompts
     longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
     paths = lakehouse.paths()
     lake = lakehouse.lakehouse()
     result = pipeline.build_tasks(lake, paths, context.partition_key, policy.settings())
-    checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key))]
+    checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key,
+                                                                         cache_dir=contamination.default_cache_dir(paths.home)))]
     return to_materialize_result(result, "tasks", lake, checks)
 
 

@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow.compute as pc
 
-from tentalis_pipelines import quality
+from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
 from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
 from tentalis_pipelines.training import multiturn
@@ -165,7 +165,8 @@ def build_session_tasks(lake: Lakehouse, batches_dir: Path, batch_id: str) -> tu
     by_session: dict[str, list[dict]] = defaultdict(list)
     for t in _read_turns(lake, ids, columns=["session_id", "tenant", "turn_index", "choice_index", "messages", "policy_version"]):
         by_session[t["session_id"]].append(t)
-    held = quality.held_out_prompts(lake)
+    # Fail closed: the index is built before anything is read into rows (a missing benchmark file raises).
+    index = contamination.build_index(lake, cache_dir=contamination.default_cache_dir(batches_dir.parent))
     created = now_utc()
     rows, rejects = [], []
     for sid in ids:
@@ -175,15 +176,18 @@ def build_session_tasks(lake: Lakehouse, batches_dir: Path, batch_id: str) -> tu
             continue
         msgs = _messages(turns[0]["messages"])
         prompt = _first_user_message(msgs)
-        match = held.get(quality.normalize_prompt(prompt)) if prompt else None
-        if match:
-            rejects.append({"source": SOURCE, "line": None, "raw": sid, "batch_id": batch_id, "stage": "tasks",
-                            "error": f"session {sid} asks the held-out/benchmark item {match}: training on it would contaminate the evaluation"})
-            continue
         meta = {"session_id": sid, "tenant": turns[0]["tenant"], "family": multiturn.session_family(msgs),
                 "turns": len({t["turn_index"] for t in turns}), "policy_versions": sorted({t["policy_version"] or "" for t in turns})}
         rows.append({"batch_id": batch_id, "task_id": sid, "source": SOURCE, "environment": "chat", "prompt": prompt,
                      "reference": "", "difficulty": None, "metadata": json.dumps(meta), "created_at": created})
+    # A session whose first user message is a benchmark item (or a near duplicate) is not trained on. The
+    # quarantine keeps the session id and the match, not the message (sessions may hold private text).
+    rows, dirty = contamination.screen_tasks(index, rows)
+    for row, match in dirty:
+        rejects.append({"source": SOURCE, "line": None, "raw": json.dumps({"session_id": row["task_id"], "contamination": match.as_dict()}),
+                        "batch_id": batch_id, "stage": "tasks",
+                        "error": f"session {row['task_id']} asks the benchmark item {match.describe()}: "
+                                 "training on it would contaminate the evaluation"})
     n_bad = lake.quarantine(rejects, batch_id=batch_id, stage="tasks")
     if not rows:
         raise ValueError(f"sessions batch {batch_id!r} has no trainable session ({n_bad} quarantined)")
