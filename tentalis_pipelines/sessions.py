@@ -4,7 +4,8 @@ The gateway (``tentalis serve``) lands every model call in ``turns`` (and ``sess
 review posted to ``POST /v1/reviews`` in ``reviews`` under ``batch_id = 'live'`` (``rollout_id`` = the
 turn id for a turn-level review, the session id for a session-level one). The ``fresh_sessions`` sensor
 cuts reviewed sessions that no batch holds yet into a task batch ``sessions-<hash>`` (its session ids
-snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``), once. For such a batch the usual
+snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``), once; with a judge configured, also
+the sessions that nobody reviewed within ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``. For such a batch the usual
 stages take the branch here instead of sampling:
 
 * tasks: one per session (environment ``chat``, task id = the session id, prompt = the first user
@@ -13,7 +14,8 @@ stages take the branch here instead of sampling:
   the model saw and sampled, the assistant mask, each assistant turn's span, the policy version that
   answered (``training/multiturn.py`` says how);
 * step_scores: none (chat turns state no checkable steps);
-* reviews: the live reviews of the batch's sessions, copied into the batch;
+* reviews: the live reviews of the batch's sessions, copied into the batch; a session that no person
+  reviewed gets the judge's review (the llm manager, ``manager = 'judge'``) when one is configured;
 * trajectories: ``kind = 'multi_turn'`` rows with the loss mask and per-token advantages that the
   trainer rebuilds the sample from (``session_sample``).
 """
@@ -25,8 +27,9 @@ import json
 import os
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow.compute as pc
 
@@ -35,6 +38,9 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
 from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
 from tentalis_pipelines.training import multiturn
 from tentalis_pipelines.training.trainer import TrainSample
+
+if TYPE_CHECKING:
+    from tentalis_pipelines.rewards.llm_manager import LLMManager
 
 SOURCE = "live-sessions"
 LIVE_BATCH = "live"  # the reviews partition that POST /v1/reviews lands in
@@ -113,12 +119,16 @@ def review_session_ids(reviews: list[dict], turn_sessions: dict[str, str]) -> di
     return out
 
 
-def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float = 0.0, now: float | None = None,
-                    limit: int = MAX_SESSIONS_PER_BATCH) -> list[str]:
+def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float = 0.0, review_wait_seconds: float | None = None,
+                    now: float | None = None, limit: int = MAX_SESSIONS_PER_BATCH) -> list[str]:
     """Reviewed sessions that no sessions batch holds yet and that have had no new turn for
-    ``settle_seconds`` (a session still in use is cut later), oldest first, at most ``limit``."""
+    ``settle_seconds`` (a session still in use is cut later), oldest first, at most ``limit``.
+
+    With ``review_wait_seconds`` (given when a judge is configured), sessions that nobody reviewed are cut
+    too once they have had no new turn for that long (and for ``settle_seconds``): their managers had
+    the time to review, and the judge reviews them in the batch's ``reviews`` stage."""
     reviews = live_reviews(lake)
-    if not reviews:
+    if not reviews and review_wait_seconds is None:
         return []
     turns = _read_turns(lake, columns=["turn_id", "session_id", "created_at"])
     turn_sessions = {t["turn_id"]: t["session_id"] for t in turns}
@@ -129,7 +139,13 @@ def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float
     done = {s for ids in cut_sessions(batches_dir).values() for s in ids}
     now = time.time() if now is None else now
     reviewed = set(review_session_ids(reviews, turn_sessions))
-    todo = [s for s in reviewed if s in last and s not in done and now - last[s] >= settle_seconds]
+
+    def due(sid: str) -> bool:
+        if sid in reviewed:
+            return now - last[sid] >= settle_seconds
+        return review_wait_seconds is not None and now - last[sid] >= max(settle_seconds, review_wait_seconds)
+
+    todo = [s for s in last if s not in done and due(s)]
     return sorted(todo, key=lambda s: (last[s], s))[:limit]
 
 
@@ -248,10 +264,49 @@ def build_session_rollouts(lake: Lakehouse, batch_id: str) -> tuple[int, dict[st
                "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows)}
 
 
-def build_session_reviews(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
-    """The live reviews of the batch's sessions, copied into the batch (targets kept: turn or session ids)."""
+def _message_text(m: dict) -> str:
+    content = m.get("content")
+    text = content if isinstance(content, str) else (json.dumps(content) if content is not None else "")
+    for call in m.get("tool_calls") or []:
+        fn = (call or {}).get("function") or {}
+        text += f"\n[tool_call {fn.get('name')}({fn.get('arguments')})]"
+    return text.strip()
+
+
+def session_transcript(turns: list[dict]) -> str:
+    """The whole session as the judge reads it: the last call's messages (the client sends the history)
+    and its reply, one ``role: text`` block each (tool calls and tool results included)."""
+    last = max(turns, key=lambda t: (t["turn_index"], -(t.get("choice_index") or 0)))
+    msgs = [m for m in _messages(last.get("messages")) if isinstance(m, dict)]
+    try:
+        reply = json.loads(last.get("response") or "{}")
+    except ValueError:
+        reply = {"role": "assistant", "content": last.get("response")}
+    if isinstance(reply, dict):
+        msgs.append({"role": "assistant", **reply})
+    blocks = []
+    for m in msgs:
+        role = str(m.get("role") or "?")
+        if role == "tool":
+            role = f"tool result ({m.get('name') or m.get('tool_call_id') or 'tool'})"
+        blocks.append(f"{role}: {_message_text(m)}")
+    return "\n\n".join(blocks)
+
+
+def build_session_reviews(lake: Lakehouse, batch_id: str, *, judge: LLMManager | Callable[[], LLMManager] | None = None,
+                          no_judge_reason: str = "no judge configured") -> tuple[int, dict[str, Any]]:
+    """The live reviews of the batch's sessions, copied into the batch (targets kept: turn or session ids).
+
+    A session that no person reviewed (no review of it or of any of its turns) is reviewed by ``judge``
+    (the llm manager, or a function that builds it: the model is loaded only when a session needs it):
+    one session-level row with ``manager = 'judge'`` and ``reviewer`` = the judge model, which the
+    trajectories use exactly like a person's session review. A person's review always wins: the judge
+    never sees a reviewed session. Without a judge (``no_judge_reason`` says why), or when the judge's
+    reply has no score (its reply goes to ``quarantine``), the session gets no review and its turns are not
+    trained on; the metadata names those sessions."""
     sessions = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
-    turn_sessions = {t["turn_id"]: t["session_id"] for t in _read_turns(lake, sorted(sessions), columns=["turn_id", "session_id"])}
+    turns = _read_turns(lake, sorted(sessions), columns=["turn_id", "session_id", "tenant", "turn_index", "choice_index", "messages", "response"])
+    turn_sessions = {t["turn_id"]: t["session_id"] for t in turns}
     rows = []
     for sid, reviews in review_session_ids(live_reviews(lake), turn_sessions).items():
         if sid not in sessions:
@@ -260,10 +315,46 @@ def build_session_reviews(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str
             rows.append({**{k: r.get(k) for k in ("rollout_id", "manager", "score", "critique", "hint", "created_at", "review_id",
                                                   "reviewer", "rubric", "tenant")},
                          "batch_id": batch_id, "session_id": sid, "manager": r.get("manager") or "live"})
+    reviewed = {r["session_id"] for r in rows}
+    unreviewed = sorted(sessions - reviewed)
+    judged: list[str] = []
+    judge_name: str | None = None
+    if unreviewed and judge is not None:
+        manager = judge() if callable(judge) else judge
+        judge_name = str(getattr(manager.backend, "model_name", None) or "llm")
+        by_session: dict[str, list[dict]] = defaultdict(list)
+        for t in turns:
+            by_session[t["session_id"]].append(t)
+        todo = [sid for sid in unreviewed if by_session.get(sid)]
+        created = now_utc()
+        rejects = []
+        for sid, (review, raw) in zip(todo, manager.review_sessions([session_transcript(by_session[sid]) for sid in todo])):
+            if review is None:
+                rejects.append({"source": "judge", "line": None, "raw": raw[:2000], "batch_id": batch_id, "stage": "reviews",
+                                "error": f"the judge ({judge_name}) gave session {sid} no score in 0-10: the session is not trained on"})
+                continue
+            judged.append(sid)
+            rows.append({"batch_id": batch_id, "rollout_id": sid, "manager": multiturn.JUDGE_MANAGER, "score": float(review.score),
+                         "critique": review.critique, "hint": review.hint, "created_at": created,
+                         "review_id": "judge-" + hashlib.sha1(f"{batch_id}\x1f{sid}".encode()).hexdigest()[:16],
+                         "session_id": sid, "reviewer": judge_name, "rubric": "session-judge",
+                         "tenant": by_session[sid][0].get("tenant")})
+        lake.quarantine(rejects, batch_id=batch_id, stage="reviews")
+    skipped = [sid for sid in unreviewed if sid not in judged]
     n = lake.write_batch("reviews", batch_id, rows)
     turn_level = sum(r["rollout_id"] in turn_sessions for r in rows)
+    if judge is None:
+        why = f"no judge ({no_judge_reason})"
+    elif judge_name is None:
+        why = "every session has a person's review: the judge was not needed"
+    else:
+        why = f"the judge {judge_name} gave no score (its replies are in quarantine)"
     return n, {"num_reviews": n, "turn_reviews": turn_level, "session_reviews": n - turn_level,
-               "reviewed_sessions": len({r["session_id"] for r in rows}), "sessions": len(sessions)}
+               "reviewed_sessions": len(reviewed), "sessions": len(sessions),
+               "judge": judge_name or (f"none: {no_judge_reason}" if judge is None else "not needed"),
+               "judged_sessions": len(judged),
+               "unreviewed_skipped": ", ".join(skipped) or None,
+               "unreviewed_skipped_reason": why if skipped else None}
 
 
 def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group",
@@ -315,6 +406,7 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
     groups = {a.group for a in adv.values()}
     return n, {"num_trajectories": n, "kind": "multi_turn", "rewarded_turns": len(items),
                "unrewarded_turns": sum(len(r["turn_spans"] or []) for r in rollouts if r["rollout_id"] in per_rollout) - len(items),
+               "judged_turns": sum(source == "judge" for *_, source in items),
                "skipped_sessions": ", ".join(sorted(set(skipped))) or None,
                "groups": len(groups), "family_groups": len(groups - {"batch"}),
                "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
