@@ -306,3 +306,40 @@ def test_without_a_judge_or_a_score_the_unreviewed_session_is_skipped_with_the_r
     [q] = [r for r in lake.read("quarantine").to_pylist() if r["stage"] == "reviews"]
     assert q["raw"] == '{"score":  I would rather not say.' and "session s-quiet" in q["error"] and q["batch_id"] == batch_id
     assert [r["manager"] for r in lake.read("reviews", batch_id=batch_id).to_pylist()] == ["api"]
+
+
+@pytest.mark.integration
+def test_the_embedded_judge_scores_an_unreviewed_session_through_the_assets(instance, home, tok, tiny_model_dir, embedded_model_dir,
+                                                                             monkeypatch):
+    from tentalis_pipelines.inference.factory import make_backend
+    from tentalis_pipelines.rewards.llm_manager import LLMManager
+
+    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "0")
+    paths = Paths.from_env(home).ensure()
+    (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
+    lake = Lakehouse(paths.lakehouse)
+    quiet = session_turns(tok, "s-quiet", tool_session_script())
+    land_session(lake, quiet)
+    land_session(lake, session_turns(tok, "s-person", tool_session_script("What is 6 * 7?", "Double it.")))
+    lake.append("reviews", [live_review("s-person", "s-person", 0.9)])
+    review = ReviewResource(manager="llm", manager_max_new_tokens=8)  # the judge: the embedded SmolLM2 (the score comes first)
+    [req] = _evaluate(instance, home, review=review).run_requests
+    assert sessions.batch_session_ids(paths.batches, req.partition_key) == ["s-person", "s-quiet"]
+
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "policy": PolicyResource(model=str(tiny_model_dir)),
+                 "review": review, "trainer": TrainerResource()}
+    result = materialize([tasks, rollouts, step_scores, reviews, trajectories], partition_key=req.partition_key, instance=instance,
+                         resources=resources)
+    assert result.success
+    meta = result.asset_materializations_for_node("reviews")[0].metadata
+    assert meta["judge"].value == "SmolLM2-135M-Instruct" and meta["judged_sessions"].value == 1
+    got = {r["session_id"]: r for r in lake.read("reviews", batch_id=req.partition_key).to_pylist()}
+    assert (got["s-quiet"]["manager"], got["s-quiet"]["reviewer"]) == ("judge", "SmolLM2-135M-Instruct")
+    assert (got["s-person"]["manager"], got["s-person"]["score"]) == ("api", 0.9)
+    # The same judge asked directly about the same transcript: the same score, which every turn carries.
+    direct = LLMManager(make_backend("transformers", model_dir=embedded_model_dir), max_new_tokens=8)
+    [(expected, raw)] = direct.review_sessions([sessions.session_transcript(quiet)])
+    assert expected is not None, raw
+    assert got["s-quiet"]["score"] == expected.score and 0.0 <= expected.score <= 1.0
+    tr = {r["task_id"]: r for r in lake.read("trajectories", batch_id=req.partition_key).to_pylist()}
+    assert tr["s-quiet"]["turn_rewards"] == [expected.score] * 3 and tr["s-person"]["turn_rewards"] == [0.9] * 3
