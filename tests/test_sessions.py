@@ -282,6 +282,11 @@ def test_the_judge_reviews_only_the_unreviewed_session_and_its_turns_get_exactly
     sessions.build_session_trajectories(lake, batch_id)
     again = {r["task_id"]: r for r in lake.read("trajectories", batch_id=batch_id).to_pylist()}
     assert again["s-quiet"]["turn_rewards"] == [0.7, 0.7, 0.7] and again["s-quiet"]["turn_advantages"] == judged_adv
+    # Should a judge's review and a person's meet on one session, the person's alone counts.
+    from tentalis_pipelines.training.multiturn import turn_rewards
+    judge_row, person_row = {**got["s-quiet"], "score": 0.2}, live_review("s-quiet", "s-quiet", 0.8)
+    assert turn_rewards("s-quiet", ["t0"], [judge_row, person_row]) == {"t0": (0.8, "session_review")}
+    assert turn_rewards("s-quiet", ["t0"], [judge_row]) == {"t0": (0.2, "judge")}
 
 
 def test_without_a_judge_or_a_score_the_unreviewed_session_is_skipped_with_the_reason(home, tok):
