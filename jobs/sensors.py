@@ -128,7 +128,9 @@ def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResourc
     one rollout run, in one ``SensorResult``, exactly once: the run key is the batch id and a cut
     session is never cut again. A cut whose partition or run never came about (the daemon died) is
     requested again under the same run key. The batch's assets build multi-turn trajectories from the
-    turns (``tentalis_pipelines/sessions.py``).
+    turns (``tentalis_pipelines/sessions.py``). A cut records each session's turns; a session that gets
+    new turns after its cut is cut again, as a *continuation* holding only the new turns, once they are
+    reviewed (a review of one of them, or of the session made after them) or the judge's wait is over.
 
     With a judge configured (``review.manager = llm``), a session that nobody reviewed is cut too once it
     has had no new turn for ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS`` (default 3600): the batch's
@@ -149,10 +151,11 @@ def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResourc
         else:
             stranded.append(batch_id)
     wait = session_review_wait_seconds() if review.manager == "llm" else None
-    ids = sessions.sessions_to_cut(lake, paths.batches, settle_seconds=session_settle_seconds(), review_wait_seconds=wait)
-    if ids:
-        new.append(sessions.register_sessions_batch(paths.batches, ids))
-        context.log.info(f"cut {len(ids)} session(s) into {new[-1]}")
+    plan = sessions.plan_cut(lake, paths.batches, settle_seconds=session_settle_seconds(), review_wait_seconds=wait)
+    if plan:
+        new.append(sessions.register_sessions_batch(paths.batches, list(plan), plan))
+        continued = sum(1 for first, _ in plan.values() if first > 0)
+        context.log.info(f"cut {len(plan)} session(s) into {new[-1]} ({continued} continuation(s) of sessions cut before)")
     next_cursor = json.dumps({"seen": sorted(seen)})
     if not new and not stranded:
         waiting = ("no reviewed session waits for a batch" if wait is None else

@@ -348,3 +348,51 @@ def test_the_embedded_judge_scores_an_unreviewed_session_through_the_assets(inst
     assert got["s-quiet"]["score"] == expected.score and 0.0 <= expected.score <= 1.0
     tr = {r["task_id"]: r for r in lake.read("trajectories", batch_id=req.partition_key).to_pylist()}
     assert tr["s-quiet"]["turn_rewards"] == [expected.score] * 3 and tr["s-person"]["turn_rewards"] == [0.9] * 3
+
+
+def test_turns_added_after_a_cut_are_cut_again_as_a_continuation_once_reviewed(instance, home, tok):
+    from datetime import timedelta
+
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    script = tool_session_script() + [([{"role": "user", "content": "Now subtract 5."}], "400 - 5 = 395.", None),
+                                      ([{"role": "user", "content": "And halve it?"}], "395 / 2 = 197.5.", None)]
+    turns = session_turns(tok, "s-1", script, minutes_ago=120)
+    land_session(lake, turns[:3])
+    lake.append("reviews", [live_review("s-1", "s-1", 0.9, minutes_ago=110)])
+    cut = _evaluate(instance, home)
+    [first] = cut.run_requests
+    assert sessions.batch_turn_ranges(paths.batches, first.partition_key) == {"s-1": (0, 2)}
+
+    # The user comes back: two more calls, 30 minutes ago. The session review from before does not
+    # judge them, so nothing is cut yet.
+    for t in turns[3:]:
+        t["created_at"] = now_utc() - timedelta(minutes=30)
+    lake.append("turns", turns[3:])
+    waiting = _evaluate(instance, home, cursor=cut.cursor)
+    assert not waiting.run_requests
+    # The manager reviews the session again (0.3): the new turns are cut, alone, under a new batch id, once.
+    lake.append("reviews", [live_review("s-1", "s-1", 0.3, reviewer="manager-2", minutes_ago=1)])
+    [cont] = _evaluate(instance, home, cursor=waiting.cursor).run_requests
+    assert cont.partition_key != first.partition_key and cont.run_key == cont.partition_key
+    assert sessions.batch_turn_ranges(paths.batches, cont.partition_key) == {"s-1": (3, 4)}
+    assert not _evaluate(instance, home).run_requests  # a lost cursor cuts nothing again
+
+    for batch_id in (first.partition_key, cont.partition_key):
+        sessions.build_session_tasks(lake, paths.batches, batch_id)
+        sessions.build_session_rollouts(lake, batch_id)
+        sessions.build_session_reviews(lake, batch_id)
+        sessions.build_session_trajectories(lake, batch_id)
+    ro = {r["batch_id"]: r for r in lake.read("rollouts").to_pylist()}
+    tr = {r["batch_id"]: r for r in lake.read("trajectories").to_pylist()}
+    rv = {b: sorted(r["score"] for r in lake.read("reviews", batch_id=b).to_pylist()) for b in tr}
+    # The first batch holds turns 0-2 (the later session review counts for it too: it reviews the whole
+    # session); the continuation holds turns 3-4, with the earlier turns as masked context, and only the
+    # review made after them.
+    assert [s["turn_index"] for s in ro[first.partition_key]["turn_spans"]] == [0, 1, 2]
+    assert [s["turn_index"] for s in ro[cont.partition_key]["turn_spans"]] == [3, 4]
+    assert ro[cont.partition_key]["prompt_token_ids"] == turns[3]["prompt_token_ids"]
+    assert rv == {first.partition_key: [0.3, 0.9], cont.partition_key: [0.3]}
+    assert tr[first.partition_key]["turn_rewards"] == pytest.approx([0.6] * 3)  # two reviewers' latest, averaged
+    assert tr[cont.partition_key]["turn_rewards"] == [0.3, 0.3]
+    assert sum(tr[cont.partition_key]["loss_mask"]) == len(turns[3]["completion_token_ids"]) + len(turns[4]["completion_token_ids"])
