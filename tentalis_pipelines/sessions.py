@@ -4,8 +4,10 @@ The gateway (``tentalis serve``) lands every model call in ``turns`` (and ``sess
 review posted to ``POST /v1/reviews`` in ``reviews`` under ``batch_id = 'live'`` (``rollout_id`` = the
 turn id for a turn-level review, the session id for a session-level one). The ``fresh_sessions`` sensor
 cuts reviewed sessions that no batch holds yet into a task batch ``sessions-<hash>`` (its session ids
-snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``), once; with a judge configured, also
-the sessions that nobody reviewed within ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``. For such a batch the usual
+snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``, the turns it holds in
+``turn_ranges.json``), once; with a judge configured, also the sessions that nobody reviewed within
+``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``. Turns a session gets after its cut are cut again later, as a
+continuation (a batch holding only those turns, the earlier ones as context). For such a batch the usual
 stages take the branch here instead of sampling:
 
 * tasks: one per session (environment ``chat``, task id = the session id, prompt = the first user
