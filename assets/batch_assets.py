@@ -1,5 +1,7 @@
 """Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> trajectories (Delta tables)."""
 
+from functools import partial
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -87,8 +89,10 @@ def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, re
 @asset(partitions_def=task_batches, deps=[step_scores, rollouts, tasks, human_reviews], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("reviews"),
        check_specs=[AssetCheckSpec("one_review_per_rollout", asset="reviews", description="Every rollout has exactly one review, and every review names a rollout of the batch.")])
 def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
-    """The manager's review of every rollout: score, critique and hint."""
-    llm = review.llm_manager(lakehouse.paths().models) if review.manager == "llm" else None
+    """The manager's review of every rollout: score, critique and hint. A live-sessions batch: the live
+    reviews of its sessions, and with `review.manager = llm` the judge's review of each session no person reviewed."""
+    # Built on first use: a sessions batch whose sessions all have a person's review loads no judge model.
+    llm = partial(review.llm_manager, lakehouse.paths().models) if review.manager == "llm" else None
     lake = lakehouse.lakehouse()
     res = pipeline.build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
     checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.llm_manager import LLMManager
 from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.scoring import (
@@ -65,14 +67,26 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
     return out
 
 
-def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm_manager=None) -> StageResult:
+def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
+                  llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
     """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
     ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``) or ``human`` (imported reviews;
-    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it)."""
+    rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it).
+
+    ``llm_manager`` may be a function that builds it, so the model loads only when it is used. A
+    sessions batch copies its live reviews; with ``manager = 'llm'`` the llm manager is also the judge of
+    the sessions that no person reviewed (``sessions.build_session_reviews``)."""
     if manager not in ("verifier", "llm", "human"):
         raise ValueError(f"unknown manager {manager!r}; choose verifier, llm or human")
-    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions
-        return StageResult(*sessions.build_session_reviews(lake, batch_id))
+    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions (and the judge's)
+        if manager == "llm" and llm_manager is None:
+            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        judge = llm_manager if manager == "llm" else None
+        why = (f"review.manager = {manager!r}; set review.manager = 'llm' (the judge model is review.judge_model) "
+               "for the judge to review the sessions that no person reviewed")
+        return StageResult(*sessions.build_session_reviews(lake, batch_id, judge=judge, no_judge_reason=why))
+    if callable(llm_manager):
+        llm_manager = llm_manager()
     verifier = get_manager("verifier")
     created = now_utc()
     inputs = review_inputs(lake, batch_id)
