@@ -66,14 +66,13 @@ def parse_weights(spec: str | Mapping[str, Any] | None) -> dict[str, dict[str, f
             out[k] = float(v)
         return out
 
-    keys = set(spec)
-    if keys <= set(WEIGHT_FIELDS):
+    scopes = set(spec) & (set(ENVIRONMENTS) | {"*"})
+    if not scopes:  # flat: components for every environment (a misspelt component is named by components())
         return {"*": components("*", spec)} if spec else {}
-    if keys <= set(ENVIRONMENTS) | {"*"}:
+    if scopes == set(spec):
         return {scope: components(scope, obj) for scope, obj in spec.items()}
-    bad = sorted(keys - set(WEIGHT_FIELDS) - set(ENVIRONMENTS) - {"*"})
-    raise ValueError(f"weights mix or misname keys {bad}: give components ({', '.join(WEIGHT_FIELDS)}) or "
-                     f"environments ({', '.join(ENVIRONMENTS)}) mapping to components")
+    raise ValueError(f"weights mix environments {sorted(scopes)} with other keys {sorted(set(spec) - scopes)}: give either "
+                     f"components ({', '.join(WEIGHT_FIELDS)}) or environments ({', '.join(ENVIRONMENTS)}) mapping to components")
 
 
 def weights_for(overrides: Mapping[str, Mapping[str, float]], environment: str | None, stored: str | None) -> RewardWeights:
