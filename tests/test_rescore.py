@@ -98,6 +98,16 @@ def test_unchanged_weights_reproduce_the_pipeline_exactly(lake):
         assert r["reward_delta"] == 0.0 and r["rank_change"] == 0 and r["sign_flip"] is False
 
 
+def test_a_version_without_signal_zeroes_the_advantages_and_drops_the_group(lake):
+    """Every weight 0: rewards all 0, so every advantage goes to exactly 0 (a sign change from - or +)
+    and dynamic sampling drops the group (kept 3 -> 0)."""
+    zero = {k: 0.0 for k in ("outcome", "format", "process", "manager")}
+    res = rescore(lake, RescoreSpec("flat", weights=parse_weights(json.dumps(zero))), dynamic_sampling=True)
+    rows = read_version(lake, "flat")
+    assert [(r["reward"], r["advantage"], r["kept"], r["sign_flip"], r["rank"]) for r in rows] == [(0.0, 0.0, False, True, 1)] * 3
+    assert (res.metadata["sign_flips"], res.metadata["kept_before"], res.metadata["kept_after"]) == (3, 3, 0)
+
+
 def test_activation_switches_training_and_is_recorded(lake):
     rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
     fresh = {r["rollout_id"]: r["advantage"] for r in pipeline.fresh_trajectories(lake, "base").to_pylist()}
