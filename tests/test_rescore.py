@@ -150,6 +150,18 @@ def test_bad_requests_are_refused_with_the_fix(lake):
         activate_reward_version(lake, "v1", actor="a", reason="r")
 
 
+def test_a_version_made_before_the_trajectories_changed_is_not_activated(lake, tmp_path):
+    rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
+    f = tmp_path / "human.jsonl"
+    f.write_text(json.dumps({"rollout_id": "r1", "score": 0.9, "critique": "a fair slip"}) + "\n")
+    pipeline.import_human_reviews(lake, f)
+    pipeline.build_reviews(lake, "b1", manager="human")
+    pipeline.build_trajectories(lake, "b1")  # r1's manager score is now the human's 0.9
+    with pytest.raises(ValueError, match=r"1 rollout\(s\) changed since 'v1' was re-scored"):
+        activate_reward_version(lake, "v1", actor="a", reason="r")
+    assert _traj(lake)["r1"]["manager_score"] == 0.9 and active_reward_version(lake) == "v0"
+
+
 def test_rescore_with_the_llm_manager_and_the_judge_uses_their_code_paths(home, tmp_path):
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
     seed_batch(lake)

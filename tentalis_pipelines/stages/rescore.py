@@ -275,10 +275,20 @@ def activate_reward_version(lake: Lakehouse, version: str, *, actor: str, reason
     by_batch: dict[str, dict[str, dict]] = defaultdict(dict)
     for r in rows:
         by_batch[r["batch_id"]][r["rollout_id"]] = r
+    current_rows = {b: lake.read("trajectories", batch_id=b).to_pylist() for b in sorted(by_batch)}
+    # The diff was shown against the rewards trajectories had then: if they changed since (a batch's reviews
+    # or trajectories were rebuilt), the version would silently bring back stale components. Refuse.
+    stale = sorted(t["rollout_id"] for b, traj in current_rows.items() for t in traj
+                   if (v := by_batch[b].get(t["rollout_id"])) is not None and v["base_version"] == current
+                   and v["base_reward"] is not None and abs(t["reward"] - v["base_reward"]) > 1e-12)
+    if stale:
+        raise ValueError(f"the trajectories of {len(stale)} rollout(s) changed since {version!r} was re-scored (e.g. {stale[:3]}; "
+                         f"a batch's reviews or trajectories were rebuilt): re-score again under a new name, look at the diff, "
+                         "then activate that")
     snapshot_baseline(lake, sorted(by_batch))  # the rewards about to be replaced stay on record
     rewritten = 0
     for b, version_rows in sorted(by_batch.items()):
-        traj = lake.read("trajectories", batch_id=b).to_pylist()
+        traj = current_rows[b]
         for t in traj:
             v = version_rows.get(t["rollout_id"])
             if v is not None and (t.get("kind") or "single") == "single":
