@@ -117,3 +117,19 @@ def test_the_asset_flags_the_drifting_judge_with_an_inline_plot(lake):
     meta = result.asset_materializations_for_node("judge_agreement")[0].metadata
     assert meta["dagster/row_count"].value == 3 and meta["drifting"].value == "verifier/default"
     assert meta["plot"].value.startswith("![plot](data:image/svg+xml,") and len(meta["plot"].value) < 1000
+
+
+def test_the_cli_prints_agreement_and_the_drift_verdict(lake, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    out = CliRunner().invoke(app, ["agreement", "--format", "json"])
+    assert out.exit_code == 0, out.output
+    got = json.loads(out.output.strip().splitlines()[-1])
+    by = {(r["judge"], r["window"]): r for r in got["rows"]}
+    assert by[("verifier", "b2")]["pass_agreement"] == pytest.approx(1 / 3) and by[("verifier", "all")]["n"] == 6
+    assert got["drift_check_passed"] is True  # default min_n = 5: no window has enough pairs to judge yet
+    text = CliRunner().invoke(app, ["agreement"])
+    assert text.exit_code == 0 and "verifier" in text.output and "no judge drifts" in text.output
