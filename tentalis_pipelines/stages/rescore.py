@@ -110,11 +110,13 @@ def snapshot_baseline(lake: Lakehouse, batches: list[str]) -> int:
                 rows.append({**_version_row(t, BASELINE, t["created_at"]), "rank": rank, "manager": managers.get(t["rollout_id"], "stored")})
     if rows:
         lake.append("reward_versions", rows)
-    if not known_versions(lake).count(BASELINE) and rows:
+        kept = read_version(lake, BASELINE)
+        first = [d["created_at"] for d in lake.read("reward_version_defs").to_pylist()
+                 if d["reward_version"] == BASELINE] if lake.exists("reward_version_defs") else []
         lake.replace_where("reward_version_defs", {"reward_version": BASELINE}, [{
-            "reward_version": BASELINE, "base_version": None, "batches": sorted({r["batch_id"] for r in rows}), "n": len(rows),
+            "reward_version": BASELINE, "base_version": None, "batches": sorted({r["batch_id"] for r in kept}), "n": len(kept),
             "definition": json.dumps({"pipeline": True, "note": "the trajectories stage's own rewards, kept before the first activation"}),
-            "summary": "{}", "created_by": "snapshot", "created_at": now_utc()}])
+            "summary": "{}", "created_by": "snapshot", "created_at": first[0] if first else now_utc()}])
     return len(rows)
 
 
