@@ -10,7 +10,7 @@ from dagster import (
     asset,
 )
 
-from assets.external import human_reviews
+from assets.external import human_reviews, reward_activations
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
 from tentalis_pipelines import pipeline, quality
@@ -92,7 +92,7 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
     return to_materialize_result(res, "reviews", lake, checks)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
+@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks, reward_activations], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource

@@ -6,7 +6,7 @@ from dagster import Definitions
 
 from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
-from assets.external import human_reviews
+from assets.external import human_reviews, reward_activations
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
 from assets.trust_assets import judge_agreement, reward_versions
@@ -36,7 +36,7 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation,
-            reward_versions, judge_agreement],
+            reward_activations, reward_versions, judge_agreement],
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],

@@ -328,6 +328,7 @@ class RewardActivationRow(BaseModel):
     to_version: str
     actor: str
     reason: str
+    weights: str = Field(description="JSON: the new version's weight overrides, which batches built from now on take")
     batches: list[str] = Field(description="the batches whose trajectories were rewritten to the new version")
     rows: int = Field(description="trajectory rows rewritten")
     created_at: datetime
@@ -667,6 +668,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("to_version", pa.string(), False),
             ("actor", pa.string()),
             ("reason", pa.string()),
+            ("weights", pa.string()),
             ("batches", pa.list_(pa.string())),
             ("rows", pa.int64()),
             ("created_at", TS),

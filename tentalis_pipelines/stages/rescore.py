@@ -60,10 +60,12 @@ def version_definition(lake: Lakehouse, version: str) -> dict[str, Any] | None:
 
 
 def active_weight_overrides(lake: Lakehouse) -> tuple[str, dict[str, dict[str, float]]]:
-    """(active version, its weight overrides): what the trajectories stage applies to a new batch."""
-    version = active_reward_version(lake)
-    definition = version_definition(lake, version)
-    return version, (definition or {}).get("weights") or {}
+    """(active version, its weight overrides): what the trajectories stage applies to a new batch. Read
+    from the activation log alone, so the trajectories stage depends on `reward_activations` only."""
+    log = reward_activations(lake)
+    if not log:
+        return BASELINE, {}
+    return log[-1]["to_version"], json.loads(log[-1]["weights"] or "{}")
 
 
 def known_versions(lake: Lakehouse) -> list[str]:
@@ -299,7 +301,9 @@ def activate_reward_version(lake: Lakehouse, version: str, *, actor: str, reason
                 rewritten += 1
         lake.write_batch("trajectories", b, traj)
     log = reward_activations(lake)
+    weights = (version_definition(lake, version) or {}).get("weights") or {}
     row = {"seq": (log[-1]["seq"] + 1) if log else 1, "from_version": current, "to_version": version, "actor": actor,
-           "reason": reason, "batches": sorted(by_batch), "rows": rewritten, "created_at": now_utc()}
+           "reason": reason, "weights": json.dumps(weights, sort_keys=True), "batches": sorted(by_batch), "rows": rewritten,
+           "created_at": now_utc()}
     lake.append("reward_activations", [row])
     return row
