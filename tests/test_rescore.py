@@ -231,5 +231,8 @@ def test_rescore_job_materialises_with_an_inline_plot_and_the_cli_activates(home
     assert {v["reward_version"] for v in listed["versions"]} == {"v0", "v1", "v2"}
     bad = runner.invoke(app, ["rescore", "--version", "v3", "--weights", '{"speed": 1}'])
     assert bad.exit_code == 2 and "unknown reward component 'speed'" in " ".join(bad.output.split())
+    (home / "rubric.txt").write_bytes(b"Grade \xff strictly")
+    bad = runner.invoke(app, ["rescore", "--version", "v3", "--manager", "llm", "--rubric", str(home / "rubric.txt")])
+    assert bad.exit_code == 2 and "not valid UTF-8" in " ".join(bad.output.split())
     none = runner.invoke(app, ["rescore", "--version", "v3"])
     assert none.exit_code == 2 and "nothing to change" in " ".join(none.output.split())

@@ -65,7 +65,10 @@ def rescore(
     if rubric is not None:
         if not rubric.is_file():
             _fail(f"rubric file {rubric} does not exist: give a text file with the llm manager's rubric")
-        rubric_text = rubric.read_text(encoding="utf-8")
+        try:
+            rubric_text = rubric.read_text(encoding="utf-8")
+        except UnicodeDecodeError:
+            _fail(f"rubric file {rubric} is not valid UTF-8: save it as UTF-8 text")
     try:
         spec = RescoreSpec(version=version, weights=parse_weights(weights), manager=manager, step_scorer=step_scorer,
                            rubric=rubric_text, rubric_name=rubric_name or (rubric.stem if rubric else "default"))
