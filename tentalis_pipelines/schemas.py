@@ -268,7 +268,7 @@ class JudgeAgreementRow(BaseModel):
     judge: str = Field(description="who scored: a reviews.manager (llm, verifier) or '<reward_version>:<manager>' of a re-score")
     rubric: str = Field(description="the rubric it scored with ('default' when the row does not name one)")
     window_kind: str = Field(description="'batch', 'day' or 'all'")
-    window: str = Field(description="the batch id, the day (YYYY-MM-DD) or 'all'")
+    window_id: str = Field(description="the batch id, the day (YYYY-MM-DD) or 'all'")
     window_start: datetime = Field(description="the earliest judge score of the window (orders the windows)")
     n: int = Field(description="rollouts scored by both the judge and a human manager")
     mean_abs_diff: float = Field(description="mean |judge score - human score| (scores in [0, 1])")
@@ -605,7 +605,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("judge", pa.string(), False),
             ("rubric", pa.string(), False),
             ("window_kind", pa.string(), False),
-            ("window", pa.string(), False),
+            ("window_id", pa.string(), False),
             ("window_start", TS),
             ("n", pa.int64()),
             ("mean_abs_diff", pa.float64()),

@@ -68,7 +68,7 @@ def lake(home, tmp_path) -> Lakehouse:
 
 def test_agreement_per_batch_and_overall_by_hand(lake):
     res, outcomes, rows = build_judge_agreement(lake, window="batch")
-    table = {(r["judge"], r["window"]): r for r in lake.read("judge_agreement").to_pylist()}
+    table = {(r["judge"], r["window_id"]): r for r in lake.read("judge_agreement").to_pylist()}
     assert set(table) == {("verifier", "b1"), ("verifier", "b2"), ("verifier", "all")}
     b1, b2, overall = table[("verifier", "b1")], table[("verifier", "b2")], table[("verifier", "all")]
     assert (b1["n"], b1["mean_abs_diff"], b1["spearman"], b1["pass_agreement"]) == (3, pytest.approx(0.1), pytest.approx(1.0), 1.0)
@@ -84,7 +84,7 @@ def test_agreement_per_batch_and_overall_by_hand(lake):
     (o,) = drift_outcomes(rows, DriftSettings(min_n=3))
     assert o.drifting and len(o.reasons) == 2 and "0.33" in o.reasons[0] and "b1 -> b2" in o.reasons[1]
     day = build_judge_agreement(lake, window="day")[2]
-    assert [r["window"] for r in day if r["window_kind"] == "day"] == [datetime.now(timezone.utc).date().isoformat()]
+    assert [r["window_id"] for r in day if r["window_kind"] == "day"] == [datetime.now(timezone.utc).date().isoformat()]
 
 
 def test_a_judge_that_tracks_its_managers_is_not_flagged_and_a_rescore_judge_is_measured(home, tmp_path):
@@ -128,7 +128,7 @@ def test_the_cli_prints_agreement_and_the_drift_verdict(lake, monkeypatch):
     out = CliRunner().invoke(app, ["agreement", "--format", "json"])
     assert out.exit_code == 0, out.output
     got = json.loads(out.output.strip().splitlines()[-1])
-    by = {(r["judge"], r["window"]): r for r in got["rows"]}
+    by = {(r["judge"], r["window_id"]): r for r in got["rows"]}
     assert by[("verifier", "b2")]["pass_agreement"] == pytest.approx(1 / 3) and by[("verifier", "all")]["n"] == 6
     assert got["drift_check_passed"] is True  # default min_n = 5: no window has enough pairs to judge yet
     text = CliRunner().invoke(app, ["agreement"])

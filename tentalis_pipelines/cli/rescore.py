@@ -193,10 +193,10 @@ def agreement(
                                      "drift": getattr(verdict, "description", None)}, default=str) + "\n")
         return
     t = Table(title=f"judge vs human managers (per {window})")
-    for c in ("judge", "rubric", "window", "n", "mean_abs_diff", "spearman", "pass_agreement"):
+    for c in ("judge", "rubric", "window_id", "n", "mean_abs_diff", "spearman", "pass_agreement"):
         _add_column(t, c)
     for r in rows:
-        t.add_row(r["judge"], r["rubric"], r["window"], str(r["n"]), f"{r['mean_abs_diff']:.3f}",
+        t.add_row(r["judge"], r["rubric"], r["window_id"], str(r["n"]), f"{r['mean_abs_diff']:.3f}",
                   "n/a" if r["spearman"] is None else f"{r['spearman']:.3f}", f"{r['pass_agreement']:.3f}")
     if rows:
         _print_table(t)

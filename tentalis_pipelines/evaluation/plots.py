@@ -218,12 +218,12 @@ def agreement_inline_markdown(rows: Sequence[dict[str, Any]], metric: str = "pas
     """``metric`` per window of each judge (at most four, the most-paired first), windows in time order."""
     windows = [r for r in rows if r["window_kind"] != "all"]
     overall = sorted((r for r in rows if r["window_kind"] == "all"), key=lambda r: -r["n"])[: len(_COLOURS)]
-    keys = sorted({(r["window_start"], r["window"]) for r in windows})
+    keys = sorted({(r["window_start"], r["window_id"]) for r in windows})
     labels = [w for _, w in dict.fromkeys(keys)]
     labels = list(dict.fromkeys(labels))
     series = []
     for colour, judge in zip(_COLOURS, overall):
-        per = {r["window"]: r[metric] for r in windows if (r["judge"], r["rubric"]) == (judge["judge"], judge["rubric"])}
+        per = {r["window_id"]: r[metric] for r in windows if (r["judge"], r["rubric"]) == (judge["judge"], judge["rubric"])}
         name = judge["judge"] if judge["rubric"] == "default" else f"{judge['judge']}/{judge['rubric']}"
         series.append((name[:18], colour, [per.get(w) for w in labels]))
     return inline_plot_markdown([_short_label(w) for w in labels], series, title=f"judge vs managers: {metric}", ylim=(0.0, 1.0))

@@ -119,9 +119,9 @@ def agreement_rows(pairs: Sequence[Pair], *, window: str = "batch", threshold: f
     rows = []
     for (judge, rubric, kind, key), members in groups.items():
         stats = agreement_stats([m.judge_score for m in members], [m.human_score for m in members], threshold)
-        rows.append({"judge": judge, "rubric": rubric, "window_kind": kind, "window": key,
+        rows.append({"judge": judge, "rubric": rubric, "window_kind": kind, "window_id": key,
                      "window_start": min(m.judged_at for m in members), **stats})
-    rows.sort(key=lambda r: (r["judge"], r["rubric"], r["window_kind"] == "all", r["window_start"], r["window"]))
+    rows.sort(key=lambda r: (r["judge"], r["rubric"], r["window_kind"] == "all", r["window_start"], r["window_id"]))
     return rows
 
 
@@ -154,15 +154,15 @@ def drift_outcomes(rows: Sequence[dict[str, Any]], settings: DriftSettings = Dri
             by_judge[(r["judge"], r["rubric"])].append(r)
     out = []
     for (judge, rubric), windows in sorted(by_judge.items()):
-        windows.sort(key=lambda r: (r["window_start"], r["window"]))
+        windows.sort(key=lambda r: (r["window_start"], r["window_id"]))
         latest = windows[-1]
         previous = windows[-2] if len(windows) > 1 else None
         reasons = []
         if latest["pass_agreement"] < settings.min_pass_agreement:
             reasons.append(f"pass/fail agreement {latest['pass_agreement']:.2f} < {settings.min_pass_agreement:.2f} "
-                           f"in {latest['window']} (n={latest['n']})")
+                           f"in {latest['window_id']} (n={latest['n']})")
         if previous is not None and previous["pass_agreement"] - latest["pass_agreement"] > settings.max_drop:
             reasons.append(f"pass/fail agreement fell {previous['pass_agreement']:.2f} -> {latest['pass_agreement']:.2f} "
-                           f"({previous['window']} -> {latest['window']}), more than {settings.max_drop:.2f}")
+                           f"({previous['window_id']} -> {latest['window_id']}), more than {settings.max_drop:.2f}")
         out.append(DriftOutcome(judge, rubric, bool(reasons), reasons, latest, previous))
     return out

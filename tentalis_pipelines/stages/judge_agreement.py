@@ -74,7 +74,7 @@ def build_judge_agreement(lake: Lakehouse, *, window: str = "batch", threshold: 
         "drifting": ", ".join(f"{o.judge}/{o.rubric}" for o in outcomes if o.drifting) or "none",
         "overall": markdown_table([{k: r[k] for k in ("judge", "rubric", "n", "mean_abs_diff", "spearman", "pass_agreement",
                                                        "judge_mean", "human_mean")} for r in overall]),
-        "windows": markdown_table([{k: r[k] for k in ("judge", "rubric", "window", "n", "mean_abs_diff", "spearman", "pass_agreement")}
+        "windows": markdown_table([{k: r[k] for k in ("judge", "rubric", "window_id", "n", "mean_abs_diff", "spearman", "pass_agreement")}
                                    for r in rows if r["window_kind"] != "all"], limit=30),
     }
     return StageResult(len(rows), meta), outcomes, rows
