@@ -12,7 +12,7 @@ from dagster import (
     asset,
 )
 
-from assets.external import human_reviews
+from assets.external import human_reviews, reward_activations
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
 from tentalis_pipelines import contamination, pipeline, quality
@@ -113,7 +113,7 @@ def teacher_logprobs(
     return to_materialize_result(res, "teacher_logprobs", lake)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"},
+@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, step_scores, rollouts, tasks, reward_activations], group_name="learning_loop", kinds={"delta"},
        metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(

@@ -12,6 +12,7 @@ from assets.benchmark_assets import benchmark_results, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
+from assets.trust_assets import judge_agreement, reward_versions
 
 rollout_job = define_asset_job(
     "rollout_job",
@@ -38,4 +39,17 @@ promotion_job = define_asset_job(
     selection=AssetSelection.assets(serving, learning_curve),
     description="The promotion gate decides on a checkpoint from its benchmark results and moves the serving pointer on a pass; "
                 "the learning curve is refreshed.",
+)
+
+rescore_job = define_asset_job(
+    "rescore_job",
+    selection=AssetSelection.assets(reward_versions),
+    description="Re-score the stored rollouts into a new reward version and show its diff (run config: the version's "
+                "definition); training keeps the active version until `tentalis rescore --activate`.",
+)
+
+judge_agreement_job = define_asset_job(
+    "judge_agreement_job",
+    selection=AssetSelection.assets(judge_agreement),
+    description="Judge-versus-manager agreement per judge, rubric and window, and the drift check.",
 )

@@ -398,6 +398,12 @@ class Lakehouse:
         self._replace(name, predicate, table, partition_by=_partition_by(name))
         return table.num_rows
 
+    def replace_all(self, name: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+        """Replace every row of a derived table (a summary recomputed whole) in one atomic commit."""
+        table = to_table(name, rows)
+        self._replace(name, "true", table, partition_by=_partition_by(name))
+        return table.num_rows
+
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
         """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write).
 

@@ -155,13 +155,14 @@ class ReviewResource(ConfigurableResource):
         cfg = JudgeConfig(num_votes=self.num_votes, temperature=self.judge_temperature, forced_verdict=self.judge_forced_verdict)
         return JudgePRM(backend, cfg)
 
-    def llm_manager(self, models_dir):
+    def llm_manager(self, models_dir, rubric: str | None = None):
+        """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's)."""
         from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
-        from tentalis_pipelines.rewards.llm_manager import LLMManager
+        from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager
 
         return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)),
-                          max_new_tokens=self.manager_max_new_tokens)
+                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC)
 
 
 class BenchmarkResource(ConfigurableResource):

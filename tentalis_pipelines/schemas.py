@@ -117,6 +117,8 @@ class TrajectoryRow(BaseModel):
     opd_signal: list[float] | None = Field(None, description="hinted OPD: clipped log pi_teacher(a|s+hint) - log pi(a|s) per completion token; null = no OPD term")
     w_rl: float | None = Field(None, description="weight of the RL advantage in the trained per-token advantage (null = 1)")
     w_opd: float | None = Field(None, description="weight of opd_signal in the trained per-token advantage (null = 0)")
+    reward_version: str | None = Field(None, description="the reward version whose rewards and advantages the row carries "
+                                                     "(`tentalis rescore`); null = the pipeline's own (v0)")
 
 
 class TeacherLogprobRow(BaseModel):
@@ -309,6 +311,76 @@ class AuditRow(BaseModel):
     detail: str | None = Field(None, description="JSON with the numbers behind it")
 
 
+class JudgeAgreementRow(BaseModel):
+    judge: str = Field(description="who scored: a reviews.manager (llm, verifier) or '<reward_version>:<manager>' of a re-score")
+    rubric: str = Field(description="the rubric it scored with ('default' when the row does not name one)")
+    window_kind: str = Field(description="'batch', 'day' or 'all'")
+    window_id: str = Field(description="the batch id, the day (YYYY-MM-DD) or 'all'")
+    window_start: datetime = Field(description="the earliest judge score of the window (orders the windows)")
+    n: int = Field(description="rollouts scored by both the judge and a human manager")
+    mean_abs_diff: float = Field(description="mean |judge score - human score| (scores in [0, 1])")
+    spearman: float | None = Field(None, description="Spearman rank correlation (average ranks for ties); null when either side is constant")
+    pass_agreement: float = Field(description="fraction of rollouts where judge and human agree on pass (score >= 0.5) or fail")
+    judge_mean: float
+    human_mean: float
+    computed_at: datetime
+
+
+class RewardVersionRow(BaseModel):
+    reward_version: str = Field(description="the version's name; 'v0' is the pipeline's own trajectories")
+    rollout_id: str
+    batch_id: str
+    task_id: str
+    group_index: int
+    policy_version: str
+    outcome_reward: float
+    format_reward: float
+    process_reward: float | None
+    step_rewards: list[float | None]
+    manager_score: float = Field(description="the manager component the reward used")
+    manager: str = Field(description="who gave manager_score: human, llm, verifier, or the stored review's manager")
+    judge_score: float | None = Field(None, description="the re-scoring manager's own score, also where a human's score was kept")
+    overlong_penalty: float
+    reward: float
+    reward_weights: str
+    advantage: float
+    step_advantages: list[float]
+    advantage_mode: str
+    kept: bool
+    rank: int = Field(description="1 = the best reward of its group (task x policy version); ties share the better rank")
+    base_version: str | None = Field(None, description="the version this one is compared with (the active one when it was made)")
+    base_reward: float | None = None
+    base_advantage: float | None = None
+    base_rank: int | None = None
+    reward_delta: float | None = Field(None, description="reward - base_reward")
+    rank_change: int | None = Field(None, description="rank - base_rank (negative: moved up)")
+    sign_flip: bool | None = Field(None, description="the advantage's sign (-, 0, +; |a| < 1e-9 is 0) differs from the base's")
+    created_at: datetime
+
+
+class RewardVersionDefRow(BaseModel):
+    reward_version: str
+    base_version: str | None
+    definition: str = Field(description="JSON: weights overrides, manager, step scorer, judge model, rubric and its hash, advantage settings")
+    batches: list[str]
+    n: int
+    summary: str = Field(description="JSON: the diff against base_version (deltas, rank changes, sign flips)")
+    created_by: str
+    created_at: datetime
+
+
+class RewardActivationRow(BaseModel):
+    seq: int = Field(description="position in the activation log; the highest seq is the active reward version")
+    from_version: str
+    to_version: str
+    actor: str
+    reason: str
+    weights: str = Field(description="JSON: the new version's weight overrides, which batches built from now on take")
+    batches: list[str] = Field(description="the batches whose trajectories were rewritten to the new version")
+    rows: int = Field(description="trajectory rows rewritten")
+    created_at: datetime
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": pa.schema(
         [
@@ -419,6 +491,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("opd_signal", pa.list_(pa.float64())),
             ("w_rl", pa.float64()),
             ("w_opd", pa.float64()),
+            ("reward_version", pa.string()),
         ]
     ),
     "teacher_logprobs": pa.schema(
@@ -620,6 +693,80 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("detail", pa.string()),
         ]
     ),
+    "judge_agreement": pa.schema(
+        [
+            ("judge", pa.string(), False),
+            ("rubric", pa.string(), False),
+            ("window_kind", pa.string(), False),
+            ("window_id", pa.string(), False),
+            ("window_start", TS),
+            ("n", pa.int64()),
+            ("mean_abs_diff", pa.float64()),
+            ("spearman", pa.float64()),
+            ("pass_agreement", pa.float64()),
+            ("judge_mean", pa.float64()),
+            ("human_mean", pa.float64()),
+            ("computed_at", TS),
+        ]
+    ),
+    "reward_versions": pa.schema(
+        [
+            ("reward_version", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("batch_id", pa.string()),
+            ("task_id", pa.string()),
+            ("group_index", pa.int32()),
+            ("policy_version", pa.string()),
+            ("outcome_reward", pa.float64()),
+            ("format_reward", pa.float64()),
+            ("process_reward", pa.float64()),
+            ("step_rewards", pa.list_(pa.float64())),
+            ("manager_score", pa.float64()),
+            ("manager", pa.string()),
+            ("judge_score", pa.float64()),
+            ("overlong_penalty", pa.float64()),
+            ("reward", pa.float64()),
+            ("reward_weights", pa.string()),
+            ("advantage", pa.float64()),
+            ("step_advantages", pa.list_(pa.float64())),
+            ("advantage_mode", pa.string()),
+            ("kept", pa.bool_()),
+            ("rank", pa.int32()),
+            ("base_version", pa.string()),
+            ("base_reward", pa.float64()),
+            ("base_advantage", pa.float64()),
+            ("base_rank", pa.int32()),
+            ("reward_delta", pa.float64()),
+            ("rank_change", pa.int32()),
+            ("sign_flip", pa.bool_()),
+            ("created_at", TS),
+        ]
+    ),
+    "reward_version_defs": pa.schema(
+        [
+            ("reward_version", pa.string(), False),
+            ("base_version", pa.string()),
+            ("definition", pa.string()),
+            ("batches", pa.list_(pa.string())),
+            ("n", pa.int64()),
+            ("summary", pa.string()),
+            ("created_by", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "reward_activations": pa.schema(
+        [
+            ("seq", pa.int64(), False),
+            ("from_version", pa.string()),
+            ("to_version", pa.string(), False),
+            ("actor", pa.string()),
+            ("reason", pa.string()),
+            ("weights", pa.string()),
+            ("batches", pa.list_(pa.string())),
+            ("rows", pa.int64()),
+            ("created_at", TS),
+        ]
+    ),
 }
 
 ROW_MODELS: dict[str, type[BaseModel]] = {
@@ -642,6 +789,10 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "turns": TurnRow,
     "lineage": LineageRow,
     "audit": AuditRow,
+    "judge_agreement": JudgeAgreementRow,
+    "reward_versions": RewardVersionRow,
+    "reward_version_defs": RewardVersionDefRow,
+    "reward_activations": RewardActivationRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.

@@ -102,8 +102,9 @@ def parse_review(text: str) -> tuple[float, str, str] | None:
 class LLMManager:
     name = "llm"
 
-    def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0):
-        self.backend, self.max_new_tokens, self.seed = backend, max_new_tokens, seed
+    def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0, rubric: str = RUBRIC):
+        # ``rubric``: the system prompt the manager grades by (a re-score may try another one).
+        self.backend, self.max_new_tokens, self.seed, self.rubric = backend, max_new_tokens, seed, rubric
         self.fallback = VerifierManager()
 
     def prompt(self, task: str, completion: str, x: ReviewInput) -> str:
@@ -111,11 +112,11 @@ class LLMManager:
         # close the fence, so it cannot pose as the rubric or the reply.
         user = (f"Task: {task}\n\nReference answer: {x.reference}\n\n{FENCE_NOTE}\n<{FENCE}>\n{fence_safe(completion)}\n</{FENCE}>"
                 "\n\nYour review (JSON):")
-        messages = [{"role": "system", "content": RUBRIC}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": self.rubric}, {"role": "user", "content": user}]
         tok = getattr(self.backend, "tokenizer", None)
         if tok is not None and getattr(tok, "chat_template", None):
             return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + '{"score": '
-        return RUBRIC + "\n\n" + user + '\n{"score": '
+        return self.rubric + "\n\n" + user + '\n{"score": '
 
     def review_many(self, items: Sequence[tuple[str, str, ReviewInput]]) -> list[Review]:
         """One batched generate call for all rollouts (the reply is pre-filled up to the score)."""

@@ -8,6 +8,7 @@ from tentalis_pipelines.rewards.advantages import (
     group_advantages,
     process_advantages,
 )
+from tentalis_pipelines.rewards.rescore import weights_for
 from tentalis_pipelines.rewards.scoring import (
     DEFAULT_WEIGHTS,
     combine,
@@ -15,6 +16,7 @@ from tentalis_pipelines.rewards.scoring import (
     process_credit,
 )
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
 
 
@@ -36,6 +38,8 @@ def build_trajectories(
                                                                 dynamic_sampling=dynamic_sampling))
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    # The active reward version's weights (`tentalis rescore --activate`); v0: the defaults.
+    reward_version, overrides = active_weight_overrides(lake)
     opd_signals = {}
     if w_opd > 0:
         opd_signals = {r["rollout_id"]: r["opd_signal"] for r in lake.read("teacher_logprobs", batch_id=batch_id).to_pylist()
@@ -46,7 +50,7 @@ def build_trajectories(
         if r["rollout_id"] not in reviews:
             raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
         env = tasks[r["task_id"]]["environment"]
-        weights = DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
+        weights = weights_for(overrides, env, None) if overrides else DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
         process = process_credit(x.step_scores, x.answer)
         outcome = 1.0 if x.correct else 0.0
         manager = reviews[r["rollout_id"]]["score"]
@@ -67,6 +71,7 @@ def build_trajectories(
                 "reward": combine(weights, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
                 "reward_weights": weights.to_json(),
                 "created_at": created,
+                "reward_version": reward_version,
             }
         )
     if advantage_mode not in ("outcome", "process"):
