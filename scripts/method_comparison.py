@@ -43,7 +43,8 @@ def run(args) -> None:
     env = {**{k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}, "TENTALIS_HOME": str(home),
            "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     tentalis = [sys.executable, "-m", "tentalis_pipelines.cli"]
-    cmd = [*tentalis, "learn", "--cycles", str(args.cycles), "--method", args.method, "--seed", str(args.seed)]
+    cmd = [*tentalis, "learn", "--cycles", str(args.cycles), "--method", args.method, "--seed", str(args.seed), "--tasks", args.tasks]
+    cmd += args.learn_args
     if args.skills:
         cmd.append("--skills")
     if args.gate_limit:
@@ -56,8 +57,8 @@ def run(args) -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     label = args.label or f"{args.method}{'+skills' if args.skills else ''} seed {args.seed}"
     rows = []
-    for r in rows_for(home, args.seed, label, commit):
-        n = _items(home, r["checkpoint_id"])
+    for r in rows_for(home, args.seed, label, commit, benchmark=args.tasks):
+        n = _items(home, r["checkpoint_id"], args.tasks)
         rows.append({"method": args.method, "skills": bool(args.skills), "task_set": args.tasks, "seed": args.seed,
                      "cycle": r["checkpoint"], "checkpoint_id": r["checkpoint_id"], "n": n, "accuracy": r["accuracy"],
                      "lenient_accuracy": r["lenient_accuracy"], "format_rate": r["format_rate"], "ci_low": r["ci_low"],
@@ -141,6 +142,8 @@ def main() -> None:
     r.add_argument("--home", default=None)
     r.add_argument("--label", default=None)
     r.add_argument("--out", default=str(DEFAULT_OUT))
+    r.add_argument("--export-only", action="store_true", help="only append the rows of an existing --home (e.g. a run cut short)")
+    r.add_argument("learn_args", nargs="*", help="more `tentalis learn` options, after --")
     s = sub.add_parser("summarize")
     s.add_argument("--tasks", default="arithmetic")
     s.add_argument("--lenient", action="store_true")

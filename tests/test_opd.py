@@ -118,45 +118,42 @@ def test_config_refuses_no_weight_at_all():
 # --------------------------------------------------------------------------- direction, on SmolLM2
 
 
-def _answer_logp(model, tok, prompt_ids, answer: str) -> float:
-    """log pi of the answer's digits given the prompt and '<answer>': the probability of answering 19."""
-    c = tok(f"<answer>{answer}</answer>", add_special_tokens=False)["input_ids"]
-    digits = [i for i, t in enumerate(c) if tok.decode([t]).strip().isdigit()]
-    lp = _hand_logps(model, prompt_ids, c, 1.0)
-    return sum(lp[i] for i in digits)
+def _answer_logp(model, student_ids, answer_ids) -> float:
+    """log pi(answer | s): the answer's tokens after the prompt (which ends with '<answer>')."""
+    return sum(_hand_logps(model, student_ids, answer_ids, 1.0))
 
 
-def _distil(embedded_model_dir, hint: str) -> tuple[float, float]:
-    """log pi(answer 19 | s) before and after 4 OPD-only updates (w_rl = 0) on the student's
-    own answers, with the teacher = the same policy given ``hint``."""
+def _distil(embedded_model_dir, hint: str, updates: int = 3) -> tuple[float, float]:
+    """log pi(answer 19 | s) before and after ``updates`` OPD-only updates (w_rl = 0, Adam state carried)
+    on the student's own candidate answers, the teacher being the same policy given ``hint``."""
     from transformers import AutoTokenizer
 
     from tentalis_pipelines.inference.prompts import render_prompt
 
     tok = AutoTokenizer.from_pretrained(embedded_model_dir)
-    cfg = GRPOConfig(learning_rate=1e-3, dtype="float32", device="cpu", per_step_rows=8, w_rl=0.0, w_opd=1.0, seed=0)
+    cfg = GRPOConfig(learning_rate=5e-4, dtype="float32", device="cpu", per_step_rows=8, w_rl=0.0, w_opd=1.0, seed=0)
     model = build_policy(embedded_model_dir, None, cfg)
-    prompt_text = render_prompt(tok, TASK, worked_example=False)
+    # The student has started its answer tag: what follows is the number it answers.
+    prompt_text = render_prompt(tok, TASK) + "<answer>"
     student = tok(prompt_text, add_special_tokens=False)["input_ids"]
     teacher = tok(opd.hinted_prompt(prompt_text, TASK, hint), add_special_tokens=False)["input_ids"]
-    # The student's own answers: what it might say (right and wrong numbers), scored by the hinted teacher.
-    answers = [f"<answer>{n}</answer>" for n in (19, 17, 21, 20, 18, 23)]
-    comps = [tok(a, add_special_tokens=False)["input_ids"] for a in answers]
+    comps = [tok(str(n), add_special_tokens=False)["input_ids"] for n in (19, 17, 21, 20, 18, 23)]
     model.eval()
-    before = _answer_logp(model, tok, student, "19")
-    for _ in range(4):
-        items = [opd.OPDItem(student, teacher, c, 1.0) for c in comps]
-        scored = opd.teacher_student_logprobs(model, tok, items, dtype="float32")
-        samples = [TrainSample(student, c, 0.0, token_advantages=opd.combine_advantages([0.0] * len(c), opd.opd_signal(t, s), w_rl=0.0, w_opd=1.0),
-                               temperature=1.0) for c, (t, s) in zip(comps, scored)]
-        train_grpo(model, tok, samples, cfg)
+    before = _answer_logp(model, student, comps[0])
+    state = None
+    for _ in range(updates):
+        scored = opd.teacher_student_logprobs(model, tok, [opd.OPDItem(student, teacher, c, 1.0) for c in comps], dtype="float32")
+        samples = [TrainSample(student, c, 0.0, temperature=1.0,
+                               token_advantages=opd.combine_advantages([0.0] * len(c), opd.opd_signal(t, s), w_rl=0.0, w_opd=1.0))
+                   for c, (t, s) in zip(comps, scored)]
+        state = train_grpo(model, tok, samples, cfg, state=state).state
     model.eval()
-    return before, _answer_logp(model, tok, student, "19")
+    return before, _answer_logp(model, student, comps[0])
 
 
 def test_a_hint_naming_the_answer_raises_it_and_a_misleading_hint_lowers_it(embedded_model_dir):
     before, after = _distil(embedded_model_dir, "The correct answer is 19.")
-    assert after > before + 0.5, (before, after)
+    assert after > before + 0.3, (before, after)
     before_m, after_m = _distil(embedded_model_dir, "The correct answer is 23.")
     assert before_m == pytest.approx(before, abs=1e-4)
-    assert after_m < before_m - 0.5, (before_m, after_m)
+    assert after_m < before_m - 0.3, (before_m, after_m)

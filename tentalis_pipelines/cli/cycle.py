@@ -159,6 +159,8 @@ def learn(
     num_iterations: int | None = typer.Option(None, min=1, help="Updates per batch of rollouts (mu; default 1)."),
     dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
     seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
+                              "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test)."),
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
     home: str | None = HomeOpt,
@@ -183,10 +185,14 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         _fail(f"{flag}: {exc}")
+    if tasks not in ("arithmetic", "gsm8k"):
+        _fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
     t0 = time.time()
     for k in range(1, cycles + 1):
-        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn",
-                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed))
+        resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed)
+        if tasks != "arithmetic":  # held out and gated on the dataset's own test split
+            resources.setdefault("bench", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, resources=resources)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
-    console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])
