@@ -8,7 +8,7 @@ and by CI (``jobs/cycle.py``). Every run belongs to its job, so the UI shows eac
 from dagster import AssetSelection, define_asset_job
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
-from assets.benchmark_assets import benchmark_results, learning_curve
+from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
@@ -36,9 +36,9 @@ benchmark_job = define_asset_job(
 
 promotion_job = define_asset_job(
     "promotion_job",
-    selection=AssetSelection.assets(serving, learning_curve),
+    selection=AssetSelection.assets(serving, learning_curve, hint_efficacy),
     description="The promotion gate decides on a checkpoint from its benchmark results and moves the serving pointer on a pass; "
-                "the learning curve is refreshed.",
+                "the learning curve and the hint efficacy are refreshed.",
 )
 
 rescore_job = define_asset_job(

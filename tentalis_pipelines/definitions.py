@@ -13,7 +13,7 @@ from assets.batch_assets import (
     teacher_logprobs,
     trajectories,
 )
-from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
+from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve, prm_evaluation
 from assets.external import human_reviews, reward_activations
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
@@ -44,7 +44,7 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, trajectories, checkpoints, benchmark_results, serving,
-            learning_curve, prm_evaluation, reward_activations, reward_versions, judge_agreement],
+            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement],
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],

@@ -381,6 +381,26 @@ class RewardActivationRow(BaseModel):
     created_at: datetime
 
 
+class HintEfficacyRow(BaseModel):
+    """Did the hint change behaviour? One row per checkpoint x manager x hint kind x task family."""
+
+    checkpoint_id: str
+    before_policy: str = Field(description="the policy that failed and got the hints (what the checkpoint trained from)")
+    manager: str = Field(description="who wrote the hints: verifier | llm | human | judge")
+    hint_kind: str = Field(description="wrong_step | plan | finish_with_answer | format | free_text (from the wording)")
+    family: str = Field(description="task family: the arithmetic operation pattern, a session family, or environment:source")
+    hinted_failures: int = Field(description="failed rollouts with such a hint that the checkpoint trained on")
+    distilled: int = Field(description="of those, how many got an OPD term (teacher_logprobs.decision = 'used')")
+    before_n: int
+    before_success: float | None = Field(None, description="the family's success rate among the before policy's rollouts")
+    after_n: int
+    after_success: float | None = Field(None, description="the family's success rate among the checkpoint's own rollouts")
+    delta: float | None = None
+    delta_ci_low: float | None = Field(None, description="95% interval of after - before (Newcombe, Wilson score)")
+    delta_ci_high: float | None = None
+    computed_at: datetime
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": pa.schema(
         [
@@ -766,6 +786,24 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("rows", pa.int64()),
             ("created_at", TS),
         ]
+    ),    "hint_efficacy": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("before_policy", pa.string()),
+            ("manager", pa.string()),
+            ("hint_kind", pa.string()),
+            ("family", pa.string()),
+            ("hinted_failures", pa.int64()),
+            ("distilled", pa.int64()),
+            ("before_n", pa.int64()),
+            ("before_success", pa.float64()),
+            ("after_n", pa.int64()),
+            ("after_success", pa.float64()),
+            ("delta", pa.float64()),
+            ("delta_ci_low", pa.float64()),
+            ("delta_ci_high", pa.float64()),
+            ("computed_at", TS),
+        ]
     ),
 }
 
@@ -793,6 +831,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "reward_versions": RewardVersionRow,
     "reward_version_defs": RewardVersionDefRow,
     "reward_activations": RewardActivationRow,
+    "hint_efficacy": HintEfficacyRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
