@@ -1,5 +1,7 @@
 """Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> trajectories (Delta tables)."""
 
+from functools import partial
+
 from dagster import (
     AssetCheckResult,
     AssetCheckSeverity,
@@ -10,10 +12,10 @@ from dagster import (
     asset,
 )
 
-from assets.external import human_reviews
+from assets.external import human_reviews, reward_activations
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
-from tentalis_pipelines import pipeline, quality
+from tentalis_pipelines import contamination, pipeline, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 
@@ -46,20 +48,23 @@ def to_materialize_result(result: pipeline.StageResult, table: str, lake=None, c
 
 def check_result(name: str, outcome: quality.CheckOutcome) -> AssetCheckResult:
     """A data-quality outcome as a Dagster check result (a failure is an ERROR: it says the data is wrong)."""
-    meta = {k: MetadataValue.int(v) if isinstance(v, int) else MetadataValue.text(str(v)) for k, v in outcome.metadata.items()}
+    meta = {k: MetadataValue.int(v) if isinstance(v, int)
+            else MetadataValue.md(v) if isinstance(v, str) and "\n|" in v
+            else MetadataValue.text(str(v)) for k, v in outcome.metadata.items()}
     return AssetCheckResult(check_name=name, passed=outcome.passed, description=outcome.description, metadata=meta,
                             severity=AssetCheckSeverity.ERROR)
 
 
 @asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("tasks"),
-       check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item (contaminated tasks are quarantined at load; this confirms none remain).")])
+       check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item, exactly or as a near duplicate (normalised text, 13-gram containment, MiniLM embedding); contaminated tasks are quarantined at load, this confirms none remain and fails closed when the benchmark index cannot be built.")])
 def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, and prompts
     longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
     paths = lakehouse.paths()
     lake = lakehouse.lakehouse()
     result = pipeline.build_tasks(lake, paths, context.partition_key, policy.settings())
-    checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key))]
+    checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key,
+                                                                         cache_dir=contamination.default_cache_dir(paths.home)))]
     return to_materialize_result(result, "tasks", lake, checks)
 
 
@@ -84,15 +89,32 @@ def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, re
 @asset(partitions_def=task_batches, deps=[step_scores, rollouts, tasks, human_reviews], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("reviews"),
        check_specs=[AssetCheckSpec("one_review_per_rollout", asset="reviews", description="Every rollout has exactly one review, and every review names a rollout of the batch.")])
 def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
-    """The manager's review of every rollout: score, critique and hint."""
-    llm = review.llm_manager(lakehouse.paths().models) if review.manager == "llm" else None
+    """The manager's review of every rollout: score, critique and hint. A live-sessions batch: the live
+    reviews of its sessions, and with `review.manager = llm` the judge's review of each session no person reviewed."""
+    # Built on first use: a sessions batch whose sessions all have a person's review loads no judge model.
+    llm = partial(review.llm_manager, lakehouse.paths().models) if review.manager == "llm" else None
     lake = lakehouse.lakehouse()
     res = pipeline.build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
     checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]
     return to_materialize_result(res, "reviews", lake, checks)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, step_scores, rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("trajectories"),
+@asset(partitions_def=task_batches, deps=[reviews, rollouts, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
+       metadata=table_definition_metadata("teacher_logprobs"))
+def teacher_logprobs(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+) -> MaterializeResult:
+    """Hinted on-policy distillation's teacher: per rollout, the hint filter's decision, and for kept hints the
+    log-probs of the student's own tokens under the policy given the hint and without it (off when trainer.w_opd = 0)."""
+    lake = lakehouse.lakehouse()
+    settings = policy.settings()
+    res = pipeline.build_teacher_logprobs(lake, lakehouse.paths(), context.partition_key, settings,
+                                          trainer.config(settings.max_new_tokens))
+    return to_materialize_result(res, "teacher_logprobs", lake)
+
+
+@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, step_scores, rollouts, tasks, reward_activations], group_name="learning_loop", kinds={"delta"},
+       metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource,

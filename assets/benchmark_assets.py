@@ -10,7 +10,7 @@ from dagster import (
     asset,
 )
 
-from assets.batch_assets import stage_metadata
+from assets.batch_assets import reviews, stage_metadata, tasks, teacher_logprobs, trajectories
 from assets.partitions import checkpoint_ids
 from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
@@ -94,4 +94,26 @@ def prm_evaluation(config: ProcessBenchConfig, lakehouse: LakehouseResource, rev
     for name, split in result.splits.items():
         if split.metrics.f1 is not None:
             meta[f"{name}_f1"] = MetadataValue.float(float(split.metrics.f1))
+    return MaterializeResult(metadata=meta)
+
+
+@asset(deps=[checkpoints, trajectories, reviews, tasks, teacher_logprobs], group_name="evaluation", kinds={"delta"},
+       metadata=table_definition_metadata("hint_efficacy"))
+def hint_efficacy(lakehouse: LakehouseResource) -> MaterializeResult:
+    """Did the hint change behaviour? For each checkpoint that trained on hinted failures: the same task
+    family's success before (the policy that failed) and after (the checkpoint's own rollouts), per
+    manager and hint kind, with a 95% interval on the difference."""
+    from tentalis_pipelines.evaluation.plots import inline_plot_markdown
+    from tentalis_pipelines.stages.hint_efficacy import build_hint_efficacy
+
+    lake = lakehouse.lakehouse()
+    res = build_hint_efficacy(lake)
+    meta = stage_metadata(res, "hint_efficacy", lake)
+    rows = [r for r in lake.read("hint_efficacy").to_pylist() if r["delta"] is not None] if res.rows else []
+    if rows:
+        rows.sort(key=lambda r: (r["computed_at"], r["checkpoint_id"], r["manager"], r["hint_kind"], r["family"]))
+        labels = [f"{r['hint_kind']}/{r['family']}" for r in rows]
+        meta["plot"] = MetadataValue.md(inline_plot_markdown(
+            labels, [("after", "#1f77b4", [r["after_success"] for r in rows]), ("before", "#aaaaaa", [r["before_success"] for r in rows])],
+            title="family success after vs before the hinted checkpoint", ylim=(0.0, 1.0)))
     return MaterializeResult(metadata=meta)

@@ -90,6 +90,7 @@ def synthetic_trajectories(
         "token_advantages": pa.nulls(rows, pa.list_(pa.float64())),
         "turn_rewards": pa.nulls(rows, pa.list_(pa.float64())),
         "turn_advantages": pa.nulls(rows, pa.list_(pa.float64())),
+        "reward_version": pa.array(["v0"]).take(pa.array(const)),  # the pipeline's own rewards (tentalis rescore)
     }
     return to_table("trajectories", pa.table(columns))
 

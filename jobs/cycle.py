@@ -21,8 +21,12 @@ from dagster import DagsterInstance, Definitions, MultiPartitionKey
 from assets.partitions import checkpoint_ids, task_batches
 from tentalis_pipelines import promotion
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.tasks.batches import next_generator_seed, register_generated_batch
+from tentalis_pipelines.settings import Paths, data_dir
+from tentalis_pipelines.tasks.batches import (
+    next_generator_seed,
+    register_dataset_batch,
+    register_generated_batch,
+)
 
 
 class CycleFailed(RuntimeError):
@@ -43,6 +47,9 @@ class CycleOptions:
     train: bool = True
     resources: dict[str, Any] = field(default_factory=dict)
     trigger: str = "cli"
+    # "arithmetic" (the seeded generator) or a dataset's training split ("gsm8k": consecutive slices of
+    # $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
+    task_source: str = "arithmetic"
 
 
 @dataclass
@@ -121,7 +128,15 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
             on_run(run)
         return run
 
-    batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
+    if opts.task_source == "arithmetic":
+        batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
+    else:
+        root = data_dir()
+        if root is None:
+            raise ValueError(f"task source {opts.task_source!r} reads its training split from TENTALIS_DATA_DIR, which is not set")
+        batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks)
+        if not instance.has_dynamic_partition(task_batches.name, batch_id):
+            instance.add_dynamic_partitions(task_batches.name, [batch_id])
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
     out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
     if not opts.train:

@@ -7,17 +7,18 @@ and by CI (``jobs/cycle.py``). Every run belongs to its job, so the UI shows eac
 
 from dagster import AssetSelection, define_asset_job
 
-from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
-from assets.benchmark_assets import benchmark_results, learning_curve
+from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
+from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
+from assets.trust_assets import judge_agreement, reward_versions
 
 rollout_job = define_asset_job(
     "rollout_job",
-    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, trajectories),
+    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, teacher_logprobs, trajectories),
     partitions_def=task_batches,
-    description="One task batch through rollouts, step scores, reviews and trajectories.",
+    description="One task batch through rollouts, step scores, reviews, the OPD teacher and trajectories.",
 )
 
 train_job = define_asset_job(
@@ -35,7 +36,20 @@ benchmark_job = define_asset_job(
 
 promotion_job = define_asset_job(
     "promotion_job",
-    selection=AssetSelection.assets(serving, learning_curve),
+    selection=AssetSelection.assets(serving, learning_curve, hint_efficacy),
     description="The promotion gate decides on a checkpoint from its benchmark results and moves the serving pointer on a pass; "
-                "the learning curve is refreshed.",
+                "the learning curve and the hint efficacy are refreshed.",
+)
+
+rescore_job = define_asset_job(
+    "rescore_job",
+    selection=AssetSelection.assets(reward_versions),
+    description="Re-score the stored rollouts into a new reward version and show its diff (run config: the version's "
+                "definition); training keeps the active version until `tentalis rescore --activate`.",
+)
+
+judge_agreement_job = define_asset_job(
+    "judge_agreement_job",
+    selection=AssetSelection.assets(judge_agreement),
+    description="Judge-versus-manager agreement per judge, rubric and window, and the drift check.",
 )

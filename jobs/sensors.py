@@ -26,8 +26,18 @@ from dagster import (
 
 from assets.partitions import checkpoint_ids, task_batches
 from tentalis_pipelines import pipeline, promotion, sessions
-from tentalis_pipelines.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
-from tentalis_pipelines.settings import inbox_settle_seconds, session_settle_seconds
+from tentalis_pipelines.resources import (
+    BenchmarkResource,
+    CycleResource,
+    LakehouseResource,
+    ReviewResource,
+    TrainerResource,
+)
+from tentalis_pipelines.settings import (
+    inbox_settle_seconds,
+    session_review_wait_seconds,
+    session_settle_seconds,
+)
 from tentalis_pipelines.tasks.batches import (
     RefusedEntry,
     register_file_batch,
@@ -111,14 +121,21 @@ def task_inbox(context: SensorEvaluationContext, lakehouse: LakehouseResource):
 
 
 @sensor(job_name="rollout_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
-def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResource):
+def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResource, review: ReviewResource):
     """Reviewed live sessions (``reviews`` of batch ``live``) that no batch holds yet and that have had
     no new turn for ``$TENTALIS_SESSION_SETTLE_SECONDS`` (default 60) become one task batch
     ``sessions-<hash of their ids>`` (its session ids snapshotted under ``$TENTALIS_HOME/batches``) and
     one rollout run, in one ``SensorResult``, exactly once: the run key is the batch id and a cut
     session is never cut again. A cut whose partition or run never came about (the daemon died) is
     requested again under the same run key. The batch's assets build multi-turn trajectories from the
-    turns (``tentalis_pipelines/sessions.py``)."""
+    turns (``tentalis_pipelines/sessions.py``). A cut records each session's turns; a session that gets
+    new turns after its cut is cut again, as a *continuation* holding only the new turns, once they are
+    reviewed (a review of one of them, or of the session made after them) or the judge's wait is over.
+
+    With a judge configured (``review.manager = llm``), a session that nobody reviewed is cut too once it
+    has had no new turn for ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS`` (default 3600): the batch's
+    ``reviews`` stage has the judge review it. Without a judge such sessions wait, uncut, for a person's
+    review (a cut session is never cut again, so cutting one that nothing can score would lose it)."""
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
     cursor = json.loads(context.cursor) if context.cursor else {}
     seen = set(cursor.get("seen", []))
@@ -133,13 +150,17 @@ def fresh_sessions(context: SensorEvaluationContext, lakehouse: LakehouseResourc
             seen.add(batch_id)
         else:
             stranded.append(batch_id)
-    ids = sessions.sessions_to_cut(lake, paths.batches, settle_seconds=session_settle_seconds())
-    if ids:
-        new.append(sessions.register_sessions_batch(paths.batches, ids))
-        context.log.info(f"cut {len(ids)} reviewed session(s) into {new[-1]}")
+    wait = session_review_wait_seconds() if review.manager == "llm" else None
+    plan = sessions.plan_cut(lake, paths.batches, settle_seconds=session_settle_seconds(), review_wait_seconds=wait)
+    if plan:
+        new.append(sessions.register_sessions_batch(paths.batches, list(plan), plan))
+        continued = sum(1 for first, _ in plan.values() if first > 0)
+        context.log.info(f"cut {len(plan)} session(s) into {new[-1]} ({continued} continuation(s) of sessions cut before)")
     next_cursor = json.dumps({"seen": sorted(seen)})
     if not new and not stranded:
-        return SensorResult(skip_reason=SkipReason("no reviewed session waits for a batch"), cursor=next_cursor)
+        waiting = ("no reviewed session waits for a batch" if wait is None else
+                   f"no reviewed session, and no session unreviewed for {wait:g} s, waits for a batch")
+        return SensorResult(skip_reason=SkipReason(waiting), cursor=next_cursor)
     return SensorResult(
         run_requests=[RunRequest(run_key=b, partition_key=b, tags={"tentalis/source": "sessions"}) for b in new + stranded],
         dynamic_partitions_requests=[task_batches.build_add_request(new)] if new else [],

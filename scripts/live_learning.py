@@ -176,14 +176,14 @@ def train_on_reviewed_sessions(max_tokens: int) -> dict:
     from jobs.cycle import run_job
     from jobs.sensors import fresh_sessions
     from tentalis_pipelines.definitions import defs
-    from tentalis_pipelines.resources import LakehouseResource
+    from tentalis_pipelines.resources import LakehouseResource, ReviewResource
 
     config = {"resources": {"policy": {"config": {"max_new_tokens": max_tokens}}, "trainer": {"config": {"promotion": "always"}}},
               "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     timings = {}
     with DagsterInstance.get() as instance:
         t0 = time.time()
-        ctx = build_sensor_context(instance=instance, resources={"lakehouse": LakehouseResource(home=os.environ["TENTALIS_HOME"])})
+        ctx = build_sensor_context(instance=instance, resources={"lakehouse": LakehouseResource(home=os.environ["TENTALIS_HOME"]), "review": ReviewResource()})
         result = fresh_sessions(ctx)
         for req in result.dynamic_partitions_requests or []:
             instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))

@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from dagster import Definitions
 
-from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tasks, trajectories
-from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
-from assets.external import human_reviews
+from assets.batch_assets import (
+    reviews,
+    rollouts,
+    step_labels,
+    step_scores,
+    tasks,
+    teacher_logprobs,
+    trajectories,
+)
+from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve, prm_evaluation
+from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
 from assets.serving_assets import serving
 from assets.training_assets import checkpoints
-from jobs.jobs import benchmark_job, promotion_job, rollout_job, train_job
+from assets.trust_assets import judge_agreement, reward_versions
+from jobs.jobs import benchmark_job, judge_agreement_job, promotion_job, rescore_job, rollout_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import (
     fresh_sessions,
@@ -35,9 +44,10 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, trajectories, checkpoints, benchmark_results, serving,
+            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement],
     asset_checks=FORENSICS_CHECKS,
-    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
+    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={

@@ -254,9 +254,10 @@ class Lakehouse:
         _schema(name)
         return f"{self.root.rstrip('/')}/{name}"
 
-    def _open(self, name: str) -> DeltaTable:
-        """The table's current snapshot (raises ``TableNotFoundError`` before its first write)."""
-        return DeltaTable(self.uri(name), storage_options=self._storage_options)
+    def _open(self, name: str, version: int | None = None) -> DeltaTable:
+        """The table's current snapshot, or ``version`` (Delta time travel); raises ``TableNotFoundError``
+        before its first write."""
+        return DeltaTable(self.uri(name), version=version, storage_options=self._storage_options)
 
     # ---------------------------------------------------------------- reading
     def exists(self, name: str) -> bool:
@@ -267,23 +268,26 @@ class Lakehouse:
         except TableNotFoundError:
             return False
 
-    def table(self, name: str) -> DeltaTable | None:
-        """The table's current snapshot, or None before its first write."""
+    def table(self, name: str, version: int | None = None) -> DeltaTable | None:
+        """The table's current snapshot (or its snapshot at ``version``), or None before its first write."""
         try:
-            return self._open(name)
+            return self._open(name, version)
         except TableNotFoundError:
+            if version is not None and self.exists(name):
+                raise  # the table exists but not that version: not the same as "no table yet"
             return None
 
-    def dataset(self, name: str, *, batch_id: str | None = None) -> pds.Dataset:
+    def dataset(self, name: str, *, batch_id: str | None = None, version: int | None = None) -> pds.Dataset:
         """A lazy pyarrow dataset of the table (an empty in-memory one before the first write).
 
         With ``batch_id`` on a per-batch table the dataset holds only that batch's partition files,
         chosen from the Delta log, so scanning it never opens another batch's file. Nothing is read
-        until the dataset is scanned.
+        until the dataset is scanned. ``version``: the table as it was at that Delta version (time
+        travel; its files must not have been vacuumed).
         """
         if batch_id is not None:
             validate_batch_id(batch_id)
-        dt = self.table(name)
+        dt = self.table(name, version)
         if dt is None:
             return pds.dataset(_schema(name).empty_table())
         return self._dataset(name, dt, batch_id)
@@ -315,9 +319,11 @@ class Lakehouse:
             fragments.append(fmt.make_fragment(unquote(path), filesystem=fs, partition_expression=expr))
         return pds.FileSystemDataset(fragments, schema, fmt, fs)
 
-    def read(self, name: str, *, batch_id: str | None = None, columns: list[str] | None = None) -> pa.Table:
-        """Read a table, pruned to one batch's partition when ``batch_id`` is given."""
-        ds = self.dataset(name, batch_id=batch_id)
+    def read(self, name: str, *, batch_id: str | None = None, columns: list[str] | None = None,
+             version: int | None = None) -> pa.Table:
+        """Read a table, pruned to one batch's partition when ``batch_id`` is given; at Delta ``version``
+        when given (time travel)."""
+        ds = self.dataset(name, batch_id=batch_id, version=version)
         if batch_id is not None and "batch_id" not in _schema(name).names:
             raise LakehouseError(f"table {name!r} has no batch_id column")
         # The row filter is exact for unpartitioned tables (quarantine, human_reviews) and free for
@@ -392,6 +398,12 @@ class Lakehouse:
         self._replace(name, predicate, table, partition_by=_partition_by(name))
         return table.num_rows
 
+    def replace_all(self, name: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+        """Replace every row of a derived table (a summary recomputed whole) in one atomic commit."""
+        table = to_table(name, rows)
+        self._replace(name, "true", table, partition_by=_partition_by(name))
+        return table.num_rows
+
     def _replace(self, name: str, predicate: str, table: pa.Table, partition_by: list[str] | None = None) -> None:
         """Replace the rows matching ``predicate`` with ``table`` in one commit (create on first write).
 
@@ -463,6 +475,14 @@ class Lakehouse:
             .execute()
         )
         return table.num_rows
+
+    def delete(self, name: str, predicate: str) -> int:
+        """Delete the rows matching the SQL ``predicate`` (one Delta commit, retried on conflicts);
+        returns how many. The rows stay in older versions' files until ``vacuum`` removes those."""
+        if self.table(name) is None:
+            return 0
+        metrics = self._commit(lambda: self._open(name).delete(predicate))
+        return int((metrics or {}).get("num_deleted_rows", 0) or 0)
 
     def update(self, name: str, predicate: str, updates: Mapping[str, str]) -> None:
         """SQL-expression update (e.g. flip ``promoted``), retried on commit conflicts."""
@@ -549,6 +569,7 @@ class Lakehouse:
 
     def vacuum(
         self, name: str, retention_hours: int | None = None, *, allow_unsafe_retention: bool = False, dry_run: bool = False,
+        full: bool = True,
     ) -> list[str]:
         """Delete files that no version within ``retention_hours`` needs (default: the setting
         ``$TENTALIS_VACUUM_RETENTION_HOURS``, 168 h), and orphans that no commit references.
@@ -556,6 +577,8 @@ class Lakehouse:
         A retention below the table's ``delta.deletedFileRetentionDuration`` could delete files that
         a running reader or writer still uses, so it is refused unless ``allow_unsafe_retention``.
         Time travel to versions older than the retention is lost. Returns the files (to be) deleted.
+        ``full=False`` deletes only files that a commit removed (never an uncommitted file, which a
+        concurrent writer may be about to commit: what a retention of 0 needs).
         """
         hours = self._retention(name, retention_hours, allow_unsafe_retention)
         if self.table(name) is None:
@@ -563,7 +586,7 @@ class Lakehouse:
         # full: also delete files that no commit references (left by writers that lost a commit race);
         # they are older than the retention too, so an in-flight write's files are safe.
         return self._commit(lambda: self._open(name).vacuum(
-            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=True,
+            retention_hours=hours, dry_run=dry_run, enforce_retention_duration=not allow_unsafe_retention, full=full,
             post_commithook_properties=_KEEP_LOG))
 
     def _retention(self, name: str, retention_hours: int | None, allow_unsafe_retention: bool) -> int:
@@ -580,6 +603,32 @@ class Lakehouse:
                 "nothing else uses the table"
             )
         return hours
+
+    def purge_log_history(self, name: str) -> int:
+        """Drop the Delta log before the current version: checkpoint the current version, delete every
+        older commit file and checkpoint, and keep nothing else. Returns the log files deleted.
+
+        The log's per-file statistics hold min/max values of the indexed columns (for unpartitioned
+        tables: every column, e.g. a 64-character prefix of a critique), so after a retraction's delete
+        and vacuum the old commits still carry the retracted text. Time travel of this table to any
+        earlier version is lost. Local lakehouses only."""
+        dt = self.table(name)
+        if dt is None:
+            return 0
+        if self.is_object_store:
+            raise LakehouseError(f"purge_log_history({name!r}) needs a local lakehouse")
+        log_dir = Path(self.uri(name)) / "_delta_log"
+        before = {p.name for p in log_dir.iterdir()}
+        key = "delta.logRetentionDuration"
+        previous = dt.metadata().configuration.get(key)
+        # cleanup_metadata() deletes what is older than the retention and precedes a checkpoint; the
+        # retention goes to 0 only for this call and is then set back (its own commit, after the checkpoint).
+        self._commit(lambda: self._open(name).alter.set_table_properties({key: "interval 0 seconds"}))
+        dt = self._open(name)
+        dt.create_checkpoint()
+        dt.cleanup_metadata()
+        self._commit(lambda: self._open(name).alter.set_table_properties({key: previous or "interval 30 days"}))
+        return len(before - {p.name for p in log_dir.iterdir()})
 
     def create_checkpoint(self, name: str) -> int | None:
         """Write a Delta checkpoint of the current version, so loading the table replays one parquet
@@ -636,7 +685,7 @@ class Lakehouse:
         return [self.maintain(name, **options) for name in names if self.exists(name)]
 
     # ---------------------------------------------------------------- SQL
-    def duckdb(self, tables: Iterable[str] | None = None) -> duckdb.DuckDBPyConnection:
+    def duckdb(self, tables: Iterable[str] | None = None, versions: Mapping[str, int | None] | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB connection with every table (or the given ones) registered as a view.
 
         Tables are registered as lazy pyarrow datasets (not DuckDB's ``delta_scan``, which downloads an
@@ -647,10 +696,14 @@ class Lakehouse:
         access is switched off and the configuration locked, so a query cannot read or write files
         (``read_text('/etc/shadow')``, ``COPY ... TO`` into a table's ``_delta_log``), ``ATTACH`` a
         database, ``INSTALL``/``LOAD`` an extension or ``SET`` its way back.
+
+        ``versions`` pins tables to a Delta version (``{"trajectories": 12}``): the view shows the table
+        as it was then (what training read, for a lineage replay).
         """
+        versions = versions or {}
         con = duckdb.connect(config={"autoinstall_known_extensions": False, "autoload_known_extensions": False})
         for name in SCHEMAS if tables is None else tables:
-            con.register(name, self.dataset(name))
+            con.register(name, self.dataset(name, version=versions.get(name)))
         con.execute("SET enable_external_access = false")
         con.execute("SET lock_configuration = true")
         return con

@@ -10,8 +10,10 @@ must be in the lakehouse first.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
+from tentalis_pipelines import audit
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.training import serving
 
@@ -77,10 +79,17 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
         raise GateNotReady(f"no {benchmark!r} results for {missing!r}: benchmark it before deciding promotion "
                            f"(benchmark_results partition {benchmark}|{missing}, or `tentalis benchmark --checkpoint {missing} --tasks {benchmark}`)")
     decision = gate_decision(cand, inc, margin=margin)
+    taint = audit.tainted(lake, checkpoint_id)
+    if taint is not None and decision.promote:  # trained on retracted data: never served, whatever it scores
+        decision = dataclasses.replace(decision, promote=False, reason=f"trained on retracted data ({taint['from_state']}: "
+                                       f"{taint['reason']}); the benchmark alone would have promoted it: {decision.reason}")
     if apply:
         row = {"checkpoint_id": checkpoint_id, "benchmark": benchmark, "incumbent": incumbent, **decision.as_dict(),
                "margin": float(margin), "created_at": now_utc()}
         lake.replace_where("gate_decisions", {"checkpoint_id": checkpoint_id, "benchmark": benchmark}, [row])
+        audit.record(lake, actor="gate", action="gate_decision", subject=checkpoint_id, from_state=incumbent,
+                     to_state="promote" if decision.promote else "reject", reason=f"{benchmark}: {decision.reason}",
+                     detail={k: v for k, v in row.items() if k != "created_at"})
         if decision.promote:
             serving.promote(lake, checkpoint_id, actor="gate", action="gate", reason=f"{benchmark} vs {incumbent}: {decision.reason}")
     return incumbent, decision

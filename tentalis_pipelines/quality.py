@@ -2,17 +2,19 @@
 
 Each check returns a :class:`CheckOutcome` (passed, a one-line description, numbers for the UI). The
 assets attach them as asset checks; ``no_held_out_items`` is blocking, so a batch that contains a gate
-or benchmark item never reaches rollouts or training.
+or benchmark item (or a near duplicate of one, see :mod:`tentalis_pipelines.contamination`) never
+reaches rollouts or training.
 """
 
 from __future__ import annotations
 
 import math
-import re
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse
 
 
@@ -23,36 +25,25 @@ class CheckOutcome:
     metadata: dict[str, Any] = field(default_factory=dict)
 
 
-def normalize_prompt(text: str) -> str:
-    """Case, whitespace and punctuation folded, so trivially reformatted copies still match."""
-    return re.sub(r"[^a-z0-9]+", " ", text.lower()).strip()
-
-
-def held_out_prompts(lake: Lakehouse) -> dict[str, str]:
-    """``{normalized prompt: item}`` of the held-out gate set and every benchmark item ever evaluated."""
-    from tentalis_pipelines.evaluation.benchmarks import load_benchmark
-
-    _, items = load_benchmark("arithmetic")
-    out = {normalize_prompt(it.prompt): f"arithmetic/{it.item_id}" for it in items}
-    if lake.exists("benchmark_items"):
-        for row in lake.read("benchmark_items", columns=["benchmark", "item_id", "prompt"]).to_pylist():
-            if row["prompt"]:
-                out.setdefault(normalize_prompt(row["prompt"]), f"{row['benchmark']}/{row['item_id']}")
-    return out
-
-
-def no_held_out_items(lake: Lakehouse, batch_id: str) -> CheckOutcome:
-    """No task of the batch is a held-out or benchmark item (exact after normalisation)."""
-    held = held_out_prompts(lake)
-    hits = []
-    for t in lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist():
-        match = held.get(normalize_prompt(t["prompt"]))
-        if match:
-            hits.append(f"{t['task_id']} = {match}")
+def no_held_out_items(lake: Lakehouse, batch_id: str, *, cache_dir: Path | None = None) -> CheckOutcome:
+    """No task of the batch is a held-out or benchmark item, exactly or as a near duplicate (the three
+    tiers of :mod:`tentalis_pipelines.contamination`). Fails closed: an index that cannot be built
+    (a benchmark file missing) is a failure naming the file and the fix, never a pass."""
+    tasks = lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()
+    try:
+        index = contamination.build_index(lake, cache_dir=cache_dir)
+        matches = index.match([t["prompt"] or "" for t in tasks])
+    except (contamination.ContaminationIndexUnavailable, ValueError) as exc:
+        return CheckOutcome(False, f"cannot screen batch {batch_id} for contamination: {exc}", {"index_error": str(exc)})
+    hits = [(t["task_id"], m) for t, m in zip(tasks, matches) if m is not None]
+    sizes = ", ".join(f"{k} {v}" for k, v in sorted(index.counts.items()))
     if hits:
-        return CheckOutcome(False, f"{len(hits)} task(s) are held-out or benchmark items: {', '.join(hits[:5])}",
-                            {"contaminated": len(hits)})
-    return CheckOutcome(True, f"no task matches any of {len(held)} held-out/benchmark items", {"compared_with": len(held)})
+        named = ", ".join(f"{tid} = {m.describe()}" for tid, m in hits[:5])
+        return CheckOutcome(False, f"{len(hits)} task(s) are held-out or benchmark items: {named}",
+                            {"contaminated": len(hits), "matches": contamination.matches_markdown(hits),
+                             "compared_with": len(index.items), "index": sizes})
+    return CheckOutcome(True, f"no task of {len(tasks)} matches any of {len(index.items)} held-out/benchmark items ({sizes})",
+                        {"contaminated": 0, "compared_with": len(index.items), "index": sizes})
 
 
 def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:

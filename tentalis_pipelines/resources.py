@@ -115,6 +115,11 @@ class TrainerResource(ConfigurableResource):
     dynamic_sampling: bool | None = mirrored(GRPOConfig, "dynamic_sampling")
     overlong_buffer: int | None = mirrored(GRPOConfig, "overlong_buffer")
     advantage_mode: str = mirrored(GRPOConfig, "advantage_mode")
+    w_rl: float = mirrored(GRPOConfig, "w_rl")
+    w_opd: float = mirrored(GRPOConfig, "w_opd")
+    opd_teacher: str = mirrored(GRPOConfig, "opd_teacher")
+    opd_clip: float = mirrored(GRPOConfig, "opd_clip")
+    opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the bench resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
 
@@ -160,13 +165,14 @@ class ReviewResource(ConfigurableResource):
         cfg = JudgeConfig(num_votes=self.num_votes, temperature=self.judge_temperature, forced_verdict=self.judge_forced_verdict)
         return JudgePRM(backend, cfg)
 
-    def llm_manager(self, models_dir):
+    def llm_manager(self, models_dir, rubric: str | None = None):
+        """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's)."""
         from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
-        from tentalis_pipelines.rewards.llm_manager import LLMManager
+        from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager
 
         return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)),
-                          max_new_tokens=self.manager_max_new_tokens)
+                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC)
 
 
 class BenchmarkResource(ConfigurableResource):

@@ -114,6 +114,32 @@ class TrajectoryRow(BaseModel):
     token_advantages: list[float] | None = Field(None, description="multi_turn: the advantage of every completion token (0 on masked ones)")
     turn_rewards: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's reward (rollouts.turn_spans order)")
     turn_advantages: list[float | None] | None = Field(None, description="multi_turn: each assistant turn's normalised advantage")
+    opd_signal: list[float] | None = Field(None, description="hinted OPD: clipped log pi_teacher(a|s+hint) - log pi(a|s) per completion token; null = no OPD term")
+    w_rl: float | None = Field(None, description="weight of the RL advantage in the trained per-token advantage (null = 1)")
+    w_opd: float | None = Field(None, description="weight of opd_signal in the trained per-token advantage (null = 0)")
+    reward_version: str | None = Field(None, description="the reward version whose rewards and advantages the row carries "
+                                                     "(`tentalis rescore`); null = the pipeline's own (v0)")
+
+
+class TeacherLogprobRow(BaseModel):
+    """One hint-filter decision per reviewed rollout, and for the hints that go on to the teacher, the
+    teacher's and the student's per-token log-probs of the student's own completion."""
+
+    batch_id: str
+    rollout_id: str
+    hint_id: str | None = Field(None, description="content hash of (rollout, manager, hint); null when the review has no hint")
+    hint_source: str = Field(description="the manager that wrote the hint: verifier | llm | human | judge")
+    hint: str = Field(description="the hint as the teacher saw it")
+    teacher: str = Field(description="'self:<policy_version>' (the sampling policy given the hint) or the teacher model's folder")
+    policy_version: str
+    temperature: float = Field(description="the completion's sampling temperature; both log-probs are at it")
+    decision: str = Field(description="used | no_hint | trivial | leaks_answer | no_effect")
+    reason: str
+    teacher_logprobs: list[float] | None = None
+    student_logprobs: list[float] | None = None
+    opd_signal: list[float] | None = Field(None, description="clipped teacher - student per token (what trajectories carry)")
+    signal_mean: float | None = Field(None, description="mean OPD signal over the completion tokens")
+    created_at: datetime
 
 
 class HumanReviewRow(BaseModel):
@@ -147,7 +173,7 @@ class ServingRow(BaseModel):
     seq: int = Field(description="position in the serving log; the row with the highest seq is what serves")
     from_checkpoint: str = Field(description="what served before this change: a checkpoint id or 'base'")
     to_checkpoint: str = Field(description="what serves from this change on: a checkpoint id or 'base'")
-    action: str = Field(description="promote | rollback | gate | reconcile | migrate")
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate | retract")
     actor: str = Field(description="who: a user name, 'gate', 'trainer' or 'reconcile'")
     reason: str
     created_at: datetime
@@ -260,6 +286,119 @@ class TurnRow(BaseModel):
     completion_tokens: int
     latency_ms: float
     created_at: datetime
+
+
+class LineageRow(BaseModel):
+    checkpoint_id: str
+    kind: str = Field(description="manifest | table | trajectory | review | hint | skill: what the row records")
+    table_name: str | None = Field(None, description="the table read (table) or holding the row (trajectory, review, hint, skill)")
+    table_version: int | None = Field(None, description="the Delta version of table_name that training read (time travel replays it)")
+    row_id: str | None = Field(None, description="the row trained on: a rollout id (trajectory), a review key (review, hint), a skill id")
+    batch_id: str | None = None
+    detail: str | None = Field(None, description="JSON; the manifest row: parent, config, code version, model, ancestors")
+    created_at: datetime
+
+
+class AuditRow(BaseModel):
+    actor: str = Field(description="who: a user name, 'gate', 'trainer', 'reconcile', 'retract'")
+    at: datetime
+    action: str = Field(description="promote | rollback | gate | reconcile | migrate | retract (serving moves), "
+                        "gate_decision, retraction")
+    subject: str = Field(description="what it is about: a checkpoint id, or the retracted review / session / task")
+    from_state: str | None = Field(None, description="before: the serving checkpoint, the incumbent, or the rows retracted")
+    to_state: str | None = Field(None, description="after: the serving checkpoint, 'promote' / 'reject', or the rows left")
+    reason: str
+    detail: str | None = Field(None, description="JSON with the numbers behind it")
+
+
+class JudgeAgreementRow(BaseModel):
+    judge: str = Field(description="who scored: a reviews.manager (llm, verifier) or '<reward_version>:<manager>' of a re-score")
+    rubric: str = Field(description="the rubric it scored with ('default' when the row does not name one)")
+    window_kind: str = Field(description="'batch', 'day' or 'all'")
+    window_id: str = Field(description="the batch id, the day (YYYY-MM-DD) or 'all'")
+    window_start: datetime = Field(description="the earliest judge score of the window (orders the windows)")
+    n: int = Field(description="rollouts scored by both the judge and a human manager")
+    mean_abs_diff: float = Field(description="mean |judge score - human score| (scores in [0, 1])")
+    spearman: float | None = Field(None, description="Spearman rank correlation (average ranks for ties); null when either side is constant")
+    pass_agreement: float = Field(description="fraction of rollouts where judge and human agree on pass (score >= 0.5) or fail")
+    judge_mean: float
+    human_mean: float
+    computed_at: datetime
+
+
+class RewardVersionRow(BaseModel):
+    reward_version: str = Field(description="the version's name; 'v0' is the pipeline's own trajectories")
+    rollout_id: str
+    batch_id: str
+    task_id: str
+    group_index: int
+    policy_version: str
+    outcome_reward: float
+    format_reward: float
+    process_reward: float | None
+    step_rewards: list[float | None]
+    manager_score: float = Field(description="the manager component the reward used")
+    manager: str = Field(description="who gave manager_score: human, llm, verifier, or the stored review's manager")
+    judge_score: float | None = Field(None, description="the re-scoring manager's own score, also where a human's score was kept")
+    overlong_penalty: float
+    reward: float
+    reward_weights: str
+    advantage: float
+    step_advantages: list[float]
+    advantage_mode: str
+    kept: bool
+    rank: int = Field(description="1 = the best reward of its group (task x policy version); ties share the better rank")
+    base_version: str | None = Field(None, description="the version this one is compared with (the active one when it was made)")
+    base_reward: float | None = None
+    base_advantage: float | None = None
+    base_rank: int | None = None
+    reward_delta: float | None = Field(None, description="reward - base_reward")
+    rank_change: int | None = Field(None, description="rank - base_rank (negative: moved up)")
+    sign_flip: bool | None = Field(None, description="the advantage's sign (-, 0, +; |a| < 1e-9 is 0) differs from the base's")
+    created_at: datetime
+
+
+class RewardVersionDefRow(BaseModel):
+    reward_version: str
+    base_version: str | None
+    definition: str = Field(description="JSON: weights overrides, manager, step scorer, judge model, rubric and its hash, advantage settings")
+    batches: list[str]
+    n: int
+    summary: str = Field(description="JSON: the diff against base_version (deltas, rank changes, sign flips)")
+    created_by: str
+    created_at: datetime
+
+
+class RewardActivationRow(BaseModel):
+    seq: int = Field(description="position in the activation log; the highest seq is the active reward version")
+    from_version: str
+    to_version: str
+    actor: str
+    reason: str
+    weights: str = Field(description="JSON: the new version's weight overrides, which batches built from now on take")
+    batches: list[str] = Field(description="the batches whose trajectories were rewritten to the new version")
+    rows: int = Field(description="trajectory rows rewritten")
+    created_at: datetime
+
+
+class HintEfficacyRow(BaseModel):
+    """Did the hint change behaviour? One row per checkpoint x manager x hint kind x task family."""
+
+    checkpoint_id: str
+    before_policy: str = Field(description="the policy that failed and got the hints (what the checkpoint trained from)")
+    manager: str = Field(description="who wrote the hints: verifier | llm | human | judge")
+    hint_kind: str = Field(description="wrong_step | plan | finish_with_answer | format | free_text (from the wording)")
+    family: str = Field(description="task family: the arithmetic operation pattern, a session family, or environment:source")
+    hinted_failures: int = Field(description="failed rollouts with such a hint that the checkpoint trained on")
+    distilled: int = Field(description="of those, how many got an OPD term (teacher_logprobs.decision = 'used')")
+    before_n: int
+    before_success: float | None = Field(None, description="the family's success rate among the before policy's rollouts")
+    after_n: int
+    after_success: float | None = Field(None, description="the family's success rate among the checkpoint's own rollouts")
+    delta: float | None = None
+    delta_ci_low: float | None = Field(None, description="95% interval of after - before (Newcombe, Wilson score)")
+    delta_ci_high: float | None = None
+    computed_at: datetime
 
 
 class ForensicsRunRow(BaseModel):
@@ -391,6 +530,29 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("token_advantages", pa.list_(pa.float64())),
             ("turn_rewards", pa.list_(pa.float64())),
             ("turn_advantages", pa.list_(pa.float64())),
+            ("opd_signal", pa.list_(pa.float64())),
+            ("w_rl", pa.float64()),
+            ("w_opd", pa.float64()),
+            ("reward_version", pa.string()),
+        ]
+    ),
+    "teacher_logprobs": pa.schema(
+        [
+            ("batch_id", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("hint_id", pa.string()),
+            ("hint_source", pa.string()),
+            ("hint", pa.string()),
+            ("teacher", pa.string()),
+            ("policy_version", pa.string()),
+            ("temperature", pa.float64()),
+            ("decision", pa.string()),
+            ("reason", pa.string()),
+            ("teacher_logprobs", pa.list_(pa.float64())),
+            ("student_logprobs", pa.list_(pa.float64())),
+            ("opd_signal", pa.list_(pa.float64())),
+            ("signal_mean", pa.float64()),
+            ("created_at", TS),
         ]
     ),
     "human_reviews": pa.schema(
@@ -549,6 +711,122 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "lineage": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("kind", pa.string(), False),
+            ("table_name", pa.string()),
+            ("table_version", pa.int64()),
+            ("row_id", pa.string()),
+            ("batch_id", pa.string()),
+            ("detail", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "audit": pa.schema(
+        [
+            ("actor", pa.string(), False),
+            ("at", TS),
+            ("action", pa.string(), False),
+            ("subject", pa.string()),
+            ("from_state", pa.string()),
+            ("to_state", pa.string()),
+            ("reason", pa.string()),
+            ("detail", pa.string()),
+        ]
+    ),
+    "judge_agreement": pa.schema(
+        [
+            ("judge", pa.string(), False),
+            ("rubric", pa.string(), False),
+            ("window_kind", pa.string(), False),
+            ("window_id", pa.string(), False),
+            ("window_start", TS),
+            ("n", pa.int64()),
+            ("mean_abs_diff", pa.float64()),
+            ("spearman", pa.float64()),
+            ("pass_agreement", pa.float64()),
+            ("judge_mean", pa.float64()),
+            ("human_mean", pa.float64()),
+            ("computed_at", TS),
+        ]
+    ),
+    "reward_versions": pa.schema(
+        [
+            ("reward_version", pa.string(), False),
+            ("rollout_id", pa.string(), False),
+            ("batch_id", pa.string()),
+            ("task_id", pa.string()),
+            ("group_index", pa.int32()),
+            ("policy_version", pa.string()),
+            ("outcome_reward", pa.float64()),
+            ("format_reward", pa.float64()),
+            ("process_reward", pa.float64()),
+            ("step_rewards", pa.list_(pa.float64())),
+            ("manager_score", pa.float64()),
+            ("manager", pa.string()),
+            ("judge_score", pa.float64()),
+            ("overlong_penalty", pa.float64()),
+            ("reward", pa.float64()),
+            ("reward_weights", pa.string()),
+            ("advantage", pa.float64()),
+            ("step_advantages", pa.list_(pa.float64())),
+            ("advantage_mode", pa.string()),
+            ("kept", pa.bool_()),
+            ("rank", pa.int32()),
+            ("base_version", pa.string()),
+            ("base_reward", pa.float64()),
+            ("base_advantage", pa.float64()),
+            ("base_rank", pa.int32()),
+            ("reward_delta", pa.float64()),
+            ("rank_change", pa.int32()),
+            ("sign_flip", pa.bool_()),
+            ("created_at", TS),
+        ]
+    ),
+    "reward_version_defs": pa.schema(
+        [
+            ("reward_version", pa.string(), False),
+            ("base_version", pa.string()),
+            ("definition", pa.string()),
+            ("batches", pa.list_(pa.string())),
+            ("n", pa.int64()),
+            ("summary", pa.string()),
+            ("created_by", pa.string()),
+            ("created_at", TS),
+        ]
+    ),
+    "reward_activations": pa.schema(
+        [
+            ("seq", pa.int64(), False),
+            ("from_version", pa.string()),
+            ("to_version", pa.string(), False),
+            ("actor", pa.string()),
+            ("reason", pa.string()),
+            ("weights", pa.string()),
+            ("batches", pa.list_(pa.string())),
+            ("rows", pa.int64()),
+            ("created_at", TS),
+        ]
+    ),    "hint_efficacy": pa.schema(
+        [
+            ("checkpoint_id", pa.string(), False),
+            ("before_policy", pa.string()),
+            ("manager", pa.string()),
+            ("hint_kind", pa.string()),
+            ("family", pa.string()),
+            ("hinted_failures", pa.int64()),
+            ("distilled", pa.int64()),
+            ("before_n", pa.int64()),
+            ("before_success", pa.float64()),
+            ("after_n", pa.int64()),
+            ("after_success", pa.float64()),
+            ("delta", pa.float64()),
+            ("delta_ci_low", pa.float64()),
+            ("delta_ci_high", pa.float64()),
+            ("computed_at", TS),
+        ]
+    ),
     "forensics_runs": pa.schema(
         [
             ("run", pa.string(), False),
@@ -579,6 +857,7 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "step_labels": StepLabelRow,
     "reviews": ReviewRow,
     "trajectories": TrajectoryRow,
+    "teacher_logprobs": TeacherLogprobRow,
     "human_reviews": HumanReviewRow,
     "checkpoints": CheckpointRow,
     "benchmark_results": BenchmarkResultRow,
@@ -589,8 +868,15 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "quarantine": QuarantineRow,
     "sessions": SessionRow,
     "turns": TurnRow,
+    "lineage": LineageRow,
+    "audit": AuditRow,
+    "judge_agreement": JudgeAgreementRow,
+    "reward_versions": RewardVersionRow,
+    "reward_version_defs": RewardVersionDefRow,
+    "reward_activations": RewardActivationRow,
+    "hint_efficacy": HintEfficacyRow,
     "forensics_runs": ForensicsRunRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
-BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "trajectories")
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "trajectories")

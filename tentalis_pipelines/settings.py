@@ -145,3 +145,20 @@ def session_settle_seconds() -> float:
     if value < 0:
         raise ValueError(f"TENTALIS_SESSION_SETTLE_SECONDS={raw!r} must be 0 or more")
     return value
+
+
+def session_review_wait_seconds() -> float:
+    """How long a session without any review must have had no new turn before ``fresh_sessions`` cuts it
+    anyway, for the judge to review (only when a judge is configured: ``review.manager = llm``). Managers
+    get this long to review first, and their reviews always win over the judge's:
+    ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``, default 3600 (one hour)."""
+    raw = os.environ.get("TENTALIS_SESSION_REVIEW_WAIT_SECONDS")
+    if raw is None:
+        return 3600.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"TENTALIS_SESSION_REVIEW_WAIT_SECONDS={raw!r} is not a number of seconds") from None
+    if value < 0:
+        raise ValueError(f"TENTALIS_SESSION_REVIEW_WAIT_SECONDS={raw!r} must be 0 or more")
+    return value

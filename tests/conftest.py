@@ -9,6 +9,9 @@ import pytest
 
 # Tests share one model cache (conversion of the embedded GGUF takes ~45 s, once).
 CACHE = Path(os.environ.get("TENTALIS_TEST_CACHE", Path(__file__).resolve().parents[1] / ".tentalis" / "test-cache"))
+# The contamination index's MiniLM embeddings (~2,000 benchmark items, minutes on this CPU) are computed
+# once and shared by every test, whatever its TENTALIS_HOME (subprocesses inherit the variable).
+os.environ.setdefault("TENTALIS_CONTAMINATION_CACHE", str(CACHE / "contamination"))
 
 
 @pytest.fixture(scope="session")

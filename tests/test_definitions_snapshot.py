@@ -60,10 +60,14 @@ def test_definitions_match_the_snapshot(monkeypatch):
 def test_the_graph_shows_where_data_fans_in():
     """Each asset declares every table it reads (issue 12): the UI's graph is the data flow."""
     assets = graph_snapshot()["assets"]
-    assert assets["trajectories"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks"]
+    assert assets["trajectories"]["deps"] == ["reviews", "reward_activations", "rollouts", "step_scores", "tasks", "teacher_logprobs"]
+    assert assets["teacher_logprobs"]["deps"] == ["reviews", "rollouts", "tasks"]
     assert assets["reviews"]["deps"] == ["human_reviews", "rollouts", "step_scores", "tasks"]
     assert assets["checkpoints"]["deps"] == ["rollouts", "trajectories"]
     assert not assets["human_reviews"]["materializable"]  # written by `tentalis import-reviews`
+    assert not assets["reward_activations"]["materializable"]  # written by `tentalis rescore --activate`
+    assert assets["reward_versions"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks", "trajectories"]
+    assert assets["judge_agreement"]["deps"] == ["human_reviews", "reviews", "reward_versions"]
 
 
 def test_model_work_is_opt_in(monkeypatch):

@@ -132,7 +132,7 @@ def test_a_served_session_with_a_tool_call_becomes_a_trajectory_masked_on_exactl
     paths = Paths.from_env(home).ensure()
     lake = Lakehouse(paths.lakehouse)
     with DagsterInstance.ephemeral() as instance:
-        ctx = build_sensor_context(instance=instance, resources={"lakehouse": LakehouseResource(home=str(home))})
+        ctx = build_sensor_context(instance=instance, resources={"lakehouse": LakehouseResource(home=str(home)), "review": ReviewResource()})
         result = fresh_sessions(ctx)
         [req] = result.run_requests
         batch_id = req.partition_key

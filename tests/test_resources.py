@@ -49,7 +49,8 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
                "per_step_rows": 8, "micro_batch_tokens": 512, "shuffle": False, "share_prompt_prefix": False,
                "gradient_checkpointing": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1,
                "lora_target_modules": ["q_proj"], "seed": 7, "device": "cpu", "dtype": "float32",
-               "scale_rewards": "none", "dynamic_sampling": False, "overlong_buffer": 5, "advantage_mode": "process"}
+               "scale_rewards": "none", "dynamic_sampling": False, "overlong_buffer": 5, "advantage_mode": "process",
+               "w_rl": 0.5, "w_opd": 2.0, "opd_teacher": "/models/teacher", "opd_clip": 0.5, "opd_min_effect": 0.1}
     assert set(changed) == {f.name for f in dataclasses.fields(GRPOConfig)} - FROM_POLICY
     cfg = TrainerResource(**changed).config(max_completion_length=77)
     for name, value in changed.items():
@@ -61,7 +62,7 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
 def test_trajectory_settings_follow_the_algorithm():
     assert TrainerResource().trajectory_settings(96) == {
         "scale_rewards": "group", "dynamic_sampling": True, "overlong_buffer": 24, "max_completion_length": 96,
-        "advantage_mode": "outcome"}
+        "advantage_mode": "outcome", "w_rl": 1.0, "w_opd": 0.0}
     dr = TrainerResource(loss_type="dr_grpo").trajectory_settings(96)
     assert (dr["scale_rewards"], dr["dynamic_sampling"], dr["overlong_buffer"]) == ("none", False, 0)
     assert TrainerResource(loss_type="grpo", overlong_buffer=10).trajectory_settings(96)["overlong_buffer"] == 10

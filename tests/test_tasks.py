@@ -92,3 +92,27 @@ def test_training_batches_refuse_the_held_out_seeds(tmp_path):
         register_generated_batch(tmp_path, seed=-1, num_tasks=16)
     assert list(tmp_path.iterdir()) == []  # nothing registered
     register_generated_batch(tmp_path, seed=HELD_OUT_SEED_BASE - 1, num_tasks=1)
+
+
+def test_dataset_batches_are_consecutive_slices_of_a_fixed_order(tmp_path):
+    import json
+
+    from tentalis_pipelines.tasks.batches import register_dataset_batch
+
+    data = tmp_path / "data"
+    (data / "gsm8k").mkdir(parents=True)
+    lines = [json.dumps({"question": f"q{i}?", "answer": f"#### {i}"}) for i in range(10)]
+    (data / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    batches = tmp_path / "batches"
+    ids = [register_dataset_batch(batches, data, "gsm8k", num_tasks=4) for _ in range(2)]
+    assert ids == ["gsm8k-train-p0-n4-0000", "gsm8k-train-p0-n4-0001"]
+    got = [(batches / b / "tasks.jsonl").read_text().splitlines() for b in ids]
+    assert len(got[0]) == len(got[1]) == 4 and not set(got[0]) & set(got[1])  # no question twice
+    assert set(got[0]) | set(got[1]) <= set(lines) and got[0] != lines[:4]  # shuffled, from the train file only
+    again = tmp_path / "again"  # the same seed gives the same slices in the same order
+    assert [(again / register_dataset_batch(again, data, "gsm8k", num_tasks=4) / "tasks.jsonl").read_text().splitlines()
+            for _ in range(2)] == got
+    with pytest.raises(ValueError, match="used them all"):
+        register_dataset_batch(batches, data, "gsm8k", num_tasks=4)
+    with pytest.raises(FileNotFoundError, match="TENTALIS_DATA_DIR"):
+        register_dataset_batch(batches, tmp_path / "nowhere", "gsm8k", num_tasks=4)

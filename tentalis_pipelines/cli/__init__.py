@@ -7,9 +7,12 @@ One module per concern; importing them registers their commands on :data:`app`, 
 from tentalis_pipelines.cli.common import app, csv_safe
 from tentalis_pipelines.cli import cycle  # noqa: F401  init, run, batch, learn
 from tentalis_pipelines.cli import serving  # noqa: F401  status, promote, rollback, reconcile
+from tentalis_pipelines.cli import lineage  # noqa: F401  lineage, retract, audit
 from tentalis_pipelines.cli import tables  # noqa: F401  sql, maintain, import-reviews
 from tentalis_pipelines.cli import evaluate  # noqa: F401  benchmark, bench
 from tentalis_pipelines.cli import agents  # noqa: F401  serve, keys, ingest-nats
 from tentalis_pipelines.cli import ui  # noqa: F401  ui
+from tentalis_pipelines.cli import contamination  # noqa: F401  contamination
+from tentalis_pipelines.cli import rescore  # noqa: F401  rescore, agreement
 
 __all__ = ["app", "csv_safe"]

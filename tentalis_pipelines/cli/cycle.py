@@ -40,10 +40,12 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
             instance.add_dynamic_partitions(checkpoint_ids.name, ["base"])
 
 
-def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None) -> dict:
+def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None, sampling_seed=None) -> dict:
     """Run config for the resources: only the fields set here. model and base_url stay unset, so the
     policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
     policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
+    if sampling_seed is not None:
+        policy["seed"] = sampling_seed
     if backend:
         policy["backend"] = backend
     out: dict = {"policy": {"config": policy}}
@@ -137,6 +139,10 @@ def batch_new(
     typer.echo(batch_id)
 
 
+# How reviews reach the policy: the weights of the RL advantage and of the hinted OPD signal per token.
+METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}, "combine": {"w_rl": 1.0, "w_opd": 1.0}}
+
+
 @app.command()
 def learn(
     # The measured recipe of the README's learning curve: 8 tasks x 8 samples of level-1 arithmetic;
@@ -152,7 +158,11 @@ def learn(
     beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
     num_iterations: int | None = typer.Option(None, min=1, help="Updates per batch of rollouts (mu; default 1)."),
     dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
-    seed: int | None = typer.Option(None, help="Trainer seed (LoRA init, shuffling); record runs per seed."),
+    seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
+                              "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test)."),
+    method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
+                               "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -164,8 +174,10 @@ def learn(
 
     _check_policy_settings()
     lv = _parse_levels(levels)
+    if method not in METHODS:
+        _fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
-               "dtype": dtype, "seed": seed}
+               "dtype": dtype, "seed": seed, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
     try:  # validated once, by GRPOConfig, before any model loads
         TrainerResource(**trainer).config()
@@ -173,10 +185,14 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         _fail(f"{flag}: {exc}")
+    if tasks not in ("arithmetic", "gsm8k"):
+        _fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
     t0 = time.time()
     for k in range(1, cycles + 1):
-        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn",
-                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer))
+        resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed)
+        if tasks != "arithmetic":  # held out and gated on the dataset's own test split
+            resources.setdefault("bench", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, resources=resources)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
-    console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])

@@ -196,3 +196,34 @@ def reward_plots(rows: Sequence[dict[str, Any]]) -> dict[str, str]:
         title="reward per policy version",
     )
     return {"reward_per_policy_version": inline, "reward_per_policy_version_png": markdown_image(reward_plot_png(summary), "reward per policy version")}
+
+
+# --------------------------------------------------------------------------- trust: re-scoring and judge agreement
+_COLOURS = ("steelblue", "darkorange", "seagreen", "crimson")
+
+
+def rescore_inline_markdown(rows: Sequence[dict[str, Any]], base: str, version: str) -> str:
+    """Every re-scored rollout's reward under the base version and the new one, rollouts ordered by the
+    base reward: where the two lines part, the re-score changed the ranking signal."""
+    ordered = sorted(rows, key=lambda r: (r["base_reward"], r["rollout_id"]))
+    return inline_plot_markdown(
+        [str(i + 1) for i in range(len(ordered))],
+        [(f"reward {base}"[:18], "steelblue", [r["base_reward"] for r in ordered]),
+         (f"reward {version}"[:18], "darkorange", [r["reward"] for r in ordered])],
+        title="reward per rollout, by base reward",
+    )
+
+
+def agreement_inline_markdown(rows: Sequence[dict[str, Any]], metric: str = "pass_agreement") -> str:
+    """``metric`` per window of each judge (at most four, the most-paired first), windows in time order."""
+    windows = [r for r in rows if r["window_kind"] != "all"]
+    overall = sorted((r for r in rows if r["window_kind"] == "all"), key=lambda r: -r["n"])[: len(_COLOURS)]
+    keys = sorted({(r["window_start"], r["window_id"]) for r in windows})
+    labels = [w for _, w in dict.fromkeys(keys)]
+    labels = list(dict.fromkeys(labels))
+    series = []
+    for colour, judge in zip(_COLOURS, overall):
+        per = {r["window_id"]: r[metric] for r in windows if (r["judge"], r["rubric"]) == (judge["judge"], judge["rubric"])}
+        name = judge["judge"] if judge["rubric"] == "default" else f"{judge['judge']}/{judge['rubric']}"
+        series.append((name[:18], colour, [per.get(w) for w in labels]))
+    return inline_plot_markdown([_short_label(w) for w in labels], series, title=f"judge vs managers: {metric}", ylim=(0.0, 1.0))

@@ -28,6 +28,9 @@ class ReviewInput:
     step_scores: list[float | None]
     step_rationales: list[str]
     finish_reason: str
+    # The task's solution expression when the source knows it (the arithmetic generator's "12 + 7"):
+    # lets the verifier's hint say what to compute instead, without the result.
+    expression: str | None = None
 
 
 class VerifierManager:
@@ -50,13 +53,43 @@ class VerifierManager:
             return Review(
                 0.1 if x.answer_tagged else 0.0,
                 f"Answered {x.answer}, expected {x.reference}; step {first_bad + 1}: {x.step_rationales[first_bad]}.",
-                f"Recheck the arithmetic in step {first_bad + 1}.",
+                wrong_step_hint(first_bad + 1, x.step_rationales[first_bad]),
             )
         return Review(
             0.1 if x.answer_tagged else 0.0,
             f"Answered {x.answer}, expected {x.reference}.",
-            "Reread the question: which quantities combine, and how?",
+            plan_hint(x.expression),
         )
+
+
+_OP_WORDS = {"+": ("add", "to"), "-": ("subtract", "from"), "*": ("multiply", "by"), "/": ("divide", "by")}
+
+
+def wrong_step_hint(step: int, rationale: str) -> str:
+    """Name the first wrong step and what to redo, without its value: the calculator's rationale is
+    "12 + 7 = 18 is wrong (it is 19)"; the hint keeps "12 + 7" and the claimed 18, never the 19."""
+    equation = rationale.split(" is wrong", 1)[0]
+    if "=" in equation:
+        lhs, claimed = (part.strip() for part in equation.rsplit("=", 1))
+        return f"Step {step} is wrong: {lhs} is not {claimed}. Redo that calculation, then carry the corrected value to the answer."
+    return f"Step {step} is wrong: redo its arithmetic, then carry the corrected value to the answer."
+
+
+def plan_hint(expression: str | None) -> str:
+    """What to compute instead when every step checked out but the answer is wrong (the wrong quantities
+    or operation): the task's expression as a plan, never its result."""
+    import re
+
+    m = re.fullmatch(r"\s*(\d+)\s*([-+*/])\s*(\d+)\s*", expression or "")
+    if m:
+        a, op, b = m.groups()
+        verb, prep = _OP_WORDS[op]
+        what = f"{verb} {b} {prep} {a}" if op in "+-" else f"{verb} {a} {prep} {b}"
+        return (f"The question asks you to {what}: write that as one step ({a} {op} {b} = ...) and put its result "
+                "in <answer></answer>.")
+    if expression:
+        return f"The question needs {expression}: work it out one operation per step, then put the result in <answer></answer>."
+    return "Reread the question: which quantities combine, and how?"
 
 
 class HackableManager:

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Callable
 
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.llm_manager import LLMManager
 from tentalis_pipelines.rewards.managers import ReviewInput, get_manager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.scoring import (
@@ -26,6 +28,15 @@ def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
     for v in out.values():
         v.sort(key=lambda r: r["step_index"])
     return out
+
+
+def _expression(task: dict) -> str | None:
+    try:
+        meta = json.loads(task.get("metadata") or "{}")
+    except json.JSONDecodeError:
+        return None
+    expr = meta.get("expression") if isinstance(meta, dict) else None
+    return expr if isinstance(expr, str) else None
 
 
 def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInput]]:
@@ -50,21 +61,34 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
                     step_scores=[step_reward(x["score"], x["scorer"]) for x in s],
                     step_rationales=[x["rationale"] for x in s],
                     finish_reason=r["finish_reason"],
+                    expression=_expression(tasks[r["task_id"]]),
                 ),
             )
         )
     return out
 
 
-def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier", llm_manager=None) -> StageResult:
+def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
+                  llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
     """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
     ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``), ``human`` (imported reviews;
     rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it) or
-    ``hackable`` (pays for the length of the shown work: the reward-hacking experiment's scorer)."""
+    ``hackable`` (pays for the length of the shown work: the reward-hacking experiment's scorer).
+
+    ``llm_manager`` may be a function that builds it, so the model loads only when it is used. A
+    sessions batch copies its live reviews; with ``manager = 'llm'`` the llm manager is also the judge of
+    the sessions that no person reviewed (``sessions.build_session_reviews``)."""
     if manager not in ("verifier", "llm", "human", "hackable"):
         raise ValueError(f"unknown manager {manager!r}; choose verifier, llm, human or hackable")
-    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions
-        return StageResult(*sessions.build_session_reviews(lake, batch_id))
+    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions (and the judge's)
+        if manager == "llm" and llm_manager is None:
+            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        judge = llm_manager if manager == "llm" else None
+        why = (f"review.manager = {manager!r}; set review.manager = 'llm' (the judge model is review.judge_model) "
+               "for the judge to review the sessions that no person reviewed")
+        return StageResult(*sessions.build_session_reviews(lake, batch_id, judge=judge, no_judge_reason=why))
+    if callable(llm_manager):
+        llm_manager = llm_manager()
     verifier, hackable = get_manager("verifier"), get_manager("hackable")
     created = now_utc()
     inputs = review_inputs(lake, batch_id)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tentalis_pipelines import quality, sessions
+from tentalis_pipelines import contamination, sessions
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, to_table
 from tentalis_pipelines.policy import PolicySettings
@@ -37,21 +37,13 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
     if policy is not None:
         options = {"max_prompt_tokens": policy.max_prompt_tokens, "count_tokens": prompt_token_counter(policy, paths)}
     loaded = load_batch(paths.batches, batch_id, now_utc(), **options)
-    # Fail closed on contamination: a task that is a held-out gate item or an evaluated benchmark item
-    # (after case/space/punctuation folding) is quarantined, never trained on. Seeded arithmetic batches
-    # do collide now and then (2 of 4,784 level-1 prompts of seeds 1-299 are held-out items).
-    held = quality.held_out_prompts(lake)
-    kept = []
-    for task in loaded.tasks:
-        match = held.get(quality.normalize_prompt(task["prompt"]))
-        if match is None:
-            kept.append(task)
-        else:
-            loaded.rejects.append({"source": task["source"], "line": None, "raw": json.dumps(task, default=str)[:10000],
-                                   "error": f"task {task['task_id']} is the held-out/benchmark item {match}: "
-                                            "training on it would contaminate the evaluation",
-                                   "batch_id": batch_id, "stage": "tasks"})
-    loaded.tasks = kept
+    # Fail closed on contamination: a task that is a held-out gate item or a benchmark item (exact after
+    # normalisation, a near duplicate by 13-gram containment, or by embedding similarity) is quarantined,
+    # never trained on. If the index cannot be built, this raises and nothing lands. Seeded arithmetic
+    # batches do collide now and then (2 of 4,784 level-1 prompts of seeds 1-299 are held-out items).
+    index = contamination.build_index(lake, cache_dir=contamination.default_cache_dir(paths.home))
+    loaded.tasks, dirty = contamination.screen_tasks(index, loaded.tasks)
+    loaded.rejects.extend(contamination.quarantine_row(task, match, batch_id) for task, match in dirty)
     rows = loaded.tasks
     try:
         to_table("tasks", rows)
@@ -79,6 +71,8 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
         {
             "num_tasks": n,
             "quarantined_lines": n_bad,
+            "contaminated_tasks": len(dirty),
+            "contamination": contamination.matches_markdown([(t["task_id"], m) for t, m in dirty]) if dirty else None,
             "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in rows]),
         },
     )

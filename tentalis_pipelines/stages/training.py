@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tentalis_pipelines import sessions
+from tentalis_pipelines import lineage, sessions
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
@@ -16,7 +16,7 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
-from tentalis_pipelines.training import serving
+from tentalis_pipelines.training import opd, serving
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
@@ -33,9 +33,11 @@ where t.kept and t.policy_version = $policy
 """
 
 
-def fresh_trajectories(lake: Lakehouse, policy_version: str):
-    """Trajectories sampled by the serving policy that no checkpoint has trained on yet."""
-    con = lake.duckdb()
+def fresh_trajectories(lake: Lakehouse, policy_version: str, versions: dict[str, int | None] | None = None):
+    """Trajectories sampled by the serving policy that no checkpoint has trained on yet (``versions``:
+    the trajectories table as of a pinned Delta version, see ``lineage``)."""
+    con = lake.duckdb(["trajectories", "checkpoints", "training_claims"],
+                      versions={"trajectories": versions["trajectories"]} if versions else None)
     try:
         return con.execute(FRESH_SQL, {"policy": policy_version}).fetch_arrow_table()
     finally:
@@ -55,7 +57,9 @@ def train_checkpoint(
 
     ckpt.reconcile(lake, paths)  # settle what earlier crashed runs left (see training/checkpoints.py)
     version, adapter = current_policy(lake, paths)
-    fresh = fresh_trajectories(lake, version).to_pylist()
+    # Pin every table's version before reading anything: the manifest then names exactly what was read.
+    versions = lineage.table_versions(lake)
+    fresh = lineage.order_trajectories(fresh_trajectories(lake, version, versions).to_pylist())
     if not fresh:
         raise ValueError(
             f"no fresh trajectories for policy {version!r}: run rollouts for a new batch first "
@@ -64,34 +68,11 @@ def train_checkpoint(
     ids = {r["rollout_id"] for r in fresh}
     claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
     batches = sorted({r["batch_id"] for r in fresh})
-    rollouts = {}
-    columns = ["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids", "sampling_logprobs", "temperature"]
-    columns += [c for c in ("prompt_token_ids",) if c in lake.dataset("rollouts").schema.names]  # multi-turn rows' exact prompt
-    for b in batches:
-        for r in lake.read("rollouts", batch_id=b, columns=columns).to_pylist():
-            if r["rollout_id"] in ids:
-                rollouts[r["rollout_id"]] = r
     model_dir = resolve_model(policy.model, paths.models)
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    prompt_cache: dict[str, list[int]] = {}
-    samples = []
-    for t in fresh:
-        ro = rollouts[t["rollout_id"]]
-        if not ro["completion_token_ids"]:
-            continue
-        if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
-            samples.append(sessions.session_sample(ro, t))
-            continue
-        p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
-        token_adv = None
-        if t.get("advantage_mode") == "process":
-            # Outcome advantage on every token, plus the process advantage of the token's step.
-            owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
-            token_adv = token_advantages(owner, float(t["advantage"]), t["step_advantages"] or [])
-        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
-                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
+    samples, rollouts = build_samples(lake, tokenizer, fresh, versions)
     if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
         raise ValueError(
             f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
@@ -99,12 +80,21 @@ def train_checkpoint(
         )
     # Each sample carries the temperature it was sampled at; the config's is only a fallback.
     config = GRPOConfig(**{**config.to_dict(), "max_completion_length": policy.max_new_tokens})
+    checkpoint_id = claim.checkpoint_id
+    manifest = lineage.build_manifest(
+        lake, checkpoint_id=checkpoint_id, parent_id=None if version == "base" else version, policy_version=version, versions=versions,
+        trajectories=fresh, rollouts=rollouts, samples=samples, config=config.to_dict(), base_model=policy.model_name, model=str(model_dir))
     model = build_policy(model_dir, adapter, config)
     # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
     state = load_trainer_state(adapter, next(model.parameters()).device)
     result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
-    checkpoint_id = claim.checkpoint_id
-    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id, extra=lambda folder: save_trainer_state(folder, result.state))
+
+    def extra(folder):  # written inside the atomic save: the adapter never lands without them
+        save_trainer_state(folder, result.state)
+        lineage.write_manifest_file(folder, manifest)
+
+    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id, extra=extra)
+    lineage.record(lake, manifest)  # before the checkpoint row: a recorded checkpoint always has its lineage
     metrics = {**result.metrics, "reward_mean": sum(t["reward"] for t in fresh) / len(fresh),
                "accuracy_mean": sum(t["outcome_reward"] for t in fresh) / len(fresh)}
     ckpt.record_checkpoint(
@@ -138,6 +128,52 @@ def train_checkpoint(
             **{k: round(v, 5) if isinstance(v, float) else v for k, v in metrics.items()},
         },
     )
+
+
+def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions: dict[str, int | None] | None = None
+                  ) -> tuple[list[TrainSample], dict[str, dict]]:
+    """The trainer's samples for ``trajectories`` (in their order), from their rollouts read at
+    ``versions['rollouts']`` (None: the current version). Also returns the rollouts by id. Training
+    and ``lineage.replay`` both build the set here, so a replay is the same computation on the same rows."""
+    ids = {r["rollout_id"] for r in trajectories}
+    rollout_version = (versions or {}).get("rollouts")
+    names = lake.dataset("rollouts", version=rollout_version).schema.names
+    columns = ["rollout_id", "prompt_text", "completion", "steps", "completion_token_ids", "sampling_logprobs", "temperature"]
+    # multi-turn rows' exact prompt; the skills a prompt was given (recorded in the lineage)
+    columns += [c for c in ("prompt_token_ids", "session_id", "skill_ids") if c in names]
+    rollouts: dict[str, dict] = {}
+    for b in sorted({r["batch_id"] for r in trajectories}):
+        for r in lake.read("rollouts", batch_id=b, columns=columns, version=rollout_version).to_pylist():
+            if r["rollout_id"] in ids:
+                rollouts[r["rollout_id"]] = r
+    missing = ids - set(rollouts)
+    if missing:
+        raise ValueError(f"{len(missing)} trajectories have no rollout row (rollouts@{rollout_version}): {sorted(missing)[:5]}; "
+                         "re-run the batch's rollouts and trajectories")
+    prompt_cache: dict[str, list[int]] = {}
+    samples = []
+    for t in trajectories:
+        ro = rollouts[t["rollout_id"]]
+        if not ro["completion_token_ids"]:
+            continue
+        if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
+            samples.append(sessions.session_sample(ro, t))
+            continue
+        p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
+        token_adv = None
+        if t.get("advantage_mode") == "process":
+            # Outcome advantage on every token, plus the process advantage of the token's step.
+            owner = token_step_index(tokenizer, ro["completion_token_ids"], ro["completion"], ro["steps"] or [])
+            token_adv = token_advantages(owner, float(t["advantage"]), t["step_advantages"] or [])
+        w_rl = 1.0 if t.get("w_rl") is None else float(t["w_rl"])
+        w_opd = 0.0 if t.get("w_opd") is None else float(t["w_opd"])
+        if t.get("opd_signal") is not None or w_rl != 1.0:
+            # Hinted OPD (training/opd.py): w_rl * A_rl + w_opd * (log pi_teacher - log pi_student), per token.
+            rl = token_adv if token_adv is not None else [float(t["advantage"])] * len(ro["completion_token_ids"])
+            token_adv = opd.combine_advantages(rl, t.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
+        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
+                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
+    return samples, rollouts
 
 
 def summarize(lake: Lakehouse) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from tentalis_pipelines.rewards.advantages import (
     group_advantages,
     process_advantages,
 )
+from tentalis_pipelines.rewards.rescore import weights_for
 from tentalis_pipelines.rewards.scoring import (
     DEFAULT_WEIGHTS,
     RewardWeights,
@@ -16,30 +17,44 @@ from tentalis_pipelines.rewards.scoring import (
     process_credit,
 )
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
 
 
 def build_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
     overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
-    weights: RewardWeights | None = None,
+    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None,
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
-    marked ``kept = False`` (DAPO) and the trainer skips them. ``weights`` (the ``review.reward_weights``
-    setting) replaces the per-environment defaults for every row. A sessions batch gets multi-turn rows."""
+    marked ``kept = False`` (DAPO) and the trainer skips them. ``weights`` (the run's ``review.reward_weights``
+    setting) replaces, for every row, the per-environment defaults and an activated reward version's
+    weights. A sessions batch gets multi-turn rows.
+
+    With ``w_opd > 0`` each row whose hint the teacher used carries ``opd_signal`` (from
+    ``teacher_logprobs``) and the weights; the trainer's per-token advantage is then
+    ``w_rl * A_rl + w_opd * opd_signal``. A row is kept when it carries a signal of either kind that
+    has a weight: a group with equal rewards still teaches through its hints."""
     if sessions.is_sessions_batch(lake, batch_id):
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
                                                                 dynamic_sampling=dynamic_sampling))
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    # The active reward version's weights (`tentalis rescore --activate`); v0: the defaults.
+    reward_version, overrides = active_weight_overrides(lake)
+    opd_signals = {}
+    if w_opd > 0:
+        opd_signals = {r["rollout_id"]: r["opd_signal"] for r in lake.read("teacher_logprobs", batch_id=batch_id).to_pylist()
+                       if r["decision"] == "used"}
     created = now_utc()
     rows = []
     for r, x in review_inputs(lake, batch_id):
         if r["rollout_id"] not in reviews:
             raise ValueError(f"rollout {r['rollout_id']} has no review: materialise reviews for batch {batch_id!r}")
         env = tasks[r["task_id"]]["environment"]
-        w = weights or DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"])
+        # The run's explicit weights (review.reward_weights) win; else the active reward version's; else the defaults.
+        w = weights or (weights_for(overrides, env, None) if overrides else DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"]))
         process = process_credit(x.step_scores, x.answer)
         outcome = 1.0 if x.correct else 0.0
         manager = reviews[r["rollout_id"]]["score"]
@@ -60,6 +75,7 @@ def build_trajectories(
                 "reward": combine(w, outcome=outcome, format=x.format_score, process=process, manager=manager) + penalty,
                 "reward_weights": w.to_json(),
                 "created_at": created,
+                "reward_version": reward_version,
             }
         )
     if advantage_mode not in ("outcome", "process"):
@@ -71,7 +87,12 @@ def build_trajectories(
         row["advantage"] = a
         row["step_advantages"] = sa
         row["advantage_mode"] = advantage_mode
-        row["kept"] = bool(s) if dynamic_sampling else True
+        signal_opd = opd_signals.get(row["rollout_id"])
+        row["opd_signal"] = signal_opd
+        row["w_rl"], row["w_opd"] = float(w_rl), float(w_opd)
+        rl_signal = bool(s) if dynamic_sampling else True
+        # OPD only (w_rl = 0): a row without a used hint has no signal at all and is not trained on.
+        row["kept"] = (w_rl > 0 and rl_signal) or (w_opd > 0 and signal_opd is not None)
         row["kind"] = "single"
     n = lake.write_batch("trajectories", batch_id, rows)
     return StageResult(
@@ -82,5 +103,7 @@ def build_trajectories(
             "accuracy": round(sum(r["outcome_reward"] for r in rows) / max(n, 1), 4),
             "groups": len({r["task_id"] for r in rows}),
             "groups_with_signal": len({r["task_id"] for r, s in zip(rows, signal) if s}),
+            "opd_rows": sum(r["opd_signal"] is not None for r in rows),
+            "kept": sum(r["kept"] for r in rows),
         },
     )

@@ -230,3 +230,36 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
         tasks = generate_arithmetic(manifest["num_tasks"], seed=manifest["seed"], levels=tuple(manifest["levels"]))
         return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
+
+
+# --------------------------------------------------------------------------- dataset slices
+DATASET_TRAIN_FILES = {"gsm8k": "gsm8k/train.jsonl"}
+
+
+def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, num_tasks: int, shuffle_seed: int = 0) -> str:
+    """The next ``num_tasks`` training questions of ``dataset`` (e.g. GSM8K's train.jsonl, never its test
+    split) as a batch: the file's lines in a fixed seeded order, consecutive slices per batch, so every
+    run with the same seed sees the same tasks in the same cycles and no question twice."""
+    import random
+
+    if dataset not in DATASET_TRAIN_FILES:
+        raise ValueError(f"unknown dataset {dataset!r}; choose one of {sorted(DATASET_TRAIN_FILES)}")
+    source = Path(data_dir) / DATASET_TRAIN_FILES[dataset]
+    if not source.is_file():
+        raise FileNotFoundError(f"{source} not found: set TENTALIS_DATA_DIR to the folder holding {DATASET_TRAIN_FILES[dataset]}")
+    lines = [ln for ln in source.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    order = list(range(len(lines)))
+    random.Random(shuffle_seed).shuffle(order)
+    prefix = f"{dataset}-train-p{shuffle_seed}-n{num_tasks}-"
+    done = sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
+    index = len(done)
+    start = index * num_tasks
+    if start + num_tasks > len(lines):
+        raise ValueError(f"{dataset} train has {len(lines)} questions: {index} batches of {num_tasks} used them all")
+    batch_id = validate_batch_id(f"{prefix}{index:04d}")
+    folder = Path(batches_dir) / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    _atomic_write(folder / "tasks.jsonl", "\n".join(lines[i] for i in order[start:start + num_tasks]) + "\n")
+    _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": f"{source}#seed{shuffle_seed}[{start}:{start + num_tasks}]",
+                                                        "file": "tasks.jsonl"}))
+    return batch_id

@@ -150,6 +150,7 @@ def build_segments(session_id: str, turns: Iterable[dict]) -> list[SessionSegmen
 
 
 # --------------------------------------------------------------------------- rewards
+JUDGE_MANAGER = "judge"  # the ``manager`` of a review the LLM judge wrote for a session no person reviewed
 def review_score(reviews: Sequence[dict]) -> float | None:
     """Several reviews of one target: each reviewer's latest, averaged over reviewers."""
     latest: dict[str, dict] = {}
@@ -164,9 +165,14 @@ def review_score(reviews: Sequence[dict]) -> float | None:
 
 def turn_rewards(session_id: str, turn_ids: Sequence[str], reviews: Sequence[dict]) -> dict[str, tuple[float, str]]:
     """turn id -> (reward, source) for the turns that have one: their turn-level review, else the
-    session-level review (``rollout_id`` = the session id). Turns without either are left out."""
+    session-level review (``rollout_id`` = the session id). Turns without either are left out.
+
+    A judge's review (``manager = 'judge'``) is a session-level review like any other, used only when no
+    person reviewed the session at all: a person's review of any turn or of the session wins."""
+    people = [r for r in reviews if r.get("manager") != JUDGE_MANAGER]
+    judged = not people and bool(reviews)
     by_target: dict[str, list[dict]] = defaultdict(list)
-    for r in reviews:
+    for r in people or reviews:
         by_target[r["rollout_id"]].append(r)
     session_score = review_score(by_target.get(session_id, []))
     out = {}
@@ -175,7 +181,7 @@ def turn_rewards(session_id: str, turn_ids: Sequence[str], reviews: Sequence[dic
         if score is not None:
             out[tid] = (score, "turn_review")
         elif session_score is not None:
-            out[tid] = (session_score, "session_review")
+            out[tid] = (session_score, "judge" if judged else "session_review")
     return out
 
 

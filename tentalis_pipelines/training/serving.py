@@ -12,6 +12,9 @@ lakehouse root, so concurrent promoters are serialised and never write the same 
 lakehouse (``s3://...``) has no such lock: a Delta append never conflicts with another append, so there
 promotions need a single writer (one Dagster run at a time in the ``gpu`` pool, one operator).
 
+Every move is also a row of the ``audit`` table (``tentalis_pipelines.audit``), and a checkpoint that a
+retraction marked as trained on retracted data is refused.
+
 ``checkpoints.promoted`` keeps meaning "has been promoted at some time" (set after the pointer moves;
 ``reconcile`` sets it if a crash came in between), but nothing decides what serves from it.
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tentalis_pipelines import audit
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.training.checkpoints import (
     CheckpointError,
@@ -29,7 +33,7 @@ from tentalis_pipelines.training.checkpoints import (
 )
 
 BASE = "base"
-ACTIONS = ("promote", "rollback", "gate", "reconcile", "migrate")
+ACTIONS = ("promote", "rollback", "gate", "reconcile", "migrate", "retract")
 
 
 class ServingError(RuntimeError):
@@ -122,9 +126,15 @@ def _move(lake: Lakehouse, to: str, *, action: str, actor: str, reason: str, exp
                 _adapter(lake, to)
             except CheckpointError as exc:
                 raise ServingError(f"cannot serve checkpoint {to}: {exc}") from exc
+            taint = audit.tainted(lake, to)
+            if taint is not None:
+                raise ServingError(f"cannot serve checkpoint {to}: it was trained on retracted data ({taint['reason']}; "
+                                   f"retraction by {taint['actor']} at {taint['at']:%Y-%m-%d %H:%M:%S} UTC, see the `audit` table)")
         new = {"seq": 1 if row is None else row["seq"] + 1, "from_checkpoint": current, "to_checkpoint": to, "action": action,
                "actor": actor, "reason": reason, "created_at": now_utc()}
         lake.append("serving", [new])
+        audit.record(lake, actor=actor, action=action, subject=to, from_state=current, to_state=to, reason=reason,
+                     detail={"seq": new["seq"]})
     if to != BASE:
         mark_promoted(lake, to)
     return new
@@ -156,6 +166,8 @@ def _migrate_legacy(lake: Lakehouse) -> None:
         if lake.exists("serving"):
             return
         newest = max(promoted, key=lambda r: r["created_at"])["checkpoint_id"]
+        reason = "seeded from checkpoints.promoted (lakehouse written before the serving table)"
         lake.append("serving", [{"seq": 1, "from_checkpoint": BASE, "to_checkpoint": newest, "action": "migrate", "actor": "reconcile",
-                                 "reason": "seeded from checkpoints.promoted (lakehouse written before the serving table)",
-                                 "created_at": now_utc()}])
+                                 "reason": reason, "created_at": now_utc()}])
+        audit.record(lake, actor="reconcile", action="migrate", subject=newest, from_state=BASE, to_state=newest, reason=reason,
+                     detail={"seq": 1})

@@ -102,6 +102,12 @@ class GRPOConfig:
     dynamic_sampling: bool | None = _f(None, "drop groups whose rewards are all equal (default: on for dapo)")
     overlong_buffer: int | None = _f(None, "DAPO soft overlong punishment window in tokens (default: 1/4 of max for dapo, else 0)")
     advantage_mode: str = _f("outcome", "outcome (one advantage per sample) | process (DeepSeekMath, per step and token)")
+    # Hinted on-policy distillation (training/opd.py): per token, A = w_rl * A_rl + w_opd * opd.
+    w_rl: float = _f(1.0, "weight of the RL (group-relative) advantage; 0 = OPD only")
+    w_opd: float = _f(0.0, "weight of the hinted on-policy distillation signal per token; 0 = RL only (OpenClaw-RL's combine: 1)")
+    opd_teacher: str = _f("self", "self (the policy that sampled, given the hint) | a local model folder sharing the policy's tokenizer")
+    opd_clip: float = _f(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
+    opd_min_effect: float = _f(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -133,6 +139,12 @@ class GRPOConfig:
             raise ValueError(f"scale_rewards must be one of {SCALE_REWARDS}, got {self.scale_rewards!r}")
         if self.advantage_mode not in ADVANTAGE_MODES:
             raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
+        if self.w_rl < 0 or self.w_opd < 0 or self.w_rl + self.w_opd == 0:
+            raise ValueError(f"w_rl and w_opd must be >= 0 and not both 0, got w_rl={self.w_rl}, w_opd={self.w_opd}")
+        if not self.opd_clip > 0:
+            raise ValueError(f"opd_clip must be above 0, got {self.opd_clip}")
+        if self.opd_min_effect < 0:
+            raise ValueError(f"opd_min_effect must be >= 0, got {self.opd_min_effect}")
         self.lora_target_modules = tuple(self.lora_target_modules)
 
     def to_dict(self) -> dict:
@@ -150,6 +162,8 @@ class GRPOConfig:
             "overlong_buffer": (length // 4 if dapo else 0) if self.overlong_buffer is None else self.overlong_buffer,
             "max_completion_length": length,
             "advantage_mode": self.advantage_mode,
+            "w_rl": self.w_rl,
+            "w_opd": self.w_opd,
         }
 
 

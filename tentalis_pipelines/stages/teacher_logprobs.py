@@ -1,0 +1,146 @@
+"""The `teacher_logprobs` stage: hinted on-policy distillation's teacher, per reviewed rollout.
+
+For every rollout of the batch the hint filter decides whether its review's hint becomes an OPD term
+(one row per rollout, whatever the decision, so SQL can count what was kept and why). For the kept ones
+the teacher (the policy that sampled, given the hint; or a configured teacher model) and the student
+score the student's own completion token by token, in batches; the clipped difference is the signal
+the `trajectories` stage adds to the RL advantage (``training/opd.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from pathlib import Path
+
+from tentalis_pipelines import sessions
+from tentalis_pipelines.inference.models import resolve_model
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training import opd
+from tentalis_pipelines.training.trainer import GRPOConfig
+
+
+def hint_id(rollout_id: str, manager: str, hint: str) -> str:
+    return "h-" + hashlib.sha1(f"{rollout_id}\x1f{manager}\x1f{hint}".encode()).hexdigest()[:16]
+
+
+def _load(model_dir: Path, adapter: str | None, dtype: str, device: str):
+    """A frozen model for scoring: the base, with the sampling checkpoint's adapter when there is one."""
+    from transformers import AutoModelForCausalLM
+
+    from tentalis_pipelines.hardware import resolve_device, resolve_dtype
+
+    dev = resolve_device(device)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=resolve_dtype(dtype, dev)).to(dev)
+    if adapter is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter, is_trainable=False)
+    model.eval()
+    return model
+
+
+def _adapter_of(lake: Lakehouse, version: str) -> str | None:
+    if version == "base":
+        return None
+    row = ckpt.checkpoint_row(lake, version)
+    if row is None:
+        raise ValueError(f"rollouts were sampled by checkpoint {version!r}, which the checkpoints table does not know")
+    return str(ckpt.verify_adapter(row["adapter_uri"]))
+
+
+def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
+    """One row per rollout of ``batch_id``: the hint filter's decision and, for used hints, the teacher's
+    and student's log-probs and the clipped OPD signal. With ``w_opd == 0`` nothing is computed."""
+    if config.w_opd == 0:
+        lake.write_batch("teacher_logprobs", batch_id, [])
+        return StageResult(0, {"opd": "off (trainer.w_opd = 0): no teacher pass"})
+    if sessions.is_sessions_batch(lake, batch_id):
+        lake.write_batch("teacher_logprobs", batch_id, [])
+        return StageResult(0, {"opd": "live-session batches carry no OPD term yet (their hints stay in reviews)"})
+    from transformers import AutoTokenizer
+
+    tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    rollouts = lake.read("rollouts", batch_id=batch_id,
+                         columns=["rollout_id", "task_id", "policy_version", "prompt_text", "completion_token_ids", "temperature"]).to_pylist()
+    model_dir = resolve_model(policy.model, paths.models)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    created = now_utc()
+    rows, todo = [], []
+    for ro in rollouts:
+        review = reviews.get(ro["rollout_id"])
+        if review is None:
+            raise ValueError(f"rollout {ro['rollout_id']} has no review: materialise reviews for batch {batch_id!r} first")
+        task = tasks[ro["task_id"]]
+        hint = (review.get("hint") or "").strip()
+        decision, reason = opd.screen_hint(hint, task["reference"])
+        if decision == opd.USED and not ro["completion_token_ids"]:
+            decision, reason = opd.NO_EFFECT, "empty completion: no tokens to distil"
+        version = ro["policy_version"]
+        teacher = f"self:{version}" if config.opd_teacher == "self" else config.opd_teacher
+        row = {
+            "batch_id": batch_id, "rollout_id": ro["rollout_id"], "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint else None,
+            "hint_source": review["manager"], "hint": hint, "teacher": teacher, "policy_version": version,
+            "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
+            "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
+            "opd_signal": None, "signal_mean": None, "created_at": created,
+        }
+        rows.append(row)
+        if decision == opd.USED:
+            teacher_text = opd.hinted_prompt(ro["prompt_text"], task["prompt"], hint)
+            todo.append((row, opd.OPDItem(
+                tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"],
+                tokenizer(teacher_text, add_special_tokens=False)["input_ids"],
+                list(ro["completion_token_ids"]), row["temperature"])))
+    _score(todo, lake, model_dir, tokenizer, config)
+    n = lake.write_batch("teacher_logprobs", batch_id, rows)
+    decisions = Counter(r["decision"] for r in rows)
+    used = [r for r in rows if r["decision"] == opd.USED]
+    return StageResult(n, {
+        "rollouts": n,
+        "decisions": ", ".join(f"{k}: {v}" for k, v in sorted(decisions.items())),
+        "opd_rows": len(used),
+        "mean_signal": round(sum(r["signal_mean"] for r in used) / len(used), 4) if used else 0.0,
+        "teacher": config.opd_teacher,
+        "preview": markdown_table([{"rollout_id": r["rollout_id"], "decision": r["decision"], "hint": r["hint"],
+                                    "signal_mean": r["signal_mean"]} for r in rows]),
+    })
+
+
+def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPOConfig) -> None:
+    """Fill the used rows: teacher and student log-probs, per sampling policy version (each version's
+    own adapter is the student, and the teacher too when ``opd_teacher == 'self'``)."""
+    by_version: dict[str, list] = {}
+    for row, item in todo:
+        by_version.setdefault(row["policy_version"], []).append((row, item))
+    separate = None
+    if config.opd_teacher != "self":
+        from transformers import AutoTokenizer
+
+        teacher_dir = Path(config.opd_teacher)
+        if not teacher_dir.is_dir():
+            raise ValueError(f"opd_teacher {config.opd_teacher!r} is not a model folder: use 'self' or a local model folder")
+        if AutoTokenizer.from_pretrained(teacher_dir).get_vocab() != tokenizer.get_vocab():
+            raise ValueError(f"opd_teacher {config.opd_teacher!r} has another tokenizer than the policy: "
+                             "OPD compares log-probs of the same tokens, so the teacher must share the vocabulary")
+        separate = _load(teacher_dir, None, config.dtype, config.device)
+    for version, pairs in by_version.items():
+        student = _load(model_dir, _adapter_of(lake, version), config.dtype, config.device)
+        items = [it for _, it in pairs]
+        if separate is None:
+            scored = opd.teacher_student_logprobs(student, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
+        else:
+            teacher_side = opd.teacher_student_logprobs(separate, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
+            student_side = opd.teacher_student_logprobs(student, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
+            scored = [(t, s) for (t, _), (_, s) in zip(teacher_side, student_side)]
+        for (row, _), (t, s) in zip(pairs, scored):
+            signal = opd.opd_signal(t, s, clip=config.opd_clip)
+            row.update(teacher_logprobs=t, student_logprobs=s, opd_signal=signal,
+                       signal_mean=sum(signal) / len(signal) if signal else 0.0)
+            if not opd.has_effect(signal, config.opd_min_effect):
+                row.update(decision=opd.NO_EFFECT, reason=f"mean |signal| below opd_min_effect {config.opd_min_effect}: the hint changes nothing here")
