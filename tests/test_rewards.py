@@ -32,7 +32,14 @@ def test_verifier_manager_reviews():
     bad = VerifierManager().review(ReviewInput(answer="20", correct=False, answer_tagged=True, format_score=1.0,
                                                step_scores=[1.0, 0.0], step_rationales=["ok", "24 - 3 = 20 is wrong (it is 21)"], **base))
     assert good.score == 1.0 and bad.score < good.score
-    assert "step 2" in bad.critique and "step 2" in bad.hint
+    assert "step 2" in bad.critique
+    # The hint names the wrong step and what to redo, never the step's right value (21 is the answer here).
+    assert bad.hint == "Step 2 is wrong: 24 - 3 is not 20. Redo that calculation, then carry the corrected value to the answer."
+    assert "21" not in bad.hint
+    plan = VerifierManager().review(ReviewInput(answer="17", correct=False, answer_tagged=True, format_score=1.0,
+                                                step_scores=[1.0], step_rationales=["ok"], expression="12 + 7",
+                                                **{**base, "reference": "19", "steps": ["12 - 7 = 5"]}))
+    assert plan.hint.startswith("The question asks you to add 7 to 12") and "19" not in plan.hint
 
 
 def test_reward_combination_includes_the_manager():
