@@ -1,7 +1,8 @@
 """One learning cycle as runs of the asset jobs, one after another, on a Dagster instance.
 
 ``tentalis run`` and ``tentalis learn`` call :func:`run_cycle`: a seeded task batch is registered as a
-``task_batches`` partition, then ``rollout_job`` (that partition), ``train_job``, ``benchmark_job`` for
+``task_batches`` partition, then ``rollout_job`` (that partition), with ``skills`` ``skills_job`` (the
+same partition), ``train_job``, ``benchmark_job`` for
 every configured benchmark of the new checkpoint (and the incumbent's gate benchmark when it has none
 yet), and ``promotion_job`` (the gate and the learning curve). Each is a run of its own job, tagged
 ``tentalis/trigger`` and ``tentalis/cycle``, exactly what the sensors request when automation is on and
@@ -43,6 +44,7 @@ class CycleOptions:
     train: bool = True
     resources: dict[str, Any] = field(default_factory=dict)
     trigger: str = "cli"
+    skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
 
 
 @dataclass
@@ -123,6 +125,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
 
     batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
+    if opts.skills:
+        step("skills_job", f"skills from the failures of {batch_id}", partition_key=batch_id)
     out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
     if not opts.train:
         return out

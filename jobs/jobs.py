@@ -11,6 +11,7 @@ from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajector
 from assets.benchmark_assets import benchmark_results, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
+from assets.skill_assets import skills
 from assets.training_assets import checkpoints
 
 rollout_job = define_asset_job(
@@ -38,4 +39,11 @@ promotion_job = define_asset_job(
     selection=AssetSelection.assets(serving, learning_curve),
     description="The promotion gate decides on a checkpoint from its benchmark results and moves the serving pointer on a pass; "
                 "the learning curve is refreshed.",
+)
+
+skills_job = define_asset_job(
+    "skills_job",
+    selection=AssetSelection.assets(skills),
+    partitions_def=task_batches,
+    description="Distil one batch's failed reviews into skills; verify a candidate and re-check a verified skill (`tentalis learn --skills`).",
 )

@@ -8,8 +8,9 @@ from assets.batch_assets import reviews, rollouts, step_labels, step_scores, tas
 from assets.benchmark_assets import benchmark_results, learning_curve, prm_evaluation
 from assets.external import human_reviews
 from assets.serving_assets import serving
+from assets.skill_assets import skills
 from assets.training_assets import checkpoints
-from jobs.jobs import benchmark_job, promotion_job, rollout_job, train_job
+from jobs.jobs import benchmark_job, promotion_job, rollout_job, skills_job, train_job
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import (
     fresh_sessions,
@@ -34,8 +35,8 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation],
-    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job],
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, trajectories, checkpoints, benchmark_results, serving, learning_curve, prm_evaluation, skills],
+    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, skills_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={

@@ -11,5 +11,6 @@ from tentalis_pipelines.cli import tables  # noqa: F401  sql, maintain, import-r
 from tentalis_pipelines.cli import evaluate  # noqa: F401  benchmark, bench
 from tentalis_pipelines.cli import agents  # noqa: F401  serve, keys, ingest-nats
 from tentalis_pipelines.cli import ui  # noqa: F401  ui
+from tentalis_pipelines.cli import skills  # noqa: F401  skills
 
 __all__ = ["app", "csv_safe"]

@@ -40,10 +40,12 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
             instance.add_dynamic_partitions(checkpoint_ids.name, ["base"])
 
 
-def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None) -> dict:
+def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None, skills_top_k=None) -> dict:
     """Run config for the resources: only the fields set here. model and base_url stay unset, so the
     policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
     policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
+    if skills_top_k:
+        policy["skills_top_k"] = skills_top_k
     if backend:
         policy["backend"] = backend
     out: dict = {"policy": {"config": policy}}
@@ -153,6 +155,9 @@ def learn(
     num_iterations: int | None = typer.Option(None, min=1, help="Updates per batch of rollouts (mu; default 1)."),
     dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
     seed: int | None = typer.Option(None, help="Trainer seed (LoRA init, shuffling); record runs per seed."),
+    skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
+                                "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
+    skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -175,8 +180,13 @@ def learn(
         _fail(f"{flag}: {exc}")
     t0 = time.time()
     for k in range(1, cycles + 1):
-        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn",
-                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer))
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", skills=skills,
+                            resources=_cycle_resources(num_generations, max_new_tokens, gate_limit, trainer,
+                                                       skills_top_k=skills_top_k if skills else None))
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), "arithmetic")["history"])
+    if skills:
+        from tentalis_pipelines.cli.skills import print_skills
+
+        print_skills(Lakehouse(paths.lakehouse))
