@@ -24,6 +24,7 @@ class SkillsConfig(Config):
     validation_items: int = Field(_D.validation_items, description="arithmetic items of the validation set")
     validation_seed: int = Field(_D.validation_seed, description="generator seed of the validation set (not a training or gate seed)")
     min_ci_low: float = Field(_D.min_ci_low, description="verify only when the gain's 95% interval lower end is at least this")
+    min_net_wins: int = Field(_D.min_net_wins, description="verify only when the skill wins on at least this many more items than it loses")
     max_new_tokens: int = Field(_D.max_new_tokens, description="completion length of the validation answers")
     verify: bool = Field(True, description="measure candidates and verified skills (False: distil only)")
 

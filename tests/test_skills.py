@@ -185,6 +185,9 @@ def test_effect_is_the_paired_mean_difference():
 
 @pytest.mark.parametrize("wins,losses,status,expected", [
     (4, 0, "candidate", "verified"),     # helps on 4 items, hurts on none: interval [0, +]
+    (2, 0, "candidate", "verified"),     # the least that verifies: 2 net wins, interval [0, +]
+    (1, 0, "candidate", "candidate"),    # one item's flip is not enough (1 net win < 2)
+    (3, 1, "candidate", "candidate"),    # 2 net wins, but the interval reaches below 0
     (0, 4, "candidate", "candidate"),    # hurts: never verified
     (0, 0, "candidate", "candidate"),    # no effect: not verified
     (5, 4, "candidate", "candidate"),    # a net gain of 1 item, but the interval reaches well below 0

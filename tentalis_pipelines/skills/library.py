@@ -275,6 +275,7 @@ class SkillSettings:
     validation_items: int = field(default=32, metadata={"help": "arithmetic items of the validation set"})
     validation_seed: int = field(default=2_000_000, metadata={"help": "generator seed of the validation set (not a training or gate seed)"})
     min_ci_low: float = field(default=0.0, metadata={"help": "verify only when the gain's 95% interval lower end is at least this"})
+    min_net_wins: int = field(default=2, metadata={"help": "verify only when the skill wins on at least this many more items than it loses"})
     max_new_tokens: int = field(default=128, metadata={"help": "completion length of the validation answers"})
 
     def __post_init__(self):
@@ -289,8 +290,9 @@ class SkillSettings:
                              "held-out set (1,000,000): use e.g. 2,000,000")
 
 
-def decide(status: str, effect: SkillEffect, *, min_ci_low: float = 0.0) -> tuple[str, str]:
-    """(new status, the rule as applied). A candidate is verified when the gain is positive and the 95%
+def decide(status: str, effect: SkillEffect, *, min_ci_low: float = 0.0, min_net_wins: int = 2) -> tuple[str, str]:
+    """(new status, the rule as applied). A candidate is verified when it wins on at least
+    ``min_net_wins`` (at least 1) more items than it loses, so the gain is positive, and the gain's 95%
     interval's lower end is at least ``min_ci_low`` (default 0: the interval does not go below zero); a
     verified skill is retired when its gain is no longer positive. A skill that hurts (gain <= 0) is
     never verified."""
@@ -299,7 +301,9 @@ def decide(status: str, effect: SkillEffect, *, min_ci_low: float = 0.0) -> tupl
         if effect.gain > 0:
             return "verified", f"kept: still helps ({numbers})"
         return "retired", f"retired: gain no longer positive ({numbers})"
-    if effect.gain > 0 and effect.ci_low >= min_ci_low:
-        return "verified", f"verified: gain > 0 and CI low >= {min_ci_low:+.3f} ({numbers})"
-    why = "gain not positive" if effect.gain <= 0 else f"CI low below {min_ci_low:+.3f}"
+    need = max(min_net_wins, 1)
+    net = effect.wins - effect.losses
+    if effect.gain > 0 and net >= need and effect.ci_low >= min_ci_low:
+        return "verified", f"verified: {net} net wins >= {need} and CI low >= {min_ci_low:+.3f} ({numbers})"
+    why = "gain not positive" if effect.gain <= 0 else f"{net} net win(s) < {need}" if net < need else f"CI low below {min_ci_low:+.3f}"
     return status, f"not verified: {why} ({numbers})"

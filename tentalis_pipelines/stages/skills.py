@@ -96,7 +96,8 @@ def verify_skills(lake: Lakehouse, batch_id: str, settings: library.SkillSetting
         seconds = time.perf_counter() - t1
         timings["verify_skill_seconds"] += round(seconds, 1)
         effect = library.skill_effect({r.item.item_id: r.correct for r in res}, without)
-        status, rule = library.decide(skill["status"], effect, min_ci_low=settings.min_ci_low)
+        status, rule = library.decide(skill["status"], effect, min_ci_low=settings.min_ci_low,
+                                     min_net_wins=settings.min_net_wins)
         row = {**skill, "status": status, "gain": effect.gain, "ci_low": effect.ci_low, "ci_high": effect.ci_high, "n": effect.n,
                "measured_on": policy_version, "measured_at": now, "updated_at": now}
         if status == "verified" and skill["status"] != "verified":
