@@ -51,9 +51,20 @@ def test_distillation_gives_the_template_of_each_failure_type():
     # The wrong equation was a subtraction; the question asked for one ("gives away ... left").
     assert lessons["r4"].text == STEP_LESSONS["subtract"] and lessons["r4"].failure_type == "wrong_step"
     assert lessons["r5"].text == OPERATION_LESSONS["subtract"] and lessons["r5"].failure_type == "wrong_operation"
+    # A wrong multiplication in a question that adds is a wrong operation: the lesson is the addition one.
+    [mixed] = distil([Failure("m1", 0.0, "Answered 4, expected 22; step 1: 14 x 8 = 4 is wrong (it is 112).", "Recheck the arithmetic in step 1.",
+                              task_prompt="Ben has 14 cards and gets 8 more. How many cards does Ben have now?")])
+    assert (mixed.text, mixed.failure_type) == (OPERATION_LESSONS["add"], "wrong_operation")
     assert all(ls.source == "template" and len(ls.text) <= library.MAX_SKILL_CHARS for ls in lessons.values())
     # A stricter threshold keeps only the worst: the 0.7 format review is no longer a failure.
     assert "r3" not in {ls.review_id for ls in distil(REVIEWS, threshold=0.5)}
+
+
+def test_the_operation_of_a_question_is_read_from_whole_words():
+    assert library.operation_of_prompt(SUB_Q) == "subtract"
+    assert library.operation_of_prompt("Kim has a plate of 5 cookies and gets 3 more. How many cookies now?") == "add"  # not "ate"
+    assert library.operation_of_prompt("Dev buys 4 boxes with 6 pencils in each box.") == "multiply"
+    assert library.operation_of_prompt("What is the capital of France?") is None
 
 
 def test_free_text_hints_and_llm_lessons_are_used_as_written_and_bad_ones_fall_back():

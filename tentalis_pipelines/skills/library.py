@@ -107,9 +107,10 @@ def failure_type(critique: str, hint: str) -> str:
 
 
 def operation_of_prompt(prompt: str) -> str | None:
+    """The operation a question's words ask for (whole words: "ate" is not in "plate"), or None."""
     p = prompt.lower()
     for op, words in _OPERATION_WORDS:
-        if any(w in p for w in words):
+        if any(re.search(rf"\b{re.escape(w)}\b", p) for w in words):
             return op
     return None
 
@@ -142,8 +143,11 @@ def template_lesson(f: Failure) -> Lesson:
     """The template's lesson for one failure."""
     kind = failure_type(f.critique, f.hint)
     if kind == "wrong_step":
-        op = operation_of_wrong_step(f.critique) or operation_of_prompt(f.task_prompt)
-        text = STEP_LESSONS.get(op, TEMPLATES["wrong_step"])
+        step_op, asked = operation_of_wrong_step(f.critique), operation_of_prompt(f.task_prompt)
+        if step_op and asked and step_op != asked:
+            # "14 x 8 = ..." for a question that adds: the slip is the operation, not the arithmetic.
+            return Lesson(OPERATION_LESSONS[asked], "wrong_operation", "template", f.review_id)
+        text = STEP_LESSONS.get(step_op or asked, TEMPLATES["wrong_step"])
     elif kind == "wrong_operation":
         op = operation_of_prompt(f.task_prompt)
         text = OPERATION_LESSONS.get(op, TEMPLATES["wrong_operation"])
