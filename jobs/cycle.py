@@ -45,6 +45,7 @@ class CycleOptions:
     resources: dict[str, Any] = field(default_factory=dict)
     trigger: str = "cli"
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
+    skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
 
 @dataclass
@@ -126,7 +127,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
     if opts.skills:
-        step("skills_job", f"skills from the failures of {batch_id}", partition_key=batch_id)
+        skills_run = {**config, "ops": {"skills": {"config": opts.skills_config}}} if opts.skills_config else config
+        step("skills_job", f"skills from the failures of {batch_id}", partition_key=batch_id, run_config=skills_run)
     out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
     if not opts.train:
         return out

@@ -300,3 +300,35 @@ def test_stage_verifies_a_helpful_candidate_and_retires_a_skill_that_hurts(tmp_p
     # Nothing left to measure on this policy: the backend is not even built.
     build_skills(lake, "b1", policy_version="ckpt-1", make_backend=make_backend)
     assert built == [1, 1]
+
+
+def test_a_cycle_with_skills_runs_skills_job_on_the_batch(home, tiny_model_dir):
+    """`learn --skills` wiring through the real definitions and an ephemeral Dagster instance: the
+    skills job distils the batch's failed reviews and measures the most supported candidate on base."""
+    from dagster import DagsterInstance
+
+    from jobs.cycle import CycleOptions, run_cycle
+    from tentalis_pipelines.definitions import defs
+    from tentalis_pipelines.settings import Paths
+
+    paths = Paths.from_env(str(home)).ensure()
+    policy = {"model": str(tiny_model_dir), "num_generations": 2, "max_new_tokens": 8, "skills_top_k": 3}
+    opts = CycleOptions(num_tasks=3, seed=11, levels=(1,), train=False, skills=True, resources={"policy": {"config": policy}},
+                        skills_config={"validation_items": 8, "max_new_tokens": 8})  # CPU-cheap; the defaults are 32 and 128
+    with DagsterInstance.ephemeral() as instance:
+        out = run_cycle(defs, instance, paths, opts)
+    assert [r.job for r in out["runs"]] == ["rollout_job", "skills_job"]
+    lake = Lakehouse(paths.lakehouse)
+    rollouts = lake.read("rollouts", batch_id=out["batch_id"]).to_pylist()
+    assert len(rollouts) == 6 and all(r["skill_ids"] == [] for r in rollouts)  # nothing verified yet
+    failed = {r["rollout_id"] for r in lake.read("reviews", batch_id=out["batch_id"]).to_pylist() if r["score"] < 0.75}
+    skills = lake.read("skills").to_pylist()
+    assert failed and skills  # a random tiny model fails
+    assert set().union(*(s["source_review_ids"] for s in skills)) == failed
+    [decision] = lake.read("skill_decisions").to_pylist()
+    top = max(skills, key=lambda s: (s["support"], -s["created_at"].timestamp()))
+    assert (decision["skill_id"], decision["checkpoint_id"], decision["n"], decision["kind"]) == (top["skill_id"], "base", 8, "verify")
+    expected, _ = decide("candidate", library.SkillEffect(decision["n"], decision["wins"], decision["losses"], decision["with_accuracy"],
+                                                           decision["without_accuracy"], decision["gain"], decision["ci_low"], decision["ci_high"]))
+    assert decision["to_status"] == expected
+    assert decision["gain"] == pytest.approx((decision["wins"] - decision["losses"]) / 8)
