@@ -332,3 +332,17 @@ def test_a_cycle_with_skills_runs_skills_job_on_the_batch(home, tiny_model_dir):
                                                            decision["without_accuracy"], decision["gain"], decision["ci_low"], decision["ci_high"]))
     assert decision["to_status"] == expected
     assert decision["gain"] == pytest.approx((decision["wins"] - decision["losses"]) / 8)
+
+
+def test_the_llm_distiller_writes_one_line_per_failure_from_the_review(tiny_model_dir):
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.skills.llm_distiller import LLMDistiller
+
+    distiller = LLMDistiller(PolicySettings(model=str(tiny_model_dir)).make_backend(tiny_model_dir), max_new_tokens=12)
+    prompt = distiller.prompt(REVIEWS[4])
+    assert REVIEWS[4].critique in prompt and REVIEWS[4].hint in prompt and SUB_Q in prompt
+    out = distiller(REVIEWS[:3])
+    assert len(out) == 3 and all(t is None or (isinstance(t, str) and "\n" not in t) for t in out)
+    # Whatever a (here random) model writes, each failure still gets one lesson of at most 200 characters.
+    lessons = distil(REVIEWS[:3], llm=distiller)
+    assert len(lessons) == 3 and all(0 < len(ls.text) <= library.MAX_SKILL_CHARS for ls in lessons)
