@@ -280,7 +280,7 @@ class SkillSettings:
     validation_seed: int = field(default=2_000_000, metadata={"help": "generator seed of the validation set (not a training or gate seed)"})
     min_ci_low: float = field(default=0.0, metadata={"help": "verify only when the gain's 95% interval lower end is at least this"})
     min_net_wins: int = field(default=2, metadata={"help": "verify only when the skill wins on at least this many more items than it loses"})
-    max_new_tokens: int = field(default=128, metadata={"help": "completion length of the validation answers"})
+    max_new_tokens: int = field(default=96, metadata={"help": "completion length of the validation answers (learn's rollout limit)"})
 
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:
