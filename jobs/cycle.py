@@ -1,7 +1,8 @@
 """One learning cycle as runs of the asset jobs, one after another, on a Dagster instance.
 
 ``tentalis run`` and ``tentalis learn`` call :func:`run_cycle`: a seeded task batch is registered as a
-``task_batches`` partition, then ``rollout_job`` (that partition), ``train_job``, ``benchmark_job`` for
+``task_batches`` partition, then ``rollout_job`` (that partition), with ``skills`` ``skills_job`` (the
+same partition), ``train_job``, ``benchmark_job`` for
 every configured benchmark of the new checkpoint (and the incumbent's gate benchmark when it has none
 yet), and ``promotion_job`` (the gate and the learning curve). Each is a run of its own job, tagged
 ``tentalis/trigger`` and ``tentalis/cycle``, exactly what the sensors request when automation is on and
@@ -50,6 +51,8 @@ class CycleOptions:
     # "arithmetic" (the seeded generator) or a dataset's training split ("gsm8k": consecutive slices of
     # $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
     task_source: str = "arithmetic"
+    skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
+    skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
 
 @dataclass
@@ -138,6 +141,9 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         if not instance.has_dynamic_partition(task_batches.name, batch_id):
             instance.add_dynamic_partitions(task_batches.name, [batch_id])
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
+    if opts.skills:
+        skills_run = {**config, "ops": {"skills": {"config": opts.skills_config}}} if opts.skills_config else config
+        step("skills_job", f"skills from the failures of {batch_id}", partition_key=batch_id, run_config=skills_run)
     out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
     if not opts.train:
         return out

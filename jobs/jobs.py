@@ -11,6 +11,7 @@ from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_l
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
+from assets.skill_assets import skills
 from assets.training_assets import checkpoints
 from assets.trust_assets import judge_agreement, reward_versions
 
@@ -52,4 +53,11 @@ judge_agreement_job = define_asset_job(
     "judge_agreement_job",
     selection=AssetSelection.assets(judge_agreement),
     description="Judge-versus-manager agreement per judge, rubric and window, and the drift check.",
+)
+
+skills_job = define_asset_job(
+    "skills_job",
+    selection=AssetSelection.assets(skills),
+    partitions_def=task_batches,
+    description="Distil one batch's failed reviews into skills; verify a candidate and re-check a verified skill (`tentalis learn --skills`).",
 )

@@ -17,9 +17,18 @@ from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_c
 from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
 from assets.serving_assets import serving
+from assets.skill_assets import skills
 from assets.training_assets import checkpoints
 from assets.trust_assets import judge_agreement, reward_versions
-from jobs.jobs import benchmark_job, judge_agreement_job, promotion_job, rescore_job, rollout_job, train_job
+from jobs.jobs import (
+    benchmark_job,
+    judge_agreement_job,
+    promotion_job,
+    rescore_job,
+    rollout_job,
+    skills_job,
+    train_job,
+)
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import (
     fresh_sessions,
@@ -45,9 +54,9 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, trajectories, checkpoints, benchmark_results, serving,
-            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement],
+            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills],
     asset_checks=FORENSICS_CHECKS,
-    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job],
+    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={

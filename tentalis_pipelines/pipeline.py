@@ -20,5 +20,6 @@ from tentalis_pipelines.stages.training import FRESH_SQL, fresh_trajectories, fr
 from tentalis_pipelines.stages.evaluation import benchmark_checkpoint, resolve_checkpoint
 from tentalis_pipelines.stages.human_reviews import import_human_reviews
 from tentalis_pipelines.stages.step_labels import build_step_labels
+from tentalis_pipelines.stages.skills import build_skills, skill_retriever
 
-__all__ = ['FRESH_SQL', 'GRPOConfig', 'NoValidTasks', 'PolicySettings', 'StageResult', 'benchmark_checkpoint', 'build_reviews', 'build_rollouts', 'build_step_labels', 'build_step_scores', 'build_tasks', 'build_teacher_logprobs', 'build_trajectories', 'current_policy', 'fresh_trajectories', 'fresh_trajectory_count', 'import_human_reviews', 'markdown_table', 'prompt_token_counter', 'resolve_checkpoint', 'review_inputs', 'rollout_id', 'step_reward', 'summarize', 'train_checkpoint']
+__all__ = ['FRESH_SQL', 'GRPOConfig', 'NoValidTasks', 'PolicySettings', 'StageResult', 'benchmark_checkpoint', 'build_reviews', 'build_rollouts', 'build_skills', 'build_step_labels', 'build_step_scores', 'build_tasks', 'build_teacher_logprobs', 'build_trajectories', 'current_policy', 'fresh_trajectories', 'fresh_trajectory_count', 'import_human_reviews', 'markdown_table', 'prompt_token_counter', 'resolve_checkpoint', 'review_inputs', 'rollout_id', 'skill_retriever', 'step_reward', 'summarize', 'train_checkpoint']

@@ -43,6 +43,7 @@ class PolicySettings:
     base_url: str | None = _f(None, "backend openai: the server's /v1 URL (default $OPENAI_BASE_URL)")
     served_model: str | None = _f(None, "backend openai: the model name the server knows (default: the policy's model name)")
     max_concurrency: int = _f(8, "backend openai: requests in flight at once")
+    skills_top_k: int = _f(0, "verified skills (lessons from past reviews) added to each prompt, most similar first; 0 = none")
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -51,6 +52,8 @@ class PolicySettings:
             raise ValueError(f"num_generations must be >= 1, got {self.num_generations}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.skills_top_k < 0:
+            raise ValueError(f"skills_top_k must be >= 0 (0 = no skills), got {self.skills_top_k}")
 
     @property
     def model_name(self) -> str:

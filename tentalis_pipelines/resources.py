@@ -74,6 +74,7 @@ class PolicyResource(ConfigurableResource):
     base_url: str | None = mirrored(PolicySettings, "base_url")
     served_model: str | None = mirrored(PolicySettings, "served_model")
     max_concurrency: int = mirrored(PolicySettings, "max_concurrency")
+    skills_top_k: int = mirrored(PolicySettings, "skills_top_k")
 
     def settings(self) -> PolicySettings:
         return _build(PolicySettings, self, model=self.model or os.environ.get("TENTALIS_MODEL") or "embedded",

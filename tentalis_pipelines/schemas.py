@@ -51,6 +51,7 @@ class RolloutRow(BaseModel):
     prompt_token_ids: list[int] | None = Field(None, description="sessions batches: the exact prompt tokens (single-turn rows tokenize prompt_text)")
     assistant_mask: list[int] | None = Field(None, description="sessions batches: 1 on tokens the model generated, 0 on system/user/tool/template tokens")
     turn_spans: list[dict] | None = Field(None, description="sessions batches: each assistant turn's [start, end) in completion_token_ids")
+    skill_ids: list[str] | None = Field(None, description="the verified skills injected into this rollout's prompt (empty when none)")
 
 
 class StepScoreRow(BaseModel):
@@ -249,6 +250,7 @@ class BenchmarkItemRow(BaseModel):
     lenient_correct: bool
     formatted: bool
     created_at: datetime
+    skill_ids: list[str] | None = Field(None, description="the verified skills injected into this item's prompt (empty when none)")
 
 
 class SessionRow(BaseModel):
@@ -423,6 +425,49 @@ class ForensicsRunRow(BaseModel):
     created_at: datetime
 
 
+class SkillRow(BaseModel):
+    skill_id: str = Field(description="content hash of the normalised text")
+    text: str = Field(description="one imperative sentence, at most 200 characters")
+    failure_type: str = Field(description="no_answer | length | format | wrong_step | wrong_operation | other")
+    embedding: list[float] = Field(description="all-MiniLM-L6-v2 embedding of the text (unit length)")
+    source_review_ids: list[str] = Field(description="the reviews it was distilled from (the reviewed rollout ids)")
+    support: int = Field(description="number of source reviews")
+    source: str = Field(description="template | llm")
+    status: str = Field(description="candidate | verified | retired")
+    gain: float | None = Field(None, description="last measured paired accuracy gain (with - without) on the validation items")
+    ci_low: float | None = Field(None, description="95% paired bootstrap interval of the gain, lower end")
+    ci_high: float | None = None
+    n: int | None = Field(None, description="validation items of the last measurement")
+    measured_on: str | None = Field(None, description="checkpoint (policy version) the last measurement used")
+    measured_at: datetime | None = None
+    verified_at: datetime | None = Field(None, description="when it was last promoted to verified")
+    created_at: datetime
+    updated_at: datetime
+
+
+class SkillDecisionRow(BaseModel):
+    decision_id: str
+    skill_id: str
+    text: str
+    batch_id: str = Field(description="the batch whose skills run made the decision")
+    kind: str = Field(description="verify (a candidate) | recheck (a verified skill)")
+    from_status: str
+    to_status: str
+    gain: float
+    ci_low: float
+    ci_high: float
+    n: int
+    wins: int = Field(description="items right only with the skill")
+    losses: int = Field(description="items right only without it")
+    with_accuracy: float
+    without_accuracy: float
+    checkpoint_id: str
+    validation: str = Field(description="the validation set: generator, seed, size")
+    rule: str = Field(description="the decision rule with its numbers")
+    seconds: float = Field(description="wall time of the evaluation with the skill")
+    decided_at: datetime
+
+
 SCHEMAS: dict[str, pa.Schema] = {
     "tasks": pa.schema(
         [
@@ -464,6 +509,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("assistant_mask", pa.list_(pa.int8())),
             ("turn_spans", pa.list_(pa.struct([("turn_id", pa.string()), ("turn_index", pa.int32()),
                                                ("start", pa.int32()), ("end", pa.int32())]))),
+            ("skill_ids", pa.list_(pa.string())),
         ]
     ),
     "step_scores": pa.schema(
@@ -614,6 +660,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("lenient_correct", pa.bool_()),
             ("formatted", pa.bool_()),
             ("created_at", TS),
+            ("skill_ids", pa.list_(pa.string())),
         ]
     ),
     "serving": pa.schema(
@@ -808,7 +855,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("rows", pa.int64()),
             ("created_at", TS),
         ]
-    ),    "hint_efficacy": pa.schema(
+    ),
+    "hint_efficacy": pa.schema(
         [
             ("checkpoint_id", pa.string(), False),
             ("before_policy", pa.string()),
@@ -848,6 +896,51 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", TS),
         ]
     ),
+    "skills": pa.schema(
+        [
+            ("skill_id", pa.string(), False),
+            ("text", pa.string()),
+            ("failure_type", pa.string()),
+            ("embedding", pa.list_(pa.float32())),
+            ("source_review_ids", pa.list_(pa.string())),
+            ("support", pa.int32()),
+            ("source", pa.string()),
+            ("status", pa.string()),
+            ("gain", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("n", pa.int32()),
+            ("measured_on", pa.string()),
+            ("measured_at", TS),
+            ("verified_at", TS),
+            ("created_at", TS),
+            ("updated_at", TS),
+        ]
+    ),
+    "skill_decisions": pa.schema(
+        [
+            ("decision_id", pa.string(), False),
+            ("skill_id", pa.string(), False),
+            ("text", pa.string()),
+            ("batch_id", pa.string()),
+            ("kind", pa.string()),
+            ("from_status", pa.string()),
+            ("to_status", pa.string()),
+            ("gain", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("n", pa.int32()),
+            ("wins", pa.int32()),
+            ("losses", pa.int32()),
+            ("with_accuracy", pa.float64()),
+            ("without_accuracy", pa.float64()),
+            ("checkpoint_id", pa.string()),
+            ("validation", pa.string()),
+            ("rule", pa.string()),
+            ("seconds", pa.float64()),
+            ("decided_at", TS),
+        ]
+    ),
 }
 
 ROW_MODELS: dict[str, type[BaseModel]] = {
@@ -876,6 +969,8 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "reward_activations": RewardActivationRow,
     "hint_efficacy": HintEfficacyRow,
     "forensics_runs": ForensicsRunRow,
+    "skills": SkillRow,
+    "skill_decisions": SkillDecisionRow,
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.

@@ -14,5 +14,6 @@ from tentalis_pipelines.cli import agents  # noqa: F401  serve, keys, ingest-nat
 from tentalis_pipelines.cli import ui  # noqa: F401  ui
 from tentalis_pipelines.cli import contamination  # noqa: F401  contamination
 from tentalis_pipelines.cli import rescore  # noqa: F401  rescore, agreement
+from tentalis_pipelines.cli import skills  # noqa: F401  skills
 
 __all__ = ["app", "csv_safe"]

@@ -40,12 +40,15 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
             instance.add_dynamic_partitions(checkpoint_ids.name, ["base"])
 
 
-def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None, sampling_seed=None) -> dict:
+def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None, sampling_seed=None,
+                     skills_top_k=None) -> dict:
     """Run config for the resources: only the fields set here. model and base_url stay unset, so the
     policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
     policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
     if sampling_seed is not None:
         policy["seed"] = sampling_seed
+    if skills_top_k:
+        policy["skills_top_k"] = skills_top_k
     if backend:
         policy["backend"] = backend
     out: dict = {"policy": {"config": policy}}
@@ -163,6 +166,9 @@ def learn(
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test)."),
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
+    skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
+                                "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
+    skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -189,10 +195,15 @@ def learn(
         _fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
     t0 = time.time()
     for k in range(1, cycles + 1):
-        resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed)
+        resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
+                                     skills_top_k=skills_top_k if skills else None)
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split
             resources.setdefault("bench", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
-        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, resources=resources)
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])
+    if skills:
+        from tentalis_pipelines.cli.skills import print_skills
+
+        print_skills(Lakehouse(paths.lakehouse))

@@ -61,6 +61,7 @@ class ItemResult:
     correct: bool
     lenient_correct: bool
     formatted: bool
+    skill_ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -165,20 +166,26 @@ def evaluate_items(
     *,
     max_new_tokens: int = 256,
     sandbox_run: Callable[..., Any] | None = None,
+    skills: list[list[dict]] | None = None,
 ) -> list[ItemResult]:
-    """Greedy answers for every item, checked. Code items need ``sandbox_run`` (see evaluation.sandbox)."""
+    """Greedy answers for every item, checked. Code items need ``sandbox_run`` (see evaluation.sandbox).
+    ``skills`` (aligned with ``items``; rows with ``skill_id`` and ``text``) are added to math prompts."""
+    if skills is not None and len(skills) != len(items):
+        raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
+    by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
     math_items = [it for it in items if it.environment != "code"]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
     if math_items:
-        prompts = [render_prompt(backend.tokenizer, it.prompt) for it in math_items]
+        prompts = [render_prompt(backend.tokenizer, it.prompt, skills=[s["text"] for s in by_item[it.item_id]]) for it in math_items]
         gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0))
         for it, g in zip(math_items, gens):
             text = g[0].text
             parsed = parse_completion(text)
             strict = parsed.has_answer_tag and answers_match(parsed.answer, it.reference)
             lenient = strict or answers_match(last_number(text), it.reference) or answers_match(parsed.answer, it.reference)
-            out[it.item_id] = ItemResult(it, text, parsed.answer, strict, lenient, parsed.has_answer_tag)
+            out[it.item_id] = ItemResult(it, text, parsed.answer, strict, lenient, parsed.has_answer_tag,
+                                         [s["skill_id"] for s in by_item[it.item_id]])
     if code_items:
         if sandbox_run is None:
             raise ValueError("code benchmarks need a sandbox to run model-written code")
@@ -233,15 +240,19 @@ def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: i
 
 
 def run_benchmark(backend, name_or_path: str, *, limit: int | None = None, seed: int = 0, sandbox_run=None,
-                  max_new_tokens: int | None = None) -> tuple[BenchmarkSummary, list[ItemResult]]:
+                  max_new_tokens: int | None = None,
+                  retrieve_skills: Callable[[list[str]], list[list[dict]]] | None = None) -> tuple[BenchmarkSummary, list[ItemResult]]:
+    """Evaluate ``backend`` on a benchmark; ``retrieve_skills`` (prompts -> the skills for each) injects
+    skills into the math prompts, as the rollouts of a policy with ``skills_top_k`` saw them."""
     name, items = load_benchmark(name_or_path, limit, seed)
+    skills = retrieve_skills([it.prompt for it in items]) if retrieve_skills is not None else None
     if any(it.environment == "code" for it in items) and sandbox_run is None:
         from tentalis_pipelines.evaluation.sandbox import run_humaneval_check
 
         sandbox_run = run_humaneval_check
     t0 = time.perf_counter()
     tokens = max_new_tokens or MAX_NEW_TOKENS.get(name, 256)
-    results = evaluate_items(backend, items, max_new_tokens=tokens, sandbox_run=sandbox_run)
+    results = evaluate_items(backend, items, max_new_tokens=tokens, sandbox_run=sandbox_run, skills=skills)
     return summarize(name, results, time.perf_counter() - t0, seed), results
 
 

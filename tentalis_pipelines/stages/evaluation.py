@@ -10,6 +10,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.skills import skill_retriever
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
 
@@ -39,16 +40,20 @@ def benchmark_checkpoint(
     if backend is None:
         model_dir = resolve_model(policy.model, paths.models)
         backend = policy.make_backend(model_dir, adapter)
-    summary, results = run_benchmark(backend, benchmark, limit=limit, seed=seed, max_new_tokens=max_new_tokens)
+    # With policy.skills_top_k the agent is measured with its verified skills, as its rollouts see them.
+    retrieve = skill_retriever(lake, policy.skills_top_k)
+    summary, results = run_benchmark(backend, benchmark, limit=limit, seed=seed, max_new_tokens=max_new_tokens, retrieve_skills=retrieve)
     created = now_utc()
-    config = {"limit": limit, "seed": seed, "decoding": "greedy", "model": policy.model_name, "max_new_tokens": max_new_tokens}
+    config = {"limit": limit, "seed": seed, "decoding": "greedy", "model": policy.model_name, "max_new_tokens": max_new_tokens,
+              "skills_top_k": policy.skills_top_k, "skill_ids": sorted({i for r in results for i in r.skill_ids})}
     result_row = {**summary.__dict__, "checkpoint_id": checkpoint_id, "backend": backend.name, "model": backend.model_name,
                   "config": json.dumps(config), "created_at": created}
     item_rows = [
         {"checkpoint_id": checkpoint_id, "benchmark": summary.benchmark, "item_id": r.item.item_id, "prompt": r.item.prompt,
          "completion": r.completion, "extracted_answer": r.extracted_answer,
          "reference": r.item.reference if r.item.environment != "code" else r.item.extra["entry_point"],
-         "correct": r.correct, "lenient_correct": r.lenient_correct, "formatted": r.formatted, "created_at": created}
+         "correct": r.correct, "lenient_correct": r.lenient_correct, "formatted": r.formatted, "created_at": created,
+         "skill_ids": r.skill_ids}
         for r in results
     ]
     if record:

@@ -13,6 +13,7 @@ from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.skills import skill_retriever
 from tentalis_pipelines.training import serving
 
 
@@ -39,7 +40,11 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
     if backend is None:
         model_dir = resolve_model(policy.model, paths.models)
         backend = policy.make_backend(model_dir, adapter)
-    prompts = [render_prompt(backend.tokenizer, t["prompt"], worked_example=policy.worked_example) for t in tasks]
+    # Verified skills most similar to each task join its system message (policy.skills_top_k; 0 = none).
+    retrieve = skill_retriever(lake, policy.skills_top_k)
+    skills = retrieve([t["prompt"] for t in tasks]) if retrieve else [[] for _ in tasks]
+    prompts = [render_prompt(backend.tokenizer, t["prompt"], worked_example=policy.worked_example, skills=[s["text"] for s in sk])
+               for t, sk in zip(tasks, skills)]
     params = SamplingParams(
         num_generations=policy.num_generations,
         max_new_tokens=policy.max_new_tokens,
@@ -52,7 +57,7 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
     wall = time.perf_counter() - t0
     created = now_utc()
     rows = []
-    for task, prompt, gens in zip(tasks, prompts, generations):
+    for task, prompt, gens, sk in zip(tasks, prompts, generations, skills):
         for g_idx, g in enumerate(gens):
             parsed = parse_completion(g.text)
             rows.append(
@@ -77,6 +82,7 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
                     "temperature": policy.temperature,
                     "seconds": g.seconds,
                     "created_at": created,
+                    "skill_ids": [s["skill_id"] for s in sk],
                 }
             )
     n = lake.write_batch("rollouts", batch_id, rows)
@@ -88,6 +94,7 @@ def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicyS
             "policy_version": version,
             "completion_tokens": tokens,
             "tokens_per_second": round(tokens / wall, 1) if wall else 0.0,
+            "skills_injected": len({s["skill_id"] for sk in skills for s in sk}),
             "tagged_answer_rate": round(sum(r["parse_mode"] == "tagged" for r in rows) / max(n, 1), 3),
             "preview": markdown_table([{"task_id": r["task_id"], "completion": r["completion"], "answer": r["answer"]} for r in rows]),
         },
