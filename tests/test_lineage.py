@@ -341,7 +341,10 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     write_batch(lake, tok, "b1", "base")
     rollouts = lake.read("rollouts", batch_id="b1")
     skills = [["sk-1"], ["sk-1", "sk-2"], [], None]
-    write_deltalake(lake.uri("rollouts"), rollouts.append_column("skill_ids", pa.array(skills, pa.list_(pa.string()))),
+    column = pa.array(skills, pa.list_(pa.string()))
+    at = rollouts.schema.get_field_index("skill_ids")  # the rollouts schema has the column since skills landed
+    rollouts = rollouts.set_column(at, "skill_ids", column) if at >= 0 else rollouts.append_column("skill_ids", column)
+    write_deltalake(lake.uri("rollouts"), rollouts,
                     mode="overwrite", predicate="batch_id = 'b1'", schema_mode="merge", partition_by=["batch_id"])
     write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-1", "sk-2"], "text": ["a", "b"]}))
     write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-3"], "text": ["c"]}), mode="append")
