@@ -210,7 +210,9 @@ async def ingest(
             want = cfg.batch if cfg.max_messages is None else max(1, min(cfg.batch, cfg.max_messages - stats.handled))
             try:
                 msgs = await sub.fetch(want, timeout=cfg.fetch_timeout)
-            except nats.errors.TimeoutError:
+            except (nats.errors.TimeoutError, asyncio.TimeoutError):
+                # nats-py raises its own TimeoutError for an empty pull, but a plain asyncio one when the
+                # pull request itself times out (seen on a loaded host): both mean "nothing yet".
                 msgs = []
             if not msgs:
                 if cfg.idle_exit is not None and time.monotonic() - last >= cfg.idle_exit:
