@@ -325,7 +325,7 @@ def test_every_run_of_the_cycle_shows_under_its_job(tab, state):
     page = tab.goto("/locations/tentalis/jobs/promotion_job")
     page.get_by_text(job.description, exact=True).wait_for()
     assets = sorted(k.to_user_string() for k in job.asset_layer.selected_asset_keys)
-    assert assets == ["learning_curve", "serving"], assets
+    assert assets == ["hint_efficacy", "learning_curve", "serving"], assets
     page.get_by_text(f"View {len(assets)} assets", exact=True).wait_for()
 
 
