@@ -51,9 +51,10 @@ def run(args) -> None:
         cmd += ["--gate-limit", str(args.gate_limit)]
     t0 = time.time()
     model = ["--model", os.environ["TENTALIS_MODEL"]] if os.environ.get("TENTALIS_MODEL") else []
-    subprocess.run([*tentalis, "init", *model], env=env, check=True, cwd=ROOT)
-    print("$", " ".join(cmd), f"(home {home})", flush=True)
-    subprocess.run(cmd, env=env, check=True, cwd=ROOT)
+    if not args.export_only:
+        subprocess.run([*tentalis, "init", *model], env=env, check=True, cwd=ROOT)
+        print("$", " ".join(cmd), f"(home {home})", flush=True)
+        subprocess.run(cmd, env=env, check=True, cwd=ROOT)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     label = args.label or f"{args.method}{'+skills' if args.skills else ''} seed {args.seed}"
     rows = []
