@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import os
 import subprocess
 import sys
@@ -83,18 +82,9 @@ def _items(home: Path, checkpoint_id: str, benchmark: str = "arithmetic") -> int
     return next(int(r["n"]) for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark)
 
 
-def wilson(k: float, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion k/n."""
-    if n == 0:
-        return (0.0, 0.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
 def summarize(args) -> None:
+    from tentalis_pipelines.efficacy import wilson
+
     with Path(args.out).open() as fh:
         rows = list(csv.DictReader(fh))
     rows = [r for r in rows if r["task_set"] == args.tasks]
