@@ -66,13 +66,22 @@ def run(args) -> None:
                      "vs_base_ci_high": r["vs_base_ci_high"], "promoted": r["promoted"], "minutes": r["minutes"],
                      "commit": commit, "label": label})
     out = Path(args.out)
-    new = not out.exists()
-    with out.open("a", newline="") as fh:
+    # A resumed home is exported again: its rows replace the ones exported before (same method, skills,
+    # task set, seed and cycle), so a run continued in a later session adds up without duplicates.
+    kept = []
+    if out.exists():
+        with out.open() as fh:
+            fresh = {_key(r) for r in rows}
+            kept = [r for r in csv.DictReader(fh) if _key(r) not in fresh]
+    with out.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
-        if new:
-            w.writeheader()
-        w.writerows(rows)
+        w.writeheader()
+        w.writerows(kept + rows)
     print(f"{len(rows)} rows -> {out} ({(time.time() - t0) / 60:.1f} min)")
+
+
+def _key(r: dict) -> tuple:
+    return (r["method"], str(r["skills"]), r["task_set"], str(r["seed"]), str(r["cycle"]))
 
 
 def _items(home: Path, checkpoint_id: str, benchmark: str = "arithmetic") -> int:

@@ -38,7 +38,7 @@ import pyarrow.compute as pc
 from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
 from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
-from tentalis_pipelines.training import multiturn
+from tentalis_pipelines.training import multiturn, opd
 from tentalis_pipelines.training.trainer import TrainSample
 
 if TYPE_CHECKING:
@@ -366,6 +366,19 @@ def build_session_rollouts(lake: Lakehouse, batch_id: str) -> tuple[int, dict[st
                "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows)}
 
 
+def segment_user_texts(lake: Lakehouse, rollouts: list[dict]) -> dict[str, str]:
+    """Per segment rollout, the last user message of its first turn's messages (the prompt its tokens
+    start from; "" when that call had none): where a hint goes in the teacher's context."""
+    first = {ro["rollout_id"]: (ro["turn_spans"] or [{}])[0].get("turn_id") for ro in rollouts}
+    sids = sorted({ro["session_id"] or ro["task_id"] for ro in rollouts})
+    messages = {t["turn_id"]: _messages(t["messages"]) for t in _read_turns(lake, sids, columns=["turn_id", "messages"])}
+    out = {}
+    for rid, turn_id in first.items():
+        users = [m for m in messages.get(turn_id, []) if isinstance(m, dict) and m.get("role") == "user" and isinstance(m.get("content"), str)]
+        out[rid] = users[-1]["content"] if users else ""
+    return out
+
+
 def _message_text(m: dict) -> str:
     content = m.get("content")
     text = content if isinstance(content, str) else (json.dumps(content) if content is not None else "")
@@ -468,10 +481,18 @@ def build_session_reviews(lake: Lakehouse, batch_id: str, *, judge: LLMManager |
 
 
 def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group",
-                               dynamic_sampling: bool = False) -> tuple[int, dict[str, Any]]:
+                               dynamic_sampling: bool = False, w_rl: float = 1.0, w_opd: float = 0.0) -> tuple[int, dict[str, Any]]:
     """Multi-turn trajectories: each rewarded assistant turn's reward, normalised per family group or
     against the batch (``training/multiturn.py``), spread over its tokens; segments without any
-    rewarded turn are skipped and reported."""
+    rewarded turn are skipped and reported.
+
+    With ``w_opd > 0`` a segment whose hint the teacher used carries ``opd_signal`` (from
+    ``teacher_logprobs``, 0 on context tokens) and the weights; :func:`session_sample` trains
+    ``w_rl * A_turn + w_opd * opd`` on its trained tokens. With ``w_rl == 0`` only such segments are kept."""
+    opd_signals = {}
+    if w_opd > 0 and lake.exists("teacher_logprobs"):
+        opd_signals = {r["rollout_id"]: r["opd_signal"] for r in lake.read("teacher_logprobs", batch_id=batch_id).to_pylist()
+                       if r["decision"] == "used"}
     tasks = {t["task_id"]: json.loads(t["metadata"] or "{}") for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = defaultdict(list)
     for r in lake.read("reviews", batch_id=batch_id).to_pylist():
@@ -507,7 +528,9 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
             "step_rewards": [], "manager_score": manager, "overlong_penalty": 0.0,
             "reward": combine(weights, outcome=0.0, format=0.0, process=None, manager=manager), "reward_weights": weights.to_json(),
             "advantage": sum(turn_adv.values()) / len(turn_adv), "step_advantages": [], "advantage_mode": "turn",
-            "kept": any(adv[s["turn_id"]].signal for s in rewarded) if dynamic_sampling else True, "created_at": created,
+            "kept": _segment_kept(any(adv[s["turn_id"]].signal for s in rewarded) if dynamic_sampling else True,
+                                  opd_signals.get(ro["rollout_id"]), w_rl, w_opd),
+            "created_at": created, "opd_signal": opd_signals.get(ro["rollout_id"]), "w_rl": float(w_rl), "w_opd": float(w_opd),
             "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
             "turn_rewards": [adv[s["turn_id"]].reward if s["turn_id"] in adv else None for s in spans],
             "turn_advantages": [turn_adv.get(s["turn_id"]) for s in spans],
@@ -515,6 +538,7 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
     n = lake.write_batch("trajectories", batch_id, rows)
     groups = {a.group for a in adv.values()}
     return n, {"num_trajectories": n, "kind": "multi_turn", "rewarded_turns": len(items),
+               "opd_rows": sum(r["opd_signal"] is not None for r in rows), "kept": sum(r["kept"] for r in rows),
                "unrewarded_turns": sum(len(r["turn_spans"] or []) for r in rollouts if r["rollout_id"] in per_rollout) - len(items),
                "judged_turns": sum(source == "judge" for *_, source in items),
                "skipped_sessions": ", ".join(sorted(set(skipped))) or None,
@@ -522,10 +546,21 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
                "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
 
 
+def _segment_kept(rl_signal: bool, opd_signal: list | None, w_rl: float, w_opd: float) -> bool:
+    # As single-turn rows: kept when a signal with a weight remains (OPD only: a segment needs a used hint).
+    return bool((w_rl > 0 and rl_signal) or (w_opd > 0 and opd_signal is not None))
+
+
 def session_sample(rollout: dict, trajectory: dict) -> TrainSample:
     """The trainer's sample for a ``multi_turn`` trajectory and its rollout (exact tokens, the mask,
-    per-token advantages, sampling log-probs where every trained token has one)."""
+    per-token advantages, sampling log-probs where every trained token has one). A hinted segment's
+    per-token advantage is ``w_rl * A_turn + w_opd * opd`` (``training/opd.py``)."""
+    token_adv = list(trajectory["token_advantages"])
+    w_rl = 1.0 if trajectory.get("w_rl") is None else float(trajectory["w_rl"])
+    w_opd = 0.0 if trajectory.get("w_opd") is None else float(trajectory["w_opd"])
+    if trajectory.get("opd_signal") is not None or w_rl != 1.0:
+        token_adv = opd.combine_advantages(token_adv, trajectory.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
     return multiturn.train_sample(
-        rollout["prompt_token_ids"], rollout["completion_token_ids"], trajectory["loss_mask"], trajectory["token_advantages"],
+        rollout["prompt_token_ids"], rollout["completion_token_ids"], trajectory["loss_mask"], token_adv,
         advantage=float(trajectory["advantage"]), old_logps=rollout.get("sampling_logprobs"), temperature=rollout.get("temperature"),
     )

@@ -65,8 +65,9 @@ def land_session(lake: Lakehouse, turns: list[dict]) -> None:
     }])
 
 
-def live_review(target: str, session_id: str, score: float, *, reviewer: str = "manager-1", minutes_ago: float = 30.0) -> dict:
+def live_review(target: str, session_id: str, score: float, *, reviewer: str = "manager-1", minutes_ago: float = 30.0,
+                hint: str = "") -> dict:
     """A row as ``POST /v1/reviews`` lands it (``rollout_id`` = the turn id or the session id)."""
-    return {"batch_id": "live", "rollout_id": target, "manager": "api", "score": score, "critique": "", "hint": "",
+    return {"batch_id": "live", "rollout_id": target, "manager": "api", "score": score, "critique": "", "hint": hint,
             "created_at": now_utc() - timedelta(minutes=minutes_ago), "review_id": f"rev-{target}-{reviewer}",
             "session_id": session_id, "reviewer": reviewer, "rubric": "style", "tenant": "acme"}

@@ -6,6 +6,9 @@ TR = "tentalis_pipelines/stages/trajectories.py"
 P = "tentalis_pipelines/stages/training.py"
 TU = ["tests/test_opd.py"]
 TP = ["tests/test_opd_pipeline.py"]
+S = "tentalis_pipelines/sessions.py"
+TL = "tentalis_pipelines/stages/teacher_logprobs.py"
+TS = ["tests/test_opd_sessions.py"]
 
 MUTANTS = [
     {"id": "opd-signal-reversed", "file": OPD, "find": "        d = float(t) - float(s)\n", "replace": "        d = float(s) - float(t)\n",
@@ -31,4 +34,15 @@ MUTANTS = [
      "why": "with w_rl = 0 rows without a hint are trained on with a zero advantage (they dilute the token mean)"},
     {"id": "opd-signal-not-trained", "file": P, "find": "        if t.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
      "replace": "        if False:\n", "tests": TP, "why": "trajectories carry the signal but the trainer uses the RL advantage alone"},
+    {"id": "session-opd-context-tokens", "file": TL, "find": "mask=item.completion_mask)", "replace": "mask=None)", "tests": TS,
+     "why": "a session's tool results and user messages get a distillation signal"},
+    {"id": "session-opd-shortest-hint", "file": TL, "find": "pick = max(usable,", "replace": "pick = min(usable,", "tests": TS,
+     "why": "the shortest usable hint of a segment becomes the teacher's context"},
+    {"id": "session-opd-hint-at-prompt-end", "file": OPD, "find": "    cut = lo\n", "replace": "    cut = len(ids)\n", "tests": TS,
+     "why": "the hint lands after the assistant header, inside the reply, not after the user's message"},
+    {"id": "session-opd-signal-not-trained", "file": S, "find": "    if trajectory.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
+     "replace": "    if False:\n", "tests": TS, "why": "a hinted session segment trains on its turn advantages alone"},
+    {"id": "session-opd-only-keeps-unhinted", "file": S, "find": "    return bool((w_rl > 0 and rl_signal) or (w_opd > 0 and opd_signal is not None))",
+     "replace": "    return bool(rl_signal or (w_opd > 0 and opd_signal is not None))", "tests": TS,
+     "why": "with w_rl = 0 a session segment without a usable hint is trained on"},
 ]

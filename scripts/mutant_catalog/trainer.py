@@ -98,6 +98,6 @@ MUTANTS += [
      "replace": 'old_logps=ro["sampling_logprobs"]))', "tests": TP, "why": "the rollout's sampling temperature never reaches the trainer"},
     {"id": "pipeline-state-not-loaded", "file": P, "find": "    state = load_trainer_state(adapter, next(model.parameters()).device)\n",
      "replace": "    state = None\n", "tests": TP, "why": "a cycle does not continue its parent's optimizer"},
-    {"id": "pipeline-state-not-saved", "file": P, "find": ", extra=lambda folder: save_trainer_state(folder, result.state))",
-     "replace": ")", "tests": TP, "why": "the optimizer state is not saved with the checkpoint"},
+    {"id": "pipeline-state-not-saved", "file": P, "find": "        save_trainer_state(folder, result.state)\n",
+     "replace": "", "tests": TP, "why": "the optimizer state is not saved with the checkpoint"},
 ]

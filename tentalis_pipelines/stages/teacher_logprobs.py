@@ -59,11 +59,10 @@ def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy:
     if config.w_opd == 0:
         lake.write_batch("teacher_logprobs", batch_id, [])
         return StageResult(0, {"opd": "off (trainer.w_opd = 0): no teacher pass"})
-    if sessions.is_sessions_batch(lake, batch_id):
-        lake.write_batch("teacher_logprobs", batch_id, [])
-        return StageResult(0, {"opd": "live-session batches carry no OPD term yet (their hints stay in reviews)"})
     from transformers import AutoTokenizer
 
+    if sessions.is_sessions_batch(lake, batch_id):
+        return _session_teacher_logprobs(lake, paths, batch_id, policy, config, AutoTokenizer)
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     rollouts = lake.read("rollouts", batch_id=batch_id,
@@ -98,6 +97,10 @@ def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy:
                 tokenizer(teacher_text, add_special_tokens=False)["input_ids"],
                 list(ro["completion_token_ids"]), row["temperature"])))
     _score(todo, lake, model_dir, tokenizer, config)
+    return _result(lake, batch_id, rows, config)
+
+
+def _result(lake: Lakehouse, batch_id: str, rows: list[dict], config: GRPOConfig) -> StageResult:
     n = lake.write_batch("teacher_logprobs", batch_id, rows)
     decisions = Counter(r["decision"] for r in rows)
     used = [r for r in rows if r["decision"] == opd.USED]
@@ -138,9 +141,65 @@ def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPO
             teacher_side = opd.teacher_student_logprobs(separate, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
             student_side = opd.teacher_student_logprobs(student, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
             scored = [(t, s) for (t, _), (_, s) in zip(teacher_side, student_side)]
-        for (row, _), (t, s) in zip(pairs, scored):
-            signal = opd.opd_signal(t, s, clip=config.opd_clip)
+        for (row, item), (t, s) in zip(pairs, scored):
+            signal = opd.opd_signal(t, s, clip=config.opd_clip, mask=item.completion_mask)
             row.update(teacher_logprobs=t, student_logprobs=s, opd_signal=signal,
                        signal_mean=sum(signal) / len(signal) if signal else 0.0)
             if not opd.has_effect(signal, config.opd_min_effect):
                 row.update(decision=opd.NO_EFFECT, reason=f"mean |signal| below opd_min_effect {config.opd_min_effect}: the hint changes nothing here")
+
+
+def _session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig,
+                              auto_tokenizer) -> StageResult:
+    """A live-session batch: one row per segment rollout. Its hint is the longest usable one among the
+    reviews of the segment's turns and of its session (people's and the judge's, as written: a session
+    has no reference answer to leak). The teacher sees the segment's exact prompt tokens with the hint
+    after the last user message; only the assistant's tokens get a signal."""
+    reviews: dict[str, list[dict]] = {}
+    for r in lake.read("reviews", batch_id=batch_id).to_pylist():
+        reviews.setdefault(r["session_id"], []).append(r)
+    rollouts = lake.read("rollouts", batch_id=batch_id, columns=[
+        "rollout_id", "task_id", "session_id", "policy_version", "prompt_token_ids", "completion_token_ids", "assistant_mask",
+        "turn_spans", "temperature"]).to_pylist()
+    user_texts = sessions.segment_user_texts(lake, rollouts)
+    model_dir = resolve_model(policy.model, paths.models)
+    tokenizer = auto_tokenizer.from_pretrained(model_dir)
+    created = now_utc()
+    rows, todo = [], []
+    for ro in rollouts:
+        sid = ro["session_id"] or ro["task_id"]
+        targets = {s["turn_id"] for s in ro["turn_spans"] or []} | {sid}
+        mine = [r for r in reviews.get(sid, []) if r["rollout_id"] in targets]
+        screened = [(opd.screen_hint(r.get("hint")), r) for r in mine]
+        usable = [(d, r) for d, r in screened if d[0] == opd.USED]
+        # OpenClaw-RL keeps the longest non-trivial hint.
+        pick = max(usable, key=lambda x: len((x[1].get("hint") or "").strip()), default=None) or next(
+            ((d, r) for d, r in screened if d[0] == opd.TRIVIAL), None) or ((opd.NO_HINT, "no review of this segment has a hint"), None)
+        (decision, reason), review = pick
+        hint = ((review or {}).get("hint") or "").strip()
+        version = ro["policy_version"]
+        row = {
+            "batch_id": batch_id, "rollout_id": ro["rollout_id"],
+            "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint and review else None,
+            "hint_source": review["manager"] if review else None, "hint": hint,
+            "teacher": f"self:{version}" if config.opd_teacher == "self" else config.opd_teacher, "policy_version": version,
+            "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
+            "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
+            "opd_signal": None, "signal_mean": None, "created_at": created,
+        }
+        rows.append(row)
+        if decision != opd.USED:
+            continue
+        mask = list(ro["assistant_mask"] or [])
+        if not ro["completion_token_ids"] or not any(mask):
+            row.update(decision=opd.NO_EFFECT, reason="the segment has no assistant tokens to distil")
+            continue
+        try:
+            teacher_ids = opd.hinted_prompt_ids(tokenizer, ro["prompt_token_ids"], user_texts[ro["rollout_id"]], hint)
+        except ValueError as exc:
+            row.update(decision=opd.NO_EFFECT, reason=str(exc))
+            continue
+        todo.append((row, opd.OPDItem(list(ro["prompt_token_ids"]), teacher_ids, list(ro["completion_token_ids"]),
+                                      row["temperature"], completion_mask=mask)))
+    _score(todo, lake, model_dir, tokenizer, config)
+    return _result(lake, batch_id, rows, config)

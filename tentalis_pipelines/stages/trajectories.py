@@ -38,7 +38,7 @@ def build_trajectories(
     has a weight: a group with equal rewards still teaches through its hints."""
     if sessions.is_sessions_batch(lake, batch_id):
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
-                                                                dynamic_sampling=dynamic_sampling))
+                                                                dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd))
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     # The active reward version's weights (`tentalis rescore --activate`); v0: the defaults.

@@ -56,6 +56,36 @@ def hinted_prompt(prompt_text: str, task_prompt: str, hint: str) -> str:
     return prompt_text[:end] + "\n\n" + HINT_PREFIX + hint + prompt_text[end:]
 
 
+def hinted_prompt_ids(tokenizer, prompt_ids: Sequence[int], user_text: str, hint: str) -> list[int]:
+    """A live session's teacher context, in tokens: the student's exact prompt ids with the hint's tokens
+    inserted right after ``user_text`` (the prompt's last user message), the same place
+    :func:`hinted_prompt` puts it for a task. The prompt ids are kept as the gateway recorded them (not
+    re-tokenised), so an empty hint returns them unchanged and the OPD signal is exactly zero."""
+    ids = list(prompt_ids)
+    hint = (hint or "").strip()
+    if not hint:
+        return ids
+    def decode(k: int) -> str:
+        return tokenizer.decode(ids[:k], clean_up_tokenization_spaces=False)
+
+    text = decode(len(ids))
+    at = text.rfind(user_text) if user_text else -1
+    if at < 0:
+        raise ValueError("the session's last user message does not occur in its prompt tokens: cannot place the hint")
+    end = at + len(user_text)
+    # The first token boundary at or after the end of the user's text (decoded prefixes only grow).
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(decode(mid)) >= end:
+            hi = mid
+        else:
+            lo = mid + 1
+    cut = lo
+    inserted = tokenizer("\n\n" + HINT_PREFIX + hint, add_special_tokens=False)["input_ids"]
+    return ids[:cut] + list(inserted) + ids[cut:]
+
+
 def screen_hint(hint: str | None, reference: str | None = None) -> tuple[str, str]:
     """The text-only part of the hint filter: (decision, reason). ``used`` means the hint goes on to the
     teacher (where :func:`has_effect` may still drop it).
@@ -138,6 +168,9 @@ class OPDItem:
     teacher_prompt_ids: list[int]
     completion_ids: list[int]
     temperature: float = 1.0
+    # A multi-turn segment's assistant mask: context tokens (tool results, later user messages) get no
+    # signal. None: every completion token is the student's.
+    completion_mask: list[int] | None = None
 
 
 def teacher_student_logprobs(model, tokenizer, items: Sequence[OPDItem], *, micro_batch_tokens: int = 4096,
