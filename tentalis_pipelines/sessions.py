@@ -528,8 +528,8 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
             "step_rewards": [], "manager_score": manager, "overlong_penalty": 0.0,
             "reward": combine(weights, outcome=0.0, format=0.0, process=None, manager=manager), "reward_weights": weights.to_json(),
             "advantage": sum(turn_adv.values()) / len(turn_adv), "step_advantages": [], "advantage_mode": "turn",
-            "kept": _segment_kept(any(adv[s["turn_id"]].signal for s in rewarded) if dynamic_sampling else True,
-                                  opd_signals.get(ro["rollout_id"]), w_rl, w_opd),
+            "kept": opd.keeps(any(adv[s["turn_id"]].signal for s in rewarded) if dynamic_sampling else True,
+                              opd_signals.get(ro["rollout_id"]), w_rl=w_rl, w_opd=w_opd),
             "created_at": created, "opd_signal": opd_signals.get(ro["rollout_id"]), "w_rl": float(w_rl), "w_opd": float(w_opd),
             "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
             "turn_rewards": [adv[s["turn_id"]].reward if s["turn_id"] in adv else None for s in spans],
@@ -544,11 +544,6 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
                "skipped_sessions": ", ".join(sorted(set(skipped))) or None,
                "groups": len(groups), "family_groups": len(groups - {"batch"}),
                "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
-
-
-def _segment_kept(rl_signal: bool, opd_signal: list | None, w_rl: float, w_opd: float) -> bool:
-    # As single-turn rows: kept when a signal with a weight remains (OPD only: a segment needs a used hint).
-    return bool((w_rl > 0 and rl_signal) or (w_opd > 0 and opd_signal is not None))
 
 
 def session_sample(rollout: dict, trajectory: dict) -> TrainSample:

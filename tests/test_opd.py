@@ -107,6 +107,18 @@ def test_combined_advantage_weights():
         opd.combine_advantages(rl, [0.1, 0.2], w_rl=1.0, w_opd=1.0)
 
 
+def test_a_row_is_kept_exactly_when_a_weighted_signal_remains():
+    sig = (0.3,)
+    # (RL signal in the group, used hint, w_rl, w_opd) -> kept
+    table = {(True, None, 1.0, 0.0): True, (False, None, 1.0, 0.0): False,
+             (True, None, 0.0, 1.0): False,  # OPD only: an unhinted row of a varied group has nothing to learn
+             (False, sig, 0.0, 1.0): True, (True, sig, 0.0, 1.0): True,
+             (False, sig, 1.0, 1.0): True,  # equal rewards, but the hint still teaches
+             (False, sig, 1.0, 0.0): False, (True, None, 1.0, 1.0): True, (False, None, 1.0, 1.0): False}
+    for (rl, opd_sig, w_rl, w_opd), kept in table.items():
+        assert opd.keeps(rl, opd_sig, w_rl=w_rl, w_opd=w_opd) is kept, (rl, opd_sig, w_rl, w_opd)
+
+
 def test_config_refuses_no_weight_at_all():
     with pytest.raises(ValueError, match="w_rl and w_opd"):
         GRPOConfig(w_rl=0.0, w_opd=0.0)

@@ -19,6 +19,7 @@ from tentalis_pipelines.rewards.scoring import (
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
+from tentalis_pipelines.training import opd
 
 
 def build_trajectories(
@@ -92,7 +93,7 @@ def build_trajectories(
         row["w_rl"], row["w_opd"] = float(w_rl), float(w_opd)
         rl_signal = bool(s) if dynamic_sampling else True
         # OPD only (w_rl = 0): a row without a used hint has no signal at all and is not trained on.
-        row["kept"] = (w_rl > 0 and rl_signal) or (w_opd > 0 and signal_opd is not None)
+        row["kept"] = opd.keeps(rl_signal, signal_opd, w_rl=w_rl, w_opd=w_opd)
         row["kind"] = "single"
     n = lake.write_batch("trajectories", batch_id, rows)
     return StageResult(

@@ -159,6 +159,13 @@ def combine_advantages(rl_advantages: Sequence[float], signal: Sequence[float] |
     return [w_rl * a + w_opd * s for a, s in zip(rl_advantages, signal)]
 
 
+def keeps(rl_signal: bool, opd_signal: Sequence[float] | None, *, w_rl: float, w_opd: float) -> bool:
+    """Whether a trajectory is trained on: it carries a signal of a kind that has a weight. A group whose
+    rewards are all equal (no RL signal) still teaches through its used hints; with ``w_rl = 0`` a row
+    without a used hint has nothing to learn from (kept, it would only dilute the token mean)."""
+    return bool((w_rl > 0 and rl_signal) or (w_opd > 0 and opd_signal is not None))
+
+
 @dataclass(frozen=True)
 class OPDItem:
     """One student completion to score: its own prompt ids, the hinted prompt ids, the completion ids
