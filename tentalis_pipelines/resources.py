@@ -119,6 +119,7 @@ class TrainerResource(ConfigurableResource):
     w_rl: float = mirrored(GRPOConfig, "w_rl")
     w_opd: float = mirrored(GRPOConfig, "w_opd")
     opd_teacher: str = mirrored(GRPOConfig, "opd_teacher")
+    opd_teacher_model: str = mirrored(GRPOConfig, "opd_teacher_model")
     opd_clip: float = mirrored(GRPOConfig, "opd_clip")
     opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the bench resource); always: promote on training")

@@ -9,6 +9,8 @@ TP = ["tests/test_opd_pipeline.py"]
 S = "tentalis_pipelines/sessions.py"
 TL = "tentalis_pipelines/stages/teacher_logprobs.py"
 TS = ["tests/test_opd_sessions.py"]
+TV = ["tests/test_opd_server.py"]
+GW = "tentalis_pipelines/gateway/app.py"
 
 MUTANTS = [
     {"id": "opd-signal-reversed", "file": OPD, "find": "        d = float(t) - float(s)\n", "replace": "        d = float(s) - float(t)\n",
@@ -45,4 +47,10 @@ MUTANTS = [
      "why": "the hint lands after the assistant header, inside the reply, not after the user's message"},
     {"id": "session-opd-signal-not-trained", "file": S, "find": "    if trajectory.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
      "replace": "    if False:\n", "tests": TS, "why": "a hinted session segment trains on its turn advantages alone"},
+    {"id": "server-teacher-off-by-one", "file": TL, "find": "lp[len(it.teacher_prompt_ids) - 1:]", "replace": "lp[len(it.teacher_prompt_ids):]",
+     "tests": TV, "why": "the server's log-probs are read one token late (position k scores token k+1)"},
+    {"id": "server-teacher-student-at-sampling-temperature", "file": TL, "find": "            items = [replace(it, temperature=1.0) for it in items]\n",
+     "replace": "", "tests": TV, "why": "raw server log-probs are compared with a student at its sampling temperature"},
+    {"id": "echo-logprobs-misaligned", "file": GW, "find": ".gather(-1, x[0, 1:, None])", "replace": ".gather(-1, x[0, :-1, None])",
+     "tests": TV, "why": "the gateway scores each prompt token with the logits at its own position"},
 ]

@@ -127,9 +127,14 @@ class ChatRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    prompt: str | list[str]
+    # Text, texts, token ids, or lists of token ids (the legacy API's four forms).
+    prompt: str | list[str] | list[int] | list[list[int]]
     logprobs: int | None = Field(None, ge=0, le=5)
+    # echo: score the prompt (its tokens' log-probs under the served policy, at temperature 1, as vLLM's
+    # echo returns them); max_tokens 0 then generates nothing. Scoring calls are not agent work: they
+    # never land as turns.
     echo: bool = False
+    max_tokens: int | None = Field(None, ge=0)
 
 
 class ReviewRequest(BaseModel):
@@ -384,6 +389,11 @@ async def _complete(gw: Gateway, endpoint: str, body: Any, request: Request, ten
         return await forward(gw, endpoint, body, tenant, session_id)
     policy = gw.holder.current()  # this request finishes on this policy, whatever the pointer does meanwhile
     prompts = _prompts(policy.tokenizer, endpoint, body)
+    if endpoint == "completions" and body.echo:
+        return JSONResponse(await run_in_threadpool(_score, gw, policy, prompts, body))
+    if endpoint == "completions" and body.max_tokens == 0:
+        raise APIError(422, "max_tokens 0 generates nothing: it is only valid with echo: true (scoring the prompt)",
+                       param="max_tokens", code="invalid_value")
     max_tokens = (getattr(body, "max_completion_tokens", None) or body.max_tokens or gw.cfg.default_max_tokens)
     limit = getattr(policy.model.config, "max_position_embeddings", None)
     for _, ids in prompts:
@@ -426,10 +436,58 @@ def _prompts(tokenizer, endpoint: str, body: Any) -> list[tuple[str, list[int]]]
         except ChatTemplateError as exc:
             raise APIError(400, str(exc), param="messages") from None
         return [(landing.dumps(messages), ids)]
-    prompts = [body.prompt] if isinstance(body.prompt, str) else list(body.prompt)
-    if not prompts or any(not p for p in prompts):
-        raise APIError(422, "prompt must be a non-empty string or list of non-empty strings", param="prompt")
-    return [(landing.dumps(p), list(tokenizer(p, add_special_tokens=False)["input_ids"])) for p in prompts]
+    p = body.prompt
+    if isinstance(p, list) and p and all(isinstance(x, int) for x in p):
+        p = [p]  # one prompt of token ids
+    prompts = [p] if isinstance(p, str) else list(p)
+    if not prompts or any(not q for q in prompts):
+        raise APIError(422, "prompt must be a non-empty string, list of strings, or list of token ids", param="prompt")
+    out = []
+    for q in prompts:
+        if isinstance(q, str):
+            out.append((landing.dumps(q), list(tokenizer(q, add_special_tokens=False)["input_ids"])))
+            continue
+        vocab = len(tokenizer)
+        if any(not 0 <= i < vocab for i in q):
+            raise APIError(422, f"prompt token ids must be in [0, {vocab}) for this model's tokenizer", param="prompt")
+        out.append((landing.dumps(tokenizer.decode(q)), list(q)))
+    return out
+
+
+def _score(gw: Gateway, policy, prompts: list[tuple[str, list[int]]], body: Any) -> dict[str, Any]:
+    """``echo: true``: each prompt's tokens with their log-probs under the served policy (the first is
+    None: nothing predicts it), at temperature 1 like vLLM's prompt log-probs, then ``max_tokens`` sampled
+    tokens (none for 0). Used as an OPD teacher (``trainer.opd_teacher`` = this server's URL)."""
+    import torch
+
+    if body.stream or body.n != 1:
+        raise APIError(422, "echo: true scores prompts: use n = 1 and no stream", param="echo")
+    tok = policy.tokenizer
+    max_tokens = body.max_tokens if body.max_tokens is not None else gw.cfg.default_max_tokens
+    choices, completion_tokens = [], 0
+    for i, (_, ids) in enumerate(prompts):
+        device = next(policy.model.parameters()).device
+        with policy.lock, torch.inference_mode():
+            x = torch.tensor([ids], device=device)
+            logits = policy.model(input_ids=x, use_cache=False).logits[0, :-1].float()
+            lps = torch.log_softmax(logits, -1).gather(-1, x[0, 1:, None])[:, 0].tolist()
+        tokens, token_lps, text = [tok.decode([t]) for t in ids], [None, *lps], tok.decode(ids)
+        finish = "length"
+        if max_tokens > 0:
+            call = _Call(endpoint="completions", body=body, tenant="", session_id="", response_id="", created=0,
+                         t0=time.perf_counter(), messages_json="", tools_json="", prompt_ids=ids, max_tokens=max_tokens,
+                         policy_version=policy.version, backend="transformers")
+            [c] = _decode_all(policy, call)
+            tokens += [tok.decode([t]) for t in c.token_ids]
+            token_lps += list(c.logprobs or [None] * len(c.token_ids))
+            text, finish = text + c.text, c.finish_reason
+            completion_tokens += len(c.token_ids)
+        choices.append({"index": i, "text": text, "finish_reason": finish,
+                        "logprobs": {"tokens": tokens, "token_logprobs": token_lps, "top_logprobs": None, "text_offset": []}})
+    prompt_tokens = sum(len(ids) for _, ids in prompts)
+    return {"id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()), "model": gw.model_id,
+            "system_fingerprint": policy.version, "choices": choices,
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}
 
 
 def _decode_all(policy, call: _Call):

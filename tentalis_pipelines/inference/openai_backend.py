@@ -242,6 +242,31 @@ class OpenAIBackend:
             raise OpenAIServerError(f"POST {self.base_url}/completions returned a body that is not JSON: "
                                     f"{raw[:200]!r}", url=self.base_url + "/completions") from None
 
+    def prompt_logprobs(self, prompts: list[list[int]]) -> list[list[float]]:
+        """Each token-id prompt's per-token log-probs under the served model, from position 1 on (the
+        first token has none), at temperature 1: the legacy API's ``echo`` with ``logprobs``, as vLLM and
+        this project's gateway answer it (``max_tokens`` 1, the generated token is dropped; vLLM refuses
+        0). A server that echoes no prompt log-probs (llama.cpp's) fails with a clear error. Requests run
+        ``max_concurrency`` at a time."""
+
+        def one(ids: list[int]) -> list[float]:
+            body = {"model": self.served_model, "prompt": list(ids), "max_tokens": 1, "echo": True, "logprobs": 0,
+                    "temperature": 1.0, **self.extra_body}
+            url = self.base_url + "/completions"
+            try:
+                choice = json.loads(self._request("/completions", body))["choices"][0]
+            except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+                raise OpenAIServerError(f"POST {url} (echo) returned no choice", url=url) from None
+            lps = (choice.get("logprobs") or {}).get("token_logprobs") or []
+            if len(lps) < len(ids) or any(x is None for x in lps[1:len(ids)]):
+                raise OpenAIServerError(
+                    f"POST {url} echoed {len(lps)} log-probs for a prompt of {len(ids)} tokens: the server does not return "
+                    "prompt log-probs (vLLM does with echo; llama.cpp's server does not), so it cannot be an OPD teacher", url=url)
+            return [float(x) for x in lps[1:len(ids)]]
+
+        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
+            return list(pool.map(one, prompts))
+
     def generate(self, prompts: list[str], params: SamplingParams) -> list[list[Generation]]:
         """``num_generations`` samples per prompt, with at most ``max_concurrency`` requests in flight."""
         self._ensure_adapter()

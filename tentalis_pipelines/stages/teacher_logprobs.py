@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
+from dataclasses import replace
 from pathlib import Path
 
 from tentalis_pipelines import sessions
@@ -81,7 +82,7 @@ def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy:
         if decision == opd.USED and not ro["completion_token_ids"]:
             decision, reason = opd.NO_EFFECT, "empty completion: no tokens to distil"
         version = ro["policy_version"]
-        teacher = f"self:{version}" if config.opd_teacher == "self" else config.opd_teacher
+        teacher = teacher_identity(config, version)
         row = {
             "batch_id": batch_id, "rollout_id": ro["rollout_id"], "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint else None,
             "hint_source": review["manager"], "hint": hint, "teacher": teacher, "policy_version": version,
@@ -115,19 +116,45 @@ def _result(lake: Lakehouse, batch_id: str, rows: list[dict], config: GRPOConfig
     })
 
 
+def is_server_teacher(teacher: str) -> bool:
+    return teacher.startswith(("http://", "https://"))
+
+
+def teacher_identity(config: GRPOConfig, version: str) -> str:
+    """What the ``teacher`` column records: ``self:<version>``, the model folder, or ``<url>#<model>``
+    (credentials stripped from the URL: a key never reaches a table)."""
+    if config.opd_teacher == "self":
+        return f"self:{version}"
+    if is_server_teacher(config.opd_teacher):
+        from tentalis_pipelines.redact import redact
+
+        return f"{redact(config.opd_teacher)}#{config.opd_teacher_model}"
+    return config.opd_teacher
+
+
 def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPOConfig) -> None:
     """Fill the used rows: teacher and student log-probs, per sampling policy version (each version's
-    own adapter is the student, and the teacher too when ``opd_teacher == 'self'``)."""
+    own adapter is the student, and the teacher too when ``opd_teacher == 'self'``). A server teacher
+    returns raw log-probs (temperature 1), so the student side is computed at temperature 1 too."""
     by_version: dict[str, list] = {}
     for row, item in todo:
         by_version.setdefault(row["policy_version"], []).append((row, item))
-    separate = None
-    if config.opd_teacher != "self":
+    kw = {"micro_batch_tokens": config.micro_batch_tokens, "dtype": config.dtype}
+    separate = server = None
+    if is_server_teacher(config.opd_teacher):
+        import os
+
+        from tentalis_pipelines.inference.openai_backend import OpenAIBackend
+
+        server = OpenAIBackend(base_url=config.opd_teacher, served_model=config.opd_teacher_model, tokenizer=tokenizer,
+                               api_key=os.environ.get("TENTALIS_OPD_TEACHER_API_KEY"))
+    elif config.opd_teacher != "self":
         from transformers import AutoTokenizer
 
         teacher_dir = Path(config.opd_teacher)
         if not teacher_dir.is_dir():
-            raise ValueError(f"opd_teacher {config.opd_teacher!r} is not a model folder: use 'self' or a local model folder")
+            raise ValueError(f"opd_teacher {config.opd_teacher!r} is not a model folder or a server URL: use 'self', "
+                             "a local model folder or http(s)://host:port/v1")
         if AutoTokenizer.from_pretrained(teacher_dir).get_vocab() != tokenizer.get_vocab():
             raise ValueError(f"opd_teacher {config.opd_teacher!r} has another tokenizer than the policy: "
                              "OPD compares log-probs of the same tokens, so the teacher must share the vocabulary")
@@ -135,12 +162,18 @@ def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPO
     for version, pairs in by_version.items():
         student = _load(model_dir, _adapter_of(lake, version), config.dtype, config.device)
         items = [it for _, it in pairs]
-        if separate is None:
-            scored = opd.teacher_student_logprobs(student, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
+        if server is not None:
+            items = [replace(it, temperature=1.0) for it in items]
+            for row, _ in pairs:
+                row["temperature"] = 1.0
+            full = server.prompt_logprobs([it.teacher_prompt_ids + it.completion_ids for it in items])
+            teacher_side = [lp[len(it.teacher_prompt_ids) - 1:] for lp, it in zip(full, items)]
+            scored = list(zip(teacher_side, opd.side_logprobs(student, tokenizer, items, "student", **kw)))
+        elif separate is not None:
+            scored = list(zip(opd.side_logprobs(separate, tokenizer, items, "teacher", **kw),
+                              opd.side_logprobs(student, tokenizer, items, "student", **kw)))
         else:
-            teacher_side = opd.teacher_student_logprobs(separate, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
-            student_side = opd.teacher_student_logprobs(student, tokenizer, items, micro_batch_tokens=config.micro_batch_tokens, dtype=config.dtype)
-            scored = [(t, s) for (t, _), (_, s) in zip(teacher_side, student_side)]
+            scored = opd.teacher_student_logprobs(student, tokenizer, items, **kw)
         for (row, item), (t, s) in zip(pairs, scored):
             signal = opd.opd_signal(t, s, clip=config.opd_clip, mask=item.completion_mask)
             row.update(teacher_logprobs=t, student_logprobs=s, opd_signal=signal,
@@ -182,7 +215,7 @@ def _session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, poli
             "batch_id": batch_id, "rollout_id": ro["rollout_id"],
             "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint and review else None,
             "hint_source": review["manager"] if review else None, "hint": hint,
-            "teacher": f"self:{version}" if config.opd_teacher == "self" else config.opd_teacher, "policy_version": version,
+            "teacher": teacher_identity(config, version), "policy_version": version,
             "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
             "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
             "opd_signal": None, "signal_mean": None, "created_at": created,

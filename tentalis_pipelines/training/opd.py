@@ -185,28 +185,37 @@ def teacher_student_logprobs(model, tokenizer, items: Sequence[OPDItem], *, micr
     """(teacher, student) per-token log-probs of every item's completion, in batches (no gradient).
 
     ``model`` is the teacher and the student at once when the teacher is the policy itself; a separate
-    teacher model must share the student's tokenizer (checked by the caller). Rows are grouped into
-    micro-batches of at most ``micro_batch_tokens`` padded tokens, each side by the trainer's own packing
-    and log-prob code."""
+    teacher model must share the student's tokenizer (checked by the caller) and is scored with
+    :func:`side_logprobs`. Rows are grouped into micro-batches of at most ``micro_batch_tokens`` padded
+    tokens, each side by the trainer's own packing and log-prob code."""
+    kw = {"micro_batch_tokens": micro_batch_tokens, "dtype": dtype}
+    teacher = side_logprobs(model, tokenizer, items, "teacher", **kw)
+    student = side_logprobs(model, tokenizer, items, "student", **kw)
+    return list(zip(teacher, student))
+
+
+def side_logprobs(model, tokenizer, items: Sequence[OPDItem], side: str, *, micro_batch_tokens: int = 4096,
+                  dtype: str = "auto") -> list[list[float]]:
+    """One side's per-token log-probs of every item's completion: ``teacher`` (after the hinted prompt)
+    or ``student`` (after the student's own prompt), at each item's temperature."""
+    if side not in ("teacher", "student"):
+        raise ValueError(f"side must be 'teacher' or 'student', got {side!r}")
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     device = next(model.parameters()).device
     torch_dtype = resolve_dtype(dtype, device)
-    sides = {}
-    for side in ("teacher", "student"):
-        rows = [TrainSample((it.teacher_prompt_ids if side == "teacher" else it.student_prompt_ids), list(it.completion_ids),
-                            0.0, temperature=it.temperature) for it in items]
-        index = {id(r): i for i, r in enumerate(rows)}
-        out: list[list[float] | None] = [None] * len(rows)
-        was_training = model.training
-        model.eval()
-        with torch.inference_mode(), autocast(device, torch_dtype):
-            for mb in micro_batches([r for r in rows if r.completion_ids], micro_batch_tokens):
-                # One layout for both sides (no shared-prefix branch): the two passes differ only by the hint.
-                batch = pack(mb, pad_id, device, shared=False)
-                logps = completion_logps(model, batch).float().cpu()
-                for row, lp in zip(mb, logps):
-                    out[index[id(row)]] = lp[: len(row.completion_ids)].tolist()
-        if was_training:
-            model.train()
-        sides[side] = [o if o is not None else [] for o in out]
-    return list(zip(sides["teacher"], sides["student"]))
+    rows = [TrainSample((it.teacher_prompt_ids if side == "teacher" else it.student_prompt_ids), list(it.completion_ids),
+                        0.0, temperature=it.temperature) for it in items]
+    index = {id(r): i for i, r in enumerate(rows)}
+    out: list[list[float] | None] = [None] * len(rows)
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode(), autocast(device, torch_dtype):
+        for mb in micro_batches([r for r in rows if r.completion_ids], micro_batch_tokens):
+            # One layout for both sides (no shared-prefix branch): the two passes differ only by the hint.
+            batch = pack(mb, pad_id, device, shared=False)
+            logps = completion_logps(model, batch).float().cpu()
+            for row, lp in zip(mb, logps):
+                out[index[id(row)]] = lp[: len(row.completion_ids)].tolist()
+    if was_training:
+        model.train()
+    return [o if o is not None else [] for o in out]

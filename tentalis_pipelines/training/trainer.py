@@ -105,7 +105,9 @@ class GRPOConfig:
     # Hinted on-policy distillation (training/opd.py): per token, A = w_rl * A_rl + w_opd * opd.
     w_rl: float = _f(1.0, "weight of the RL (group-relative) advantage; 0 = OPD only")
     w_opd: float = _f(0.0, "weight of the hinted on-policy distillation signal per token; 0 = RL only (OpenClaw-RL's combine: 1)")
-    opd_teacher: str = _f("self", "self (the policy that sampled, given the hint) | a local model folder sharing the policy's tokenizer")
+    opd_teacher: str = _f("self", "self (the policy that sampled, given the hint) | a local model folder sharing the policy's tokenizer "
+                          "| an OpenAI-compatible server's URL with prompt log-probs (vLLM, `tentalis serve`; log-probs at temperature 1)")
+    opd_teacher_model: str = _f("", "the model name to request from an opd_teacher server (its key: $TENTALIS_OPD_TEACHER_API_KEY)")
     opd_clip: float = _f(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
     opd_min_effect: float = _f(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
 
@@ -141,6 +143,8 @@ class GRPOConfig:
             raise ValueError(f"advantage_mode must be one of {ADVANTAGE_MODES}, got {self.advantage_mode!r}")
         if self.w_rl < 0 or self.w_opd < 0 or self.w_rl + self.w_opd == 0:
             raise ValueError(f"w_rl and w_opd must be >= 0 and not both 0, got w_rl={self.w_rl}, w_opd={self.w_opd}")
+        if self.opd_teacher.startswith(("http://", "https://")) and not self.opd_teacher_model:
+            raise ValueError(f"opd_teacher_model must name the model to request from the teacher server {self.opd_teacher!r}")
         if not self.opd_clip > 0:
             raise ValueError(f"opd_clip must be above 0, got {self.opd_clip}")
         if self.opd_min_effect < 0:
