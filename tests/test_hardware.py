@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -18,6 +19,13 @@ def test_auto_device_and_dtype_on_this_machine(monkeypatch):
     assert resolve_dtype("auto", "cpu") == torch.bfloat16
     monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda: False)
     assert resolve_dtype("auto", "cpu") == torch.float32
+    # bf16 asked for explicitly on a CPU that only emulates it: allowed, but with a warning naming the fix
+    with pytest.warns(RuntimeWarning, match="dtype='auto'"):
+        assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16
+    monkeypatch.setattr(hw, "cpu_has_native_bf16", lambda: True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert resolve_dtype("bfloat16", "cpu") == torch.bfloat16
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int8")
     with pytest.raises(ValueError, match="unknown device"):
