@@ -107,6 +107,7 @@ def summarize(args) -> None:
     print("| cycle | " + " | ".join(f"{m} ({len({r['seed'] for (mm, _), rs in by.items() if mm == m for r in rs})} seeds)" for m in methods) + " |")
     print("|---|" + "---|" * len(methods))
     pooled = {}
+    column_seeds = {m: len({r["seed"] for (mm, _), rs in by.items() if mm == m for r in rs}) for m in methods}
     for c in cycles:
         cells = []
         for m in methods:
@@ -118,7 +119,10 @@ def summarize(args) -> None:
             k = sum(float(r[key]) * int(r["n"]) for r in rs)
             lo, hi = wilson(k, n)
             pooled[(m, c)] = k / n
-            cells.append(f"{100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]")
+            seeds = len({r["seed"] for r in rs})
+            # A cell pooled over fewer seeds than its column (a run still going, or cut short) says so.
+            short = f" ({seeds} seed{'s' if seeds > 1 else ''})" if seeds < column_seeds[m] else ""
+            cells.append(f"{100 * k / n:.1f}% [{100 * lo:.1f}, {100 * hi:.1f}]{short}")
         print(f"| {'base' if c == 0 else c} | " + " | ".join(cells) + " |")
     if "rl" in methods:
         final = max(c for (m, c) in pooled if m == "rl")
