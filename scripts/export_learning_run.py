@@ -26,19 +26,11 @@ def rows_for(home: Path, seed: int, label: str, commit: str, benchmark: str = "a
     results = {r["checkpoint_id"]: r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark}
     ckpts = sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])
     base = item_correctness(lake, "base", benchmark)
-    # A checkpoint's depth in its parent chain: the updates that made it. It equals its index when every
-    # cycle ran to the end; a checkpoint left behind by a killed run (never evaluated) is not an ancestor
-    # of the next one, so the chain's depth, not the creation order, counts the cycles.
-    parent = {c["checkpoint_id"]: c["parent_id"] for c in ckpts}
-    depth: dict[str, int] = {"base": 0}
-
-    def depth_of(cid: str | None) -> int:
-        if cid is None or cid == "base":
-            return 0
-        if cid not in depth:
-            depth[cid] = 1 + depth_of(parent.get(cid))
-        return depth[cid]
-
+    # The cycle a checkpoint closes: its place among the evaluated checkpoints. A checkpoint left behind by
+    # a killed run (trained, never evaluated) is not a cycle; one the gate rejected is (the cycle ran, and
+    # the next one samples from the policy still serving).
+    evaluated = [cid for cid in ["base"] + [c["checkpoint_id"] for c in ckpts] if cid in results]
+    cycle_of = {cid: k for k, cid in enumerate(evaluated)}
     out = []
     for i, cid in enumerate(["base"] + [c["checkpoint_id"] for c in ckpts]):
         r = results.get(cid)
@@ -46,7 +38,7 @@ def rows_for(home: Path, seed: int, label: str, commit: str, benchmark: str = "a
             continue
         d = gate_decision(item_correctness(lake, cid, benchmark), base) if cid != "base" else None
         out.append({
-            "label": label, "seed": seed, "commit": commit, "checkpoint": i, "depth": depth_of(cid), "checkpoint_id": cid,
+            "label": label, "seed": seed, "commit": commit, "checkpoint": i, "cycle": cycle_of[cid], "checkpoint_id": cid,
             "minutes": round((r["created_at"] - start).total_seconds() / 60, 1), "accuracy": round(r["accuracy"], 4),
             "ci_low": round(r["ci_low"], 4), "ci_high": round(r["ci_high"], 4), "lenient_accuracy": round(r["lenient_accuracy"], 4),
             "format_rate": round(r["format_rate"], 4), "vs_base": "" if d is None else round(d.diff, 4),

@@ -60,7 +60,7 @@ def run(args) -> None:
     for r in rows_for(home, args.seed, label, commit, benchmark=args.tasks):
         n = _items(home, r["checkpoint_id"], args.tasks)
         rows.append({"method": args.method, "skills": bool(args.skills), "task_set": args.tasks, "seed": args.seed,
-                     "cycle": r["depth"], "checkpoint_id": r["checkpoint_id"], "n": n, "accuracy": r["accuracy"],
+                     "cycle": r["cycle"], "checkpoint_id": r["checkpoint_id"], "n": n, "accuracy": r["accuracy"],
                      "lenient_accuracy": r["lenient_accuracy"], "format_rate": r["format_rate"], "ci_low": r["ci_low"],
                      "ci_high": r["ci_high"], "vs_base": r["vs_base"], "vs_base_ci_low": r["vs_base_ci_low"],
                      "vs_base_ci_high": r["vs_base_ci_high"], "promoted": r["promoted"], "minutes": r["minutes"],
