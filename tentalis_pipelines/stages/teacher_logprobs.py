@@ -83,13 +83,7 @@ def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy:
             decision, reason = opd.NO_EFFECT, "empty completion: no tokens to distil"
         version = ro["policy_version"]
         teacher = teacher_identity(config, version)
-        row = {
-            "batch_id": batch_id, "rollout_id": ro["rollout_id"], "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint else None,
-            "hint_source": review["manager"], "hint": hint, "teacher": teacher, "policy_version": version,
-            "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
-            "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
-            "opd_signal": None, "signal_mean": None, "created_at": created,
-        }
+        row = _decision_row(batch_id, ro, review["manager"], hint, teacher, config, decision, reason, created)
         rows.append(row)
         if decision == opd.USED:
             teacher_text = opd.hinted_prompt(ro["prompt_text"], task["prompt"], hint)
@@ -114,6 +108,19 @@ def _result(lake: Lakehouse, batch_id: str, rows: list[dict], config: GRPOConfig
         "preview": markdown_table([{"rollout_id": r["rollout_id"], "decision": r["decision"], "hint": r["hint"],
                                     "signal_mean": r["signal_mean"]} for r in rows]),
     })
+
+
+def _decision_row(batch_id: str, ro: dict, manager: str | None, hint: str, teacher: str, config: GRPOConfig,
+                  decision: str, reason: str, created) -> dict:
+    """One `teacher_logprobs` row before scoring (the log-probs and signal are filled for used hints)."""
+    return {
+        "batch_id": batch_id, "rollout_id": ro["rollout_id"],
+        "hint_id": hint_id(ro["rollout_id"], manager, hint) if hint and manager is not None else None,
+        "hint_source": manager, "hint": hint, "teacher": teacher, "policy_version": ro["policy_version"],
+        "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
+        "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
+        "opd_signal": None, "signal_mean": None, "created_at": created,
+    }
 
 
 def is_server_teacher(teacher: str) -> bool:
@@ -211,15 +218,8 @@ def _session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, poli
         (decision, reason), review = pick
         hint = ((review or {}).get("hint") or "").strip()
         version = ro["policy_version"]
-        row = {
-            "batch_id": batch_id, "rollout_id": ro["rollout_id"],
-            "hint_id": hint_id(ro["rollout_id"], review["manager"], hint) if hint and review else None,
-            "hint_source": review["manager"] if review else None, "hint": hint,
-            "teacher": teacher_identity(config, version), "policy_version": version,
-            "temperature": float(ro["temperature"] if ro["temperature"] is not None else config.temperature),
-            "decision": decision, "reason": reason, "teacher_logprobs": None, "student_logprobs": None,
-            "opd_signal": None, "signal_mean": None, "created_at": created,
-        }
+        row = _decision_row(batch_id, ro, review["manager"] if review else None, hint, teacher_identity(config, version), config,
+                            decision, reason, created)
         rows.append(row)
         if decision != opd.USED:
             continue
