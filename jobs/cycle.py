@@ -4,7 +4,7 @@
 ``task_batches`` partition, then ``rollout_job`` (that partition), with ``skills`` ``skills_job`` (the
 same partition), ``train_job``, ``benchmark_job`` for
 every configured benchmark of the new checkpoint (and the incumbent's gate benchmark when it has none
-yet), and ``promotion_job`` (the gate and the learning curve). Each is a run of its own job, tagged
+yet, or had it measured with other injected skills than the candidate), and ``promotion_job`` (the gate and the learning curve). Each is a run of its own job, tagged
 ``tentalis/trigger`` and ``tentalis/cycle``, exactly what the sensors request when automation is on and
 what CI's ``dagster job execute`` lines run (README, "In CI"). Nothing here re-implements a stage.
 """
@@ -156,12 +156,19 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     gate = resource_value(defs, opts.resources, "bench", "gate_benchmark")
     benchmarks = list(dict.fromkeys([gate, *resource_value(defs, opts.resources, "bench", "benchmarks")]))
     gated = resource_value(defs, opts.resources, "trainer", "promotion") == "gate"
-    for benchmark in benchmarks:
-        refs = promotion.missing_results(lake, checkpoint_id, benchmark) if benchmark == gate and gated else [checkpoint_id]
+    def benchmark(ref: str, benchmark: str, why: str = "") -> None:
+        if not instance.has_dynamic_partition(checkpoint_ids.name, ref):
+            instance.add_dynamic_partitions(checkpoint_ids.name, [ref])
+        step("benchmark_job", f"{benchmark} of {ref}{why}", partition_key=benchmark_partition(ref, benchmark))
+
+    for name in benchmarks:
+        refs = promotion.missing_results(lake, checkpoint_id, name) if name == gate and gated else [checkpoint_id]
         for ref in refs:
-            if not instance.has_dynamic_partition(checkpoint_ids.name, ref):
-                instance.add_dynamic_partitions(checkpoint_ids.name, [ref])
-            step("benchmark_job", f"{benchmark} of {ref}", partition_key=benchmark_partition(ref, benchmark))
+            benchmark(ref, name)
+        if name == gate and gated:
+            # Known only now that the candidate's results are in: an incumbent measured with another skill set.
+            for ref in promotion.missing_results(lake, checkpoint_id, name):
+                benchmark(ref, name, " again, with the candidate's skills")
     if gated:
         gate_config = {**config, "ops": {"serving": {"config": {"checkpoint_id": checkpoint_id}}}}
         step("promotion_job", f"promotion gate for {checkpoint_id}", run_config=gate_config)

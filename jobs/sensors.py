@@ -225,7 +225,8 @@ def nightly_learning_cycle(context: ScheduleEvaluationContext, lakehouse: Lakeho
 def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource):
     """Every checkpoint (and the base model) gets a run of every configured benchmark it has no result
     for, the gate benchmark first: one ``benchmark_results`` partition (checkpoint x benchmark) each.
-    Results written by any path (the CLI, CI, a run from the UI) count, and run keys make each request once."""
+    Results written by any path (the CLI, CI, a run from the UI) count, and run keys make each request once.
+    An incumbent measured with other injected skills than the newest undecided candidate is measured again."""
     lake = lakehouse.lakehouse()
     ids = ["base"]
     if lake.exists("checkpoints"):
@@ -234,11 +235,19 @@ def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResour
     if lake.exists("benchmark_results"):
         done = {(r["checkpoint_id"], r["benchmark"]) for r in lake.read("benchmark_results", columns=["checkpoint_id", "benchmark"]).to_pylist()}
     order = list(dict.fromkeys([bench.gate_benchmark, *bench.benchmarks]))
-    todo = [(c, b) for c in ids for b in order if (c, b) not in done]
+    todo = [(c, b, f"{c}|{b}") for c in ids for b in order if (c, b) not in done]
+    # The gate compares like with like: an incumbent measured with other injected skills than the newest
+    # undecided candidate is measured again, once per candidate (its own run key).
+    pending = promotion.undecided_checkpoints(lake, bench.gate_benchmark)
+    if pending:
+        gate, candidate = bench.gate_benchmark, pending[-1]
+        incumbent = promotion.incumbent_for(lake, candidate)
+        if (candidate, gate) in done and (incumbent, gate) in done and promotion.skill_mismatches(lake, candidate, incumbent, gate):
+            todo.append((incumbent, gate, f"{incumbent}|{gate}|skills-of-{candidate}"))
     if not todo:
         return SkipReason("every checkpoint has every configured benchmark")
-    new = sorted({c for c, _ in todo if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)})
-    requests = [RunRequest(run_key=f"{c}|{b}", partition_key=MultiPartitionKey({"checkpoint": c, "benchmark": b})) for c, b in todo]
+    new = sorted({c for c, _, _ in todo if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)})
+    requests = [RunRequest(run_key=key, partition_key=MultiPartitionKey({"checkpoint": c, "benchmark": b})) for c, b, key in todo]
     return SensorResult(run_requests=requests, dynamic_partitions_requests=[checkpoint_ids.build_add_request(new)] if new else [])
 
 

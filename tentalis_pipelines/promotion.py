@@ -2,7 +2,10 @@
 
 A candidate checkpoint is compared with the incumbent (what serves now; its parent, else the base
 model, when the candidate itself serves) on the same items of the gate benchmark, by a paired
-bootstrap of the per-item difference (``evaluation.benchmarks.gate_decision``). Every decision is a
+bootstrap of the per-item difference (``evaluation.benchmarks.gate_decision``). Like is compared with
+like: when the two were measured with different injected skills on a paired item (an agent with
+``skills_top_k`` whose verified skill set changed between the two evaluations), the incumbent is
+measured again first, so the difference is the checkpoint's and not the skill set's. Every decision is a
 row of ``gate_decisions`` (one per checkpoint and benchmark; a re-decision replaces it), and a pass
 moves the serving pointer (``training.serving``). Nothing here runs a model: the benchmark results
 must be in the lakehouse first.
@@ -28,6 +31,22 @@ def item_correctness(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> dic
         return {}
     rows = lake.read("benchmark_items", columns=["checkpoint_id", "benchmark", "item_id", "correct"]).to_pylist()
     return {r["item_id"]: r["correct"] for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark}
+
+
+def item_skills(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> dict[str, tuple[str, ...]]:
+    """``{item_id: skill ids injected into its prompt}`` of one checkpoint on one benchmark (sorted; empty
+    tuples when no skills were injected or the rows predate the ``skill_ids`` column)."""
+    if not lake.exists("benchmark_items"):
+        return {}
+    rows = lake.read("benchmark_items").select(["checkpoint_id", "benchmark", "item_id", "skill_ids"]).to_pylist()
+    return {r["item_id"]: tuple(sorted(r["skill_ids"] or ())) for r in rows if r["checkpoint_id"] == checkpoint_id and r["benchmark"] == benchmark}
+
+
+def skill_mismatches(lake: Lakehouse, checkpoint_id: str, incumbent: str, benchmark: str) -> list[str]:
+    """The paired items whose injected skills differ between the candidate's and the incumbent's results:
+    a paired difference over them would mix the checkpoint's effect with the skill set's."""
+    cand, inc = item_skills(lake, checkpoint_id, benchmark), item_skills(lake, incumbent, benchmark)
+    return sorted(i for i in cand.keys() & inc.keys() if cand[i] != inc[i])
 
 
 def incumbent_for(lake: Lakehouse, checkpoint_id: str) -> str:
@@ -58,8 +77,14 @@ def undecided_checkpoints(lake: Lakehouse, benchmark: str) -> list[str]:
 
 
 def missing_results(lake: Lakehouse, checkpoint_id: str, benchmark: str) -> list[str]:
-    """The checkpoints (candidate and incumbent) whose ``benchmark`` results the gate still needs."""
-    return [c for c in dict.fromkeys([checkpoint_id, incumbent_for(lake, checkpoint_id)]) if not item_correctness(lake, c, benchmark)]
+    """The checkpoints (candidate and incumbent) whose ``benchmark`` results the gate still needs: absent
+    ones, and the incumbent's when they were measured with other skills than the candidate's (known once
+    the candidate's results are in, so a caller asks again after benchmarking the candidate)."""
+    incumbent = incumbent_for(lake, checkpoint_id)
+    missing = [c for c in dict.fromkeys([checkpoint_id, incumbent]) if not item_correctness(lake, c, benchmark)]
+    if not missing and incumbent != checkpoint_id and skill_mismatches(lake, checkpoint_id, incumbent, benchmark):
+        missing = [incumbent]
+    return missing
 
 
 def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, margin: float = 0.0, apply: bool = True):
@@ -67,7 +92,7 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
 
     With ``apply``, the decision is recorded in ``gate_decisions`` (replacing an earlier one for the
     same checkpoint and benchmark) and a pass moves the serving pointer (actor ``gate``). Returns
-    ``(incumbent, GateDecision)``. Raises :class:`GateNotReady` naming the missing benchmark partition.
+    ``(incumbent, GateDecision)``. Raises :class:`GateNotReady` naming the missing (or stale) benchmark partition.
     """
     from tentalis_pipelines.evaluation.benchmarks import gate_decision
 
@@ -78,6 +103,12 @@ def decide_promotion(lake: Lakehouse, checkpoint_id: str, benchmark: str, *, mar
         missing = checkpoint_id if not cand else incumbent
         raise GateNotReady(f"no {benchmark!r} results for {missing!r}: benchmark it before deciding promotion "
                            f"(benchmark_results partition {benchmark}|{missing}, or `tentalis benchmark --checkpoint {missing} --tasks {benchmark}`)")
+    mismatched = skill_mismatches(lake, checkpoint_id, incumbent, benchmark)
+    if mismatched:
+        raise GateNotReady(f"{incumbent!r} was measured on {benchmark!r} with other skills than {checkpoint_id!r} on {len(mismatched)} "
+                           f"of {len(cand)} items (e.g. {mismatched[0]}): benchmark {incumbent!r} again with today's skills "
+                           f"(benchmark_results partition {benchmark}|{incumbent}, or `tentalis benchmark --checkpoint {incumbent} "
+                           f"--tasks {benchmark}`) so the gate compares like with like")
     decision = gate_decision(cand, inc, margin=margin)
     taint = audit.tainted(lake, checkpoint_id)
     if taint is not None and decision.promote:  # trained on retracted data: never served, whatever it scores

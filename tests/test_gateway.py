@@ -125,7 +125,9 @@ class Server:
         self.log = home / f"serve-{self.port}.log"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 90) -> Server:
+    def start(self, timeout: float = 240) -> Server:
+        # Readiness, not speed: a restarted server replays its write-ahead log and loads a model, which
+        # took more than 90 s once on a 2-core CI host under a load of 3.
         env = {**os.environ, "TENTALIS_HOME": str(self.home)}
         self.home.mkdir(parents=True, exist_ok=True)
         with open(self.log, "ab") as log:

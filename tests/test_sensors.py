@@ -217,10 +217,10 @@ def test_nightly_schedule_registers_the_nights_batch_and_requests_its_rollouts(s
     assert nightly_learning_cycle.job_name == "rollout_job"
 
 
-def _items(cid: str, n_correct: int) -> list[dict]:
+def _items(cid: str, n_correct: int, skill_ids: tuple[str, ...] = ()) -> list[dict]:
     return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
              "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
-             "formatted": True, "created_at": datetime.now(timezone.utc)} for k in range(20)]
+             "formatted": True, "created_at": datetime.now(timezone.utc), "skill_ids": list(skill_ids)} for k in range(20)]
 
 
 def _checkpoint(lake, cid: str) -> None:
@@ -266,3 +266,25 @@ def test_gate_ready_waits_for_both_results_then_requests_the_gate_once(instance,
     _, decision = promotion.decide_promotion(lake, "ck1", "arithmetic")  # what the requested run does: 2/20 vs 18/20
     assert not decision.promote
     assert "no checkpoint awaits" in evaluate().skip_message  # decided (rejected) once: never gated again
+
+
+def test_an_incumbent_measured_with_other_skills_is_measured_again_before_the_gate(instance, home):
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(benchmarks=["arithmetic"]),
+                 "trainer": TrainerResource()}
+    _checkpoint(lake, "ck1")
+    instance.add_dynamic_partitions("checkpoint_ids", ["base", "ck1"])
+
+    def measured(cid: str, n_correct: int, skill_ids: tuple[str, ...] = ()) -> None:
+        key = {"checkpoint_id": cid, "benchmark": "arithmetic"}
+        lake.replace_where("benchmark_items", key, _items(cid, n_correct, skill_ids))
+        lake.replace_where("benchmark_results", key, [{**key, "n": 20, "accuracy": n_correct / 20, "created_at": datetime.now(timezone.utc)}])
+
+    measured("base", 18, ("sk-1",))  # while sk-1 was verified
+    measured("ck1", 2)  # after it was retired
+    result = new_checkpoints(build_sensor_context(instance=instance, resources=resources))
+    assert [(r.run_key, r.partition_key.keys_by_dimension["checkpoint"]) for r in result.run_requests] == [("base|arithmetic|skills-of-ck1", "base")]
+    assert gate_ready(build_sensor_context(instance=instance, resources=resources)).skip_message == "ck1 waits for arithmetic results of base"
+    measured("base", 2)  # the requested run: base again, with ck1's (empty) skill set
+    assert isinstance(new_checkpoints(build_sensor_context(instance=instance, resources=resources)), SkipReason)
+    assert gate_ready(build_sensor_context(instance=instance, resources=resources)).run_key == "gate|ck1"

@@ -134,11 +134,11 @@ def test_promote_and_rollback_change_what_the_next_rollout_uses(store, tiny_mode
     assert adapters == [str(paths.checkpoints / "ckpt-a"), str(paths.checkpoints / "ckpt-b"), None]
 
 
-def items(cid: str, n_correct: int) -> list[dict]:
-    """60 benchmark items of one checkpoint, the first ``n_correct`` right."""
+def items(cid: str, n_correct: int, skill_ids: tuple[str, ...] = ()) -> list[dict]:
+    """60 benchmark items of one checkpoint, the first ``n_correct`` right, each measured with ``skill_ids``."""
     return [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "p", "completion": "c",
              "extracted_answer": "1", "reference": "1", "correct": k < n_correct, "lenient_correct": k < n_correct,
-             "formatted": True, "created_at": NOW} for k in range(60)]
+             "formatted": True, "created_at": NOW, "skill_ids": list(skill_ids)} for k in range(60)]
 
 
 def test_the_gate_promotes_through_the_pointer(store):
@@ -172,6 +172,32 @@ def test_a_rejection_is_recorded_and_leaves_the_pointer(store):
     assert promotion.missing_results(lake, "ckpt-c", "arithmetic") == ["ckpt-c"]
     with pytest.raises(promotion.GateNotReady, match="arithmetic\\|ckpt-c"):
         promotion.decide_promotion(lake, "ckpt-c", "arithmetic")
+
+
+def test_the_gate_compares_like_with_like_when_the_skill_set_changed(store):
+    """The base was measured while a skill was verified (it helped: 30 of 60); the skill was retired and
+    the candidate, measured without it, gets 10, which is what the base gets without it too. Compared
+    as recorded the candidate would be rejected for the skill's retirement, not for its training."""
+    _, lake = store
+
+    def put(cid: str, n: int, sk: tuple[str, ...] = ()) -> None:
+        lake.replace_where("benchmark_items", {"checkpoint_id": cid, "benchmark": "arithmetic"}, items(cid, n, sk))
+
+    put("base", 30, ("sk-1",))
+    put("ckpt-a", 10)
+    assert promotion.skill_mismatches(lake, "ckpt-a", "base", "arithmetic") == sorted(f"i{k}" for k in range(60))
+    assert promotion.missing_results(lake, "ckpt-a", "arithmetic") == ["base"]
+    with pytest.raises(promotion.GateNotReady, match="'base' was measured on 'arithmetic' with other skills than 'ckpt-a' on 60 of 60 items"):
+        promotion.decide_promotion(lake, "ckpt-a", "arithmetic")
+    assert promotion.decisions(lake) == [] and serving.serving_checkpoint(lake) == "base"  # nothing decided on the stale pair
+    put("base", 10)  # measured again, with the candidate's (empty) skill set
+    assert promotion.missing_results(lake, "ckpt-a", "arithmetic") == []
+    incumbent, decision = promotion.decide_promotion(lake, "ckpt-a", "arithmetic")
+    assert incumbent == "base" and decision.promote and decision.diff == 0.0 and decision.n_paired == 60
+    # Only the paired items count, and the order of a row's skill ids does not.
+    put("ckpt-b", 10, ("sk-2", "sk-3"))
+    put("ckpt-a", 10, ("sk-3", "sk-2"))
+    assert promotion.skill_mismatches(lake, "ckpt-b", "ckpt-a", "arithmetic") == []
 
 
 def test_a_lakehouse_from_before_the_serving_table_keeps_serving_its_promoted_checkpoint(store):

@@ -1,0 +1,62 @@
+"""The order of a cycle's runs (``jobs.cycle.run_cycle``); the jobs themselves are tested with their assets.
+
+Here each job run is replaced by what it writes to the lakehouse, so what is under test is only the
+orchestration: which partitions the cycle asks for, and when."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from dagster import DagsterInstance
+
+import jobs.cycle as cycle
+from tentalis_pipelines import promotion
+from tentalis_pipelines.definitions import defs
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
+
+NOW = datetime.now(timezone.utc)
+
+
+def _measure(lake: Lakehouse, cid: str, n_correct: int, skill_ids: tuple[str, ...]) -> None:
+    key = {"checkpoint_id": cid, "benchmark": "arithmetic"}
+    lake.replace_where("benchmark_items", key, [
+        {**key, "item_id": f"i{k}", "prompt": "p", "completion": "c", "extracted_answer": "1", "reference": "1", "correct": k < n_correct,
+         "lenient_correct": k < n_correct, "formatted": True, "created_at": NOW, "skill_ids": list(skill_ids)} for k in range(40)])
+    lake.replace_where("benchmark_results", key, [{**key, "n": 40, "accuracy": n_correct / 40, "created_at": NOW}])
+
+
+def test_a_cycle_measures_an_incumbent_measured_with_other_skills_again_before_the_gate(home, tiny_model_dir, monkeypatch):
+    """The base was measured while skill sk-1 was verified (30 of 40 right); it was retired since, so the
+    candidate is measured without it (8 of 40), as the base would be (8 of 40). The cycle benchmarks the
+    candidate, finds the base's results stale, benchmarks the base again, and only then runs the gate."""
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    _measure(lake, "base", 30, ("sk-1",))
+    calls: list[tuple[str, str | None]] = []
+
+    def run_job(defs, instance, name, *, partition_key=None, run_config=None, tags=None):
+        ref = partition_key.keys_by_dimension["checkpoint"] if name == "benchmark_job" else None
+        calls.append((name, ref))
+        if name == "train_job":
+            adapter = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), paths.checkpoints, "ck1")
+            ckpt.record_checkpoint(lake, {"checkpoint_id": "ck1", "parent_id": None, "base_model": "tiny", "adapter_uri": str(adapter),
+                                          "algorithm": "grpo", "config": {}, "trained_on": [], "trajectory_ids": [],
+                                          "trajectory_count": 0, "metrics": {}, "promoted": False})
+        elif name == "benchmark_job":
+            _measure(lake, ref, 8, ())  # today's verified skill set is empty, for every checkpoint
+        elif name == "promotion_job":
+            promotion.decide_promotion(lake, run_config["ops"]["serving"]["config"]["checkpoint_id"], "arithmetic")
+        return cycle.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
+
+    monkeypatch.setattr(cycle, "run_job", run_job)
+    opts = cycle.CycleOptions(num_tasks=2, seed=1, levels=(1,), resources={
+        "bench": {"config": {"benchmarks": ["arithmetic"], "gate_benchmark": "arithmetic"}}, "trainer": {"config": {"promotion": "gate"}}})
+    with DagsterInstance.ephemeral() as instance:
+        out = cycle.run_cycle(defs, instance, paths, opts)
+    assert calls == [("rollout_job", None), ("train_job", None), ("benchmark_job", "ck1"), ("benchmark_job", "base"), ("promotion_job", None)]
+    decision = out["decision"]
+    # Like with like: 8 vs 8 on the same 40 items, promoted; compared as first recorded it was 8 vs 30, rejected.
+    assert (decision["incumbent"], decision["n_paired"], decision["diff"], decision["promote"]) == ("base", 40, 0.0, True)
