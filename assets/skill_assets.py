@@ -21,7 +21,9 @@ class SkillsConfig(Config):
     merge_cosine: float = Field(_D.merge_cosine, description="skills at least this similar (cosine) merge into one")
     verify_per_cycle: int = Field(_D.verify_per_cycle, description="candidates verified per run (most supported first)")
     recheck_per_cycle: int = Field(_D.recheck_per_cycle, description="verified skills re-checked per run (oldest measurement first)")
-    validation_items: int = Field(_D.validation_items, description="arithmetic items of the validation set")
+    validation_source: str = Field(_D.validation_source, description="arithmetic, or a dataset (gsm8k) whose reserved train tail "
+                                   "is the validation set; the task source the skills come from")
+    validation_items: int = Field(_D.validation_items, description="items of the validation set")
     validation_seed: int = Field(_D.validation_seed, description="generator seed of the validation set (not a training or gate seed)")
     min_ci_low: float = Field(_D.min_ci_low, description="verify only when the gain's 95% interval lower end is at least this")
     min_net_wins: int = Field(_D.min_net_wins, description="verify only when the skill wins on at least this many more items than it loses")

@@ -346,3 +346,46 @@ def test_the_llm_distiller_writes_one_line_per_failure_from_the_review(tiny_mode
     # Whatever a (here random) model writes, each failure still gets one lesson of at most 200 characters.
     lessons = distil(REVIEWS[:3], llm=distiller)
     assert len(lessons) == 3 and all(0 < len(ls.text) <= library.MAX_SKILL_CHARS for ls in lessons)
+
+
+def test_a_dataset_validation_set_is_the_datasets_reserved_train_tail(tmp_path, monkeypatch):
+    """Skills distilled from GSM8K failures are verified on GSM8K questions no batch trains on, with the
+    `#### N` answer as the reference; arithmetic stays the default."""
+    import json
+
+    from tentalis_pipelines.stages.skills import validation_items, validation_label
+    from tentalis_pipelines.tasks.batches import register_dataset_batch
+
+    (tmp_path / "gsm8k").mkdir()
+    rows = [{"question": f"Ann has {i} apples and buys 2 more. How many now?", "answer": f"{i} + 2 = {i + 2}\n#### {i + 2}"} for i in range(40)]
+    (tmp_path / "gsm8k" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path))
+    settings = library.SkillSettings(validation_source="gsm8k", validation_items=6)
+    items = validation_items(settings)
+    assert [it.item_id for it in items] == [f"skillval-gsm8k-{k:03d}" for k in range(6)]
+    by_question = {r["question"]: str(int(r["answer"].rsplit("#### ", 1)[1])) for r in rows}
+    assert all(it.prompt in by_question and it.reference == by_question[it.prompt] for it in items)
+    trained = {json.loads(x)["question"] for _ in range(3)
+               for x in (tmp_path / "b" / register_dataset_batch(tmp_path / "b", tmp_path, "gsm8k", num_tasks=8) / "tasks.jsonl").read_text().splitlines()}
+    assert not trained & {it.prompt for it in items}
+    assert validation_label(settings, 6) == "gsm8k train reserved tail n=6 greedy"
+    assert validation_items(library.SkillSettings())[0].item_id.startswith("skillval")  # arithmetic by default
+    assert validation_label(library.SkillSettings(), 32) == "arithmetic seed=2000000 n=32 levels=1,2 greedy"
+    with pytest.raises(ValueError, match="validation_source 'math': choose arithmetic or one of \\['gsm8k'\\]"):
+        library.SkillSettings(validation_source="math")
+    monkeypatch.delenv("TENTALIS_DATA_DIR")
+    with pytest.raises(ValueError, match="reads its training split from TENTALIS_DATA_DIR, which is not set"):
+        validation_items(settings)
+
+
+def test_learn_with_skills_verifies_on_its_own_task_source_and_length(home, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+    from tentalis_pipelines.cli import cycle as cli_cycle
+
+    seen = []
+    monkeypatch.setattr(cli_cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
+    result = CliRunner().invoke(app, ["learn", "--cycles", "1", "--tasks", "gsm8k", "--max-new-tokens", "192", "--skills", "--home", str(home)])
+    assert seen, result.output
+    assert (seen[0].task_source, seen[0].skills, seen[0].skills_config) == ("gsm8k", True, {"validation_source": "gsm8k", "max_new_tokens": 192})

@@ -1,5 +1,7 @@
 import json
+import os
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
@@ -116,3 +118,45 @@ def test_dataset_batches_are_consecutive_slices_of_a_fixed_order(tmp_path):
         register_dataset_batch(batches, data, "gsm8k", num_tasks=4)
     with pytest.raises(FileNotFoundError, match="TENTALIS_DATA_DIR"):
         register_dataset_batch(batches, tmp_path / "nowhere", "gsm8k", num_tasks=4)
+
+
+def test_a_datasets_reserved_tail_is_the_skills_validation_set_and_never_a_batch(tmp_path):
+    import json
+
+    from tentalis_pipelines.tasks.batches import dataset_validation_lines, register_dataset_batch
+
+    data = tmp_path / "data"
+    (data / "gsm8k").mkdir(parents=True)
+    lines = [json.dumps({"question": f"q{i}?", "answer": f"#### {i}"}) for i in range(40)]
+    (data / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    batches = tmp_path / "batches"
+    # 40 questions: a quarter (10) reserved, so 30 can be trained on: three batches of 8, not a fourth.
+    trained = [q for _ in range(3) for q in (batches / register_dataset_batch(batches, data, "gsm8k", num_tasks=8) / "tasks.jsonl").read_text().splitlines()]
+    with pytest.raises(ValueError, match="10 of them the skills' validation set: 3 batches of 8 used them all"):
+        register_dataset_batch(batches, data, "gsm8k", num_tasks=8)
+    held = dataset_validation_lines(data, "gsm8k", 10)
+    assert len(held) == len(set(held)) == 10 and set(held) <= set(lines) and not set(held) & set(trained)
+    assert dataset_validation_lines(data, "gsm8k", 4) == held[:4]  # a smaller set is a prefix: the same items stay
+    with pytest.raises(ValueError, match="reserves 10 training questions for validation .* ask for 1 to 10, not 11"):
+        dataset_validation_lines(data, "gsm8k", 11)
+
+
+@pytest.mark.skipif(not os.environ.get("TENTALIS_DATA_DIR") or not Path(os.environ["TENTALIS_DATA_DIR"], "gsm8k").exists(),
+                    reason="needs TENTALIS_DATA_DIR with gsm8k/train.jsonl (make test sets it)")
+def test_the_reserve_leaves_gsm8k_training_slices_where_they_were(tmp_path):
+    """Runs recorded before the reserve existed continue on the same questions: the first GSM8K batch is
+    still the question about Marion's and Ella's statistics exam (what every earlier run trained on first)."""
+    import json
+
+    from tentalis_pipelines.settings import data_dir
+    from tentalis_pipelines.tasks.batches import (
+        DATASET_VALIDATION_ROWS,
+        dataset_validation_lines,
+        register_dataset_batch,
+    )
+
+    first = register_dataset_batch(tmp_path, data_dir(), "gsm8k", num_tasks=8)
+    rows = [json.loads(x) for x in (tmp_path / first / "tasks.jsonl").read_text().splitlines()]
+    assert rows[0]["question"].startswith("The result from the 40-item Statistics exam Marion and Ella took")
+    held = [json.loads(x)["question"] for x in dataset_validation_lines(data_dir(), "gsm8k", DATASET_VALIDATION_ROWS)]
+    assert len(set(held)) == 256 and not {r["question"] for r in rows} & set(held)

@@ -199,7 +199,10 @@ def learn(
                                      skills_top_k=skills_top_k if skills else None)
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split
             resources.setdefault("bench", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
-        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources)
+        # Skills are verified on the task family they come from, at the rollouts' completion length.
+        skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
+        opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
+                            skills_config=skills_config)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])

@@ -276,7 +276,10 @@ class SkillSettings:
     merge_cosine: float = field(default=0.9, metadata={"help": "skills at least this similar (cosine) merge into one"})
     verify_per_cycle: int = field(default=1, metadata={"help": "candidates verified per run (most supported first)"})
     recheck_per_cycle: int = field(default=1, metadata={"help": "verified skills re-checked per run (oldest measurement first)"})
-    validation_items: int = field(default=32, metadata={"help": "arithmetic items of the validation set"})
+    validation_source: str = field(default="arithmetic", metadata={
+        "help": "where the validation items come from: arithmetic (seeded problems) or a dataset (gsm8k: the reserved tail of its "
+                "shuffled train split, never trained on); use the task source the skills are distilled from"})
+    validation_items: int = field(default=32, metadata={"help": "items of the validation set"})
     validation_seed: int = field(default=2_000_000, metadata={"help": "generator seed of the validation set (not a training or gate seed)"})
     min_ci_low: float = field(default=0.0, metadata={"help": "verify only when the gain's 95% interval lower end is at least this"})
     min_net_wins: int = field(default=2, metadata={"help": "verify only when the skill wins on at least this many more items than it loses"})
@@ -289,6 +292,10 @@ class SkillSettings:
             raise ValueError(f"merge_cosine must be in (0, 1], got {self.merge_cosine}")
         if self.validation_items < 2:
             raise ValueError(f"validation_items must be >= 2, got {self.validation_items}")
+        from tentalis_pipelines.tasks.batches import DATASET_TRAIN_FILES
+
+        if self.validation_source != "arithmetic" and self.validation_source not in DATASET_TRAIN_FILES:
+            raise ValueError(f"validation_source {self.validation_source!r}: choose arithmetic or one of {sorted(DATASET_TRAIN_FILES)}")
         if self.validation_seed < 1_000_000 or self.validation_seed == 1_000_000:
             raise ValueError(f"validation_seed {self.validation_seed} overlaps the training seeds (< 1,000,000) or the gate's "
                              "held-out set (1,000,000): use e.g. 2,000,000")

@@ -55,12 +55,38 @@ def failures_of_batch(lake: Lakehouse, batch_id: str) -> list[library.Failure]:
 
 
 def validation_items(settings: library.SkillSettings):
-    """The skills' validation set: seeded arithmetic items, distinct from training and the gate's set."""
+    """The skills' validation set, distinct from training and from the gate's held-out set: seeded
+    arithmetic items, or (``validation_source`` a dataset) the first ``validation_items`` questions of
+    the dataset's reserved training tail (read from ``$TENTALIS_DATA_DIR``; no training batch takes them)."""
     from tentalis_pipelines.evaluation.benchmarks import BenchItem
-    from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 
-    tasks = generate_arithmetic(settings.validation_items, seed=settings.validation_seed, levels=(1, 2), prefix="skillval")
-    return [BenchItem(t.task_id, t.prompt, str(t.answer)) for t in tasks]
+    if settings.validation_source == "arithmetic":
+        from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
+
+        tasks = generate_arithmetic(settings.validation_items, seed=settings.validation_seed, levels=(1, 2), prefix="skillval")
+        return [BenchItem(t.task_id, t.prompt, str(t.answer)) for t in tasks]
+    import json
+
+    from tentalis_pipelines.settings import data_dir
+    from tentalis_pipelines.tasks.batches import dataset_validation_lines
+    from tentalis_pipelines.tasks.jsonl import parse_task_record
+
+    root = data_dir()
+    if root is None:
+        raise ValueError(f"validation_source {settings.validation_source!r} reads its training split from TENTALIS_DATA_DIR, "
+                         "which is not set: point it at the data folder (or use validation_source arithmetic)")
+    items = []
+    for k, line in enumerate(dataset_validation_lines(root, settings.validation_source, settings.validation_items)):
+        t = parse_task_record(json.loads(line))
+        items.append(BenchItem(f"skillval-{settings.validation_source}-{k:03d}", t["prompt"], t["reference"], t["environment"]))
+    return items
+
+
+def validation_label(settings: library.SkillSettings, n: int) -> str:
+    """How a decision's validation set is named in ``skill_decisions.validation``."""
+    if settings.validation_source == "arithmetic":
+        return f"arithmetic seed={settings.validation_seed} n={n} levels=1,2 greedy"
+    return f"{settings.validation_source} train reserved tail n={n} greedy"
 
 
 def _pick(skills: list[dict], settings: library.SkillSettings, policy_version: str) -> list[tuple[str, dict]]:
@@ -85,7 +111,7 @@ def verify_skills(lake: Lakehouse, batch_id: str, settings: library.SkillSetting
     if not todo:
         return [], [], timings
     items = validation_items(settings)
-    validation = f"arithmetic seed={settings.validation_seed} n={len(items)} levels=1,2 greedy"
+    validation = validation_label(settings, len(items))
     t0 = time.perf_counter()
     without = {r.item.item_id: r.correct for r in evaluate_items(backend, items, max_new_tokens=settings.max_new_tokens)}
     timings["verify_baseline_seconds"] = round(time.perf_counter() - t0, 1)

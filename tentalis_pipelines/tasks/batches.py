@@ -234,12 +234,14 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
 
 # --------------------------------------------------------------------------- dataset slices
 DATASET_TRAIN_FILES = {"gsm8k": "gsm8k/train.jsonl"}
+# The tail of a dataset's shuffled training order is never trained on: it is the skills' validation set
+# for that dataset (``dataset_validation_lines``), so a skill is verified on questions of the family it
+# was distilled from that no checkpoint has seen. At most a quarter of a (small) file.
+DATASET_VALIDATION_ROWS = 256
 
 
-def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, num_tasks: int, shuffle_seed: int = 0) -> str:
-    """The next ``num_tasks`` training questions of ``dataset`` (e.g. GSM8K's train.jsonl, never its test
-    split) as a batch: the file's lines in a fixed seeded order, consecutive slices per batch, so every
-    run with the same seed sees the same tasks in the same cycles and no question twice."""
+def _dataset_order(data_dir: Path, dataset: str, shuffle_seed: int) -> tuple[Path, list[str], list[int], int]:
+    """(source file, its non-empty lines, their seeded order, how many of the order's tail are reserved)."""
     import random
 
     if dataset not in DATASET_TRAIN_FILES:
@@ -250,12 +252,30 @@ def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, n
     lines = [ln for ln in source.read_text(encoding="utf-8").splitlines() if ln.strip()]
     order = list(range(len(lines)))
     random.Random(shuffle_seed).shuffle(order)
+    return source, lines, order, min(DATASET_VALIDATION_ROWS, len(lines) // 4)
+
+
+def dataset_validation_lines(data_dir: Path, dataset: str, n: int, *, shuffle_seed: int = 0) -> list[str]:
+    """The first ``n`` lines of ``dataset``'s reserved validation tail (never in a training batch)."""
+    source, lines, order, reserved = _dataset_order(data_dir, dataset, shuffle_seed)
+    if not 0 < n <= reserved:
+        raise ValueError(f"{dataset} reserves {reserved} training questions for validation ({source}): ask for 1 to {reserved}, not {n}")
+    return [lines[i] for i in order[len(order) - reserved:][:n]]
+
+
+def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, num_tasks: int, shuffle_seed: int = 0) -> str:
+    """The next ``num_tasks`` training questions of ``dataset`` (e.g. GSM8K's train.jsonl, never its test
+    split) as a batch: the file's lines in a fixed seeded order, consecutive slices per batch, so every
+    run with the same seed sees the same tasks in the same cycles and no question twice. The order's
+    last ``DATASET_VALIDATION_ROWS`` (at most a quarter) are the skills' validation set, never a batch."""
+    source, lines, order, reserved = _dataset_order(data_dir, dataset, shuffle_seed)
     prefix = f"{dataset}-train-p{shuffle_seed}-n{num_tasks}-"
     done = sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
     index = len(done)
     start = index * num_tasks
-    if start + num_tasks > len(lines):
-        raise ValueError(f"{dataset} train has {len(lines)} questions: {index} batches of {num_tasks} used them all")
+    if start + num_tasks > len(lines) - reserved:
+        raise ValueError(f"{dataset} train has {len(lines)} questions, {reserved} of them the skills' validation set: "
+                         f"{index} batches of {num_tasks} used them all")
     batch_id = validate_batch_id(f"{prefix}{index:04d}")
     folder = Path(batches_dir) / batch_id
     folder.mkdir(parents=True, exist_ok=True)
