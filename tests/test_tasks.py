@@ -96,15 +96,19 @@ def test_training_batches_refuse_the_held_out_seeds(tmp_path):
     register_generated_batch(tmp_path, seed=HELD_OUT_SEED_BASE - 1, num_tasks=1)
 
 
-def test_dataset_batches_are_consecutive_slices_of_a_fixed_order(tmp_path):
-    import json
+def _gsm8k_train(data: Path, n: int) -> list[str]:
+    """A GSM8K-shaped train split of ``n`` questions under ``data``; returns its lines."""
+    (data / "gsm8k").mkdir(parents=True)
+    lines = [json.dumps({"question": f"q{i}?", "answer": f"#### {i}"}) for i in range(n)]
+    (data / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    return lines
 
+
+def test_dataset_batches_are_consecutive_slices_of_a_fixed_order(tmp_path):
     from tentalis_pipelines.tasks.batches import register_dataset_batch
 
     data = tmp_path / "data"
-    (data / "gsm8k").mkdir(parents=True)
-    lines = [json.dumps({"question": f"q{i}?", "answer": f"#### {i}"}) for i in range(10)]
-    (data / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    lines = _gsm8k_train(data, 10)
     batches = tmp_path / "batches"
     ids = [register_dataset_batch(batches, data, "gsm8k", num_tasks=4) for _ in range(2)]
     assert ids == ["gsm8k-train-p0-n4-0000", "gsm8k-train-p0-n4-0001"]
@@ -121,14 +125,10 @@ def test_dataset_batches_are_consecutive_slices_of_a_fixed_order(tmp_path):
 
 
 def test_a_datasets_reserved_tail_is_the_skills_validation_set_and_never_a_batch(tmp_path):
-    import json
-
     from tentalis_pipelines.tasks.batches import dataset_validation_lines, register_dataset_batch
 
     data = tmp_path / "data"
-    (data / "gsm8k").mkdir(parents=True)
-    lines = [json.dumps({"question": f"q{i}?", "answer": f"#### {i}"}) for i in range(40)]
-    (data / "gsm8k" / "train.jsonl").write_text("\n".join(lines) + "\n")
+    lines = _gsm8k_train(data, 40)
     batches = tmp_path / "batches"
     # 40 questions: a quarter (10) reserved, so 30 can be trained on: three batches of 8, not a fourth.
     trained = [q for _ in range(3) for q in (batches / register_dataset_batch(batches, data, "gsm8k", num_tasks=8) / "tasks.jsonl").read_text().splitlines()]
@@ -146,8 +146,6 @@ def test_a_datasets_reserved_tail_is_the_skills_validation_set_and_never_a_batch
 def test_the_reserve_leaves_gsm8k_training_slices_where_they_were(tmp_path):
     """Runs recorded before the reserve existed continue on the same questions: the first GSM8K batch is
     still the question about Marion's and Ella's statistics exam (what every earlier run trained on first)."""
-    import json
-
     from tentalis_pipelines.settings import data_dir
     from tentalis_pipelines.tasks.batches import (
         DATASET_VALIDATION_ROWS,
