@@ -128,6 +128,14 @@ def summarize(args) -> None:
         final = max(c for (m, c) in pooled if m == "rl")
         target = pooled[("rl", final)]
         print(f"\nRL's final accuracy (cycle {final}): {100 * target:.1f}%.")
+        base_rows = by.get(("rl", 0), [])
+        if base_rows:
+            n0 = sum(int(r["n"]) for r in base_rows)
+            lo0, hi0 = wilson(sum(float(r[key]) * int(r["n"]) for r in base_rows), n0)
+            # "Reaching RL's final accuracy" only means something when RL moved off its base.
+            if lo0 - 1e-9 <= target <= hi0 + 1e-9:
+                print(f"It lies inside RL's base interval [{100 * lo0:.1f}, {100 * hi0:.1f}]: RL did not measurably "
+                      "improve, so the cycle at which a method reaches it carries no signal.")
         for m in methods:
             hit = next((c for c in cycles if c > 0 and pooled.get((m, c), -1) >= target - 1e-9), None)
             print(f"* {m}: {'reaches it at cycle ' + str(hit) if hit else 'does not reach it'}")
