@@ -106,7 +106,7 @@ def summarize(args) -> None:
     key = "lenient_accuracy" if args.lenient else "accuracy"
     print("| cycle | " + " | ".join(f"{m} ({len({r['seed'] for (mm, _), rs in by.items() if mm == m for r in rs})} seeds)" for m in methods) + " |")
     print("|---|" + "---|" * len(methods))
-    pooled = {}
+    pooled, intervals = {}, {}
     column_seeds = {m: len({r["seed"] for (mm, _), rs in by.items() if mm == m for r in rs}) for m in methods}
     for c in cycles:
         cells = []
@@ -119,6 +119,7 @@ def summarize(args) -> None:
             k = sum(float(r[key]) * int(r["n"]) for r in rs)
             lo, hi = wilson(k, n)
             pooled[(m, c)] = k / n
+            intervals[(m, c)] = (lo, hi)
             seeds = len({r["seed"] for r in rs})
             # A cell pooled over fewer seeds than its column (a run still going, or cut short) says so.
             short = f" ({seeds} seed{'s' if seeds > 1 else ''})" if seeds < column_seeds[m] else ""
@@ -128,10 +129,8 @@ def summarize(args) -> None:
         final = max(c for (m, c) in pooled if m == "rl")
         target = pooled[("rl", final)]
         print(f"\nRL's final accuracy (cycle {final}): {100 * target:.1f}%.")
-        base_rows = by.get(("rl", 0), [])
-        if base_rows:
-            n0 = sum(int(r["n"]) for r in base_rows)
-            lo0, hi0 = wilson(sum(float(r[key]) * int(r["n"]) for r in base_rows), n0)
+        if ("rl", 0) in intervals:
+            lo0, hi0 = intervals[("rl", 0)]
             # "Reaching RL's final accuracy" only means something when RL moved off its base.
             if lo0 - 1e-9 <= target <= hi0 + 1e-9:
                 print(f"It lies inside RL's base interval [{100 * lo0:.1f}, {100 * hi0:.1f}]: RL did not measurably "
