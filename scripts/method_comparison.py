@@ -104,10 +104,10 @@ def summarize(args) -> None:
     methods = [m for m in ("rl", "opd", "combine", "combine+skills") if any(k[0] == m for k in by)]
     cycles = sorted({c for _, c in by})
     key = "lenient_accuracy" if args.lenient else "accuracy"
-    print("| cycle | " + " | ".join(f"{m} ({len({r['seed'] for (mm, _), rs in by.items() if mm == m for r in rs})} seeds)" for m in methods) + " |")
+    column_seeds = {m: len({r["seed"] for (mm, _), rs in by.items() if mm == m for r in rs}) for m in methods}
+    print("| cycle | " + " | ".join(f"{m} ({column_seeds[m]} seeds)" for m in methods) + " |")
     print("|---|" + "---|" * len(methods))
     pooled, intervals = {}, {}
-    column_seeds = {m: len({r["seed"] for (mm, _), rs in by.items() if mm == m for r in rs}) for m in methods}
     for c in cycles:
         cells = []
         for m in methods:
