@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import subprocess
+import json
 from pathlib import Path
 
 from tentalis_pipelines.evaluation.benchmarks import gate_decision
@@ -20,8 +20,30 @@ FIELDS = ["label", "seed", "commit", "checkpoint", "checkpoint_id", "minutes", "
           "lenient_accuracy", "format_rate", "vs_base", "vs_base_ci_low", "vs_base_ci_high", "promoted"]
 
 
-def rows_for(home: Path, seed: int, label: str, commit: str, benchmark: str = "arithmetic") -> list[dict]:
+def checkpoint_commits(lake: Lakehouse) -> dict[str, str]:
+    """checkpoint_id -> the short git commit of the code that trained it (``+dirty`` when that tree had
+    uncommitted changes), from the checkpoint's lineage manifest. Empty for a home without lineage."""
+    if not lake.exists("lineage"):
+        return {}
+    out = {}
+    for r in lake.read("lineage", columns=["checkpoint_id", "kind", "detail"]).to_pylist():
+        if r["kind"] != "manifest" or not r["detail"]:
+            continue
+        code = json.loads(r["detail"]).get("code_version") or {}
+        if code.get("git_commit"):
+            out[r["checkpoint_id"]] = code["git_commit"][:7] + ("+dirty" if code.get("git_dirty") else "")
+    return out
+
+
+def rows_for(home: Path, seed: int, label: str, commit: str | None = None, benchmark: str = "arithmetic") -> list[dict]:
+    """One row per evaluated checkpoint (the base first) of the home's held-out curve on ``benchmark``.
+
+    ``commit`` is each row's code commit as its checkpoint's lineage records it; the base row takes the
+    first checkpoint's (the run that measured the base trained it). ``commit`` is only the fallback for a
+    checkpoint without a lineage commit; with neither, the row's checkpoint is named in a ValueError.
+    """
     lake = Lakehouse(home / "lakehouse")
+    commits = checkpoint_commits(lake)
     start = min(t["created_at"] for t in lake.read("tasks", columns=["created_at"]).to_pylist())
     results = {r["checkpoint_id"]: r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark}
     ckpts = sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])
@@ -36,9 +58,13 @@ def rows_for(home: Path, seed: int, label: str, commit: str, benchmark: str = "a
         r = results.get(cid)
         if r is None:
             continue
+        ran = commits.get(ckpts[0]["checkpoint_id"] if cid == "base" and ckpts else cid) or commit
+        if not ran:
+            raise ValueError(f"{home}: checkpoint {cid} records no code commit in its lineage; name the commit "
+                             "whose code ran this home (--commit / --code-commit)")
         d = gate_decision(item_correctness(lake, cid, benchmark), base) if cid != "base" else None
         out.append({
-            "label": label, "seed": seed, "commit": commit, "checkpoint": i, "cycle": cycle_of[cid], "checkpoint_id": cid,
+            "label": label, "seed": seed, "commit": ran, "checkpoint": i, "cycle": cycle_of[cid], "checkpoint_id": cid,
             "minutes": round((r["created_at"] - start).total_seconds() / 60, 1), "accuracy": round(r["accuracy"], 4),
             "ci_low": round(r["ci_low"], 4), "ci_high": round(r["ci_high"], 4), "lenient_accuracy": round(r["lenient_accuracy"], 4),
             "format_rate": round(r["format_rate"], 4), "vs_base": "" if d is None else round(d.diff, 4),
@@ -53,11 +79,10 @@ def main() -> None:
     ap.add_argument("--home", type=Path, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--label", required=True)
-    ap.add_argument("--commit", default=None)
+    ap.add_argument("--commit", default=None, help="only for checkpoints whose lineage records no code commit")
     ap.add_argument("--out", type=Path, default=Path("docs/learning_runs.csv"))
     args = ap.parse_args()
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    rows = rows_for(args.home, args.seed, args.label, commit)
+    rows = rows_for(args.home, args.seed, args.label, args.commit)
     new = not args.out.exists()
     with args.out.open("a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")

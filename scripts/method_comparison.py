@@ -54,7 +54,9 @@ def run(args) -> None:
         subprocess.run([*tentalis, "init", *model], env=env, check=True, cwd=ROOT)
         print("$", " ".join(cmd), f"(home {home})", flush=True)
         subprocess.run(cmd, env=env, check=True, cwd=ROOT)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    # Each row's commit is the code that trained its checkpoint (its lineage), not this checkout's HEAD at
+    # export time: an exported home may have run from another worktree or an older commit.
+    commit = args.code_commit
     label = args.label or f"{args.method}{'+skills' if args.skills else ''} seed {args.seed}"
     rows = []
     for r in rows_for(home, args.seed, label, commit, benchmark=args.tasks):
@@ -64,7 +66,7 @@ def run(args) -> None:
                      "lenient_accuracy": r["lenient_accuracy"], "format_rate": r["format_rate"], "ci_low": r["ci_low"],
                      "ci_high": r["ci_high"], "vs_base": r["vs_base"], "vs_base_ci_low": r["vs_base_ci_low"],
                      "vs_base_ci_high": r["vs_base_ci_high"], "promoted": r["promoted"], "minutes": r["minutes"],
-                     "commit": commit, "label": label})
+                     "commit": r["commit"], "label": label})
     out = Path(args.out)
     # A resumed home is exported again: its rows replace the ones exported before (same method, skills,
     # task set, seed and cycle), so a run continued in a later session adds up without duplicates.
@@ -154,6 +156,8 @@ def main() -> None:
     r.add_argument("--label", default=None)
     r.add_argument("--out", default=str(DEFAULT_OUT))
     r.add_argument("--export-only", action="store_true", help="only append the rows of an existing --home (e.g. a run cut short)")
+    r.add_argument("--code-commit", default=None,
+                   help="the commit whose code ran the home, only for checkpoints whose lineage records none")
     r.add_argument("learn_args", nargs="*", help="more `tentalis learn` options, after --")
     s = sub.add_parser("summarize")
     s.add_argument("--tasks", default="arithmetic")
