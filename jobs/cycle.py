@@ -17,13 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from dagster import DagsterInstance, Definitions, MultiPartitionKey
+from dagster import AssetKey, DagsterInstance, Definitions, MultiPartitionKey
 
 from assets.partitions import checkpoint_ids, task_batches
 from tentalis_pipelines import promotion
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths, data_dir
 from tentalis_pipelines.tasks.batches import (
+    interrupted_cycle_batch,
     next_generator_seed,
     register_dataset_batch,
     register_generated_batch,
@@ -112,8 +113,13 @@ def benchmark_partition(checkpoint_id: str, benchmark: str) -> MultiPartitionKey
 
 
 def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: CycleOptions,
-              on_run: Callable[[JobRun], None] | None = None, on_start: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Run one cycle; returns the batch id, the new checkpoint (or None) and the gate's decision."""
+              on_run: Callable[[JobRun], None] | None = None, on_start: Callable[[str], None] | None = None,
+              on_note: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Run one cycle; returns the batch id, the new checkpoint (or None) and the gate's decision.
+
+    Without an explicit seed, a cycle first resumes the batch an interrupted cycle of the same shape left
+    without trajectories (``interrupted_cycle_batch``; ``on_note`` is told), so a killed and resumed run
+    trains on the same tasks in the same cycles as one never killed."""
     lake = Lakehouse(paths.lakehouse)
     cycle = f"cycle-{uuid.uuid4().hex[:12]}"
     tags = {"tentalis/trigger": opts.trigger, "tentalis/cycle": cycle}
@@ -131,7 +137,17 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
             on_run(run)
         return run
 
-    if opts.task_source == "arithmetic":
+    resumed = None
+    if opts.seed is None:
+        resumed = interrupted_cycle_batch(paths.batches, task_source=opts.task_source, num_tasks=opts.num_tasks,
+                                          levels=tuple(opts.levels), settled=_settled_batches(lake, instance))
+    if resumed is not None:
+        batch_id = resumed
+        if not instance.has_dynamic_partition(task_batches.name, batch_id):
+            instance.add_dynamic_partitions(task_batches.name, [batch_id])
+        if on_note:
+            on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
+    elif opts.task_source == "arithmetic":
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
     else:
         root = data_dir()
@@ -144,7 +160,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     if opts.skills:
         skills_run = {**config, "ops": {"skills": {"config": opts.skills_config}}} if opts.skills_config else config
         step("skills_job", f"skills from the failures of {batch_id}", partition_key=batch_id, run_config=skills_run)
-    out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle}
+    out: dict[str, Any] = {"batch_id": batch_id, "checkpoint_id": None, "decision": None, "runs": runs, "cycle": cycle,
+                           "resumed": resumed is not None}
     if not opts.train:
         return out
     before = _checkpoint_ids(lake)
@@ -174,6 +191,18 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         step("promotion_job", f"promotion gate for {checkpoint_id}", run_config=gate_config)
         out["decision"] = next(d for d in promotion.decisions(lake, gate) if d["checkpoint_id"] == checkpoint_id)
     return out
+
+
+def _settled_batches(lake: Lakehouse, instance: DagsterInstance) -> set[str]:
+    """Batches past their rollouts: their trajectories materialized (even as zero rows, so a batch whose
+    every rollout was filtered is not retried forever), rows in ``trajectories``, or a checkpoint trained on them."""
+    settled = set(instance.get_materialized_partitions(AssetKey("trajectories")))
+    if lake.exists("trajectories"):
+        settled.update(lake.read("trajectories", columns=["batch_id"]).column("batch_id").unique().to_pylist())
+    if lake.exists("checkpoints"):
+        for r in lake.read("checkpoints", columns=["trained_on"]).to_pylist():
+            settled.update(r["trained_on"] or ())
+    return settled
 
 
 def _checkpoint_ids(lake: Lakehouse) -> list[str]:

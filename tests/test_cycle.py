@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from dagster import DagsterInstance
+import pytest
+from dagster import AssetMaterialization, DagsterInstance
 
 import jobs.cycle as cycle
 from tentalis_pipelines import promotion
@@ -60,3 +61,53 @@ def test_a_cycle_measures_an_incumbent_measured_with_other_skills_again_before_t
     decision = out["decision"]
     # Like with like: 8 vs 8 on the same 40 items, promoted; compared as first recorded it was 8 vs 30, rejected.
     assert (decision["incumbent"], decision["n_paired"], decision["diff"], decision["promote"]) == ("base", 40, 0.0, True)
+
+
+def test_a_cycle_resumes_the_batch_an_interrupted_cycle_left(home, tiny_model_dir, monkeypatch):
+    """Cycle 1 is killed in its rollouts; cycle 2 runs that same batch (arith-s1) instead of registering
+    arith-s2, and cycle 3, with arith-s1 trained on, moves on to arith-s2. A batch whose trajectories were
+    materialized with no rows is settled too, so it is never retried forever."""
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    calls: list[tuple[str, str | None]] = []
+    killed = {"rollout": True}
+
+    def run_job(defs, instance, name, *, partition_key=None, run_config=None, tags=None):
+        calls.append((name, str(partition_key) if partition_key else None))
+        if name == "rollout_job" and killed.pop("rollout", False):
+            raise KeyboardInterrupt  # the process dies mid-rollouts: nothing after this runs
+        if name == "train_job":
+            batch = next(p for n, p in reversed(calls) if n == "rollout_job")
+            cid = f"ck-{batch}"
+            adapter = ckpt.save_adapter(build_policy(tiny_model_dir, None, GRPOConfig()), paths.checkpoints, cid)
+            ckpt.record_checkpoint(lake, {"checkpoint_id": cid, "parent_id": None, "base_model": "tiny", "adapter_uri": str(adapter),
+                                          "algorithm": "grpo", "config": {}, "trained_on": [batch], "trajectory_ids": [],
+                                          "trajectory_count": 0, "metrics": {}, "promoted": False})
+        return cycle.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
+
+    monkeypatch.setattr(cycle, "run_job", run_job)
+    opts = cycle.CycleOptions(num_tasks=2, levels=(1,), resources={"trainer": {"config": {"promotion": "always"}}})
+    notes: list[str] = []
+    with DagsterInstance.ephemeral() as instance:
+        with pytest.raises(KeyboardInterrupt):
+            cycle.run_cycle(defs, instance, paths, opts)
+        second = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+        third = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+        # arith-s3's rollouts ran and materialized trajectories with no rows, then training failed.
+        instance.add_dynamic_partitions("task_batches", ["arith-s3-n2-l1"])
+        cycle.register_generated_batch(paths.batches, seed=3, num_tasks=2, levels=(1,))
+        instance.report_runless_asset_event(AssetMaterialization("trajectories", partition="arith-s3-n2-l1"))
+        fourth = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+    assert [second["batch_id"], third["batch_id"], fourth["batch_id"]] == ["arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1"]
+    assert [second["resumed"], third["resumed"], fourth["resumed"]] == [True, False, False]
+    assert [p for n, p in calls if n == "rollout_job"] == ["arith-s1-n2-l1", "arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1"]
+    assert notes == ["resuming arith-s1-n2-l1: an interrupted cycle registered it and wrote no trajectories"]
+    # A fresh instance (its run history lost) still sees what the lakehouse holds: trained-on batches and
+    # batches with trajectory rows; arith-s3, materialized with no rows in the old instance only, is not.
+    lake.write_batch("trajectories", "arith-s5-n2-l1", [
+        {"batch_id": "arith-s5-n2-l1", "rollout_id": "r0", "task_id": "t", "group_index": 0, "policy_version": "base",
+         "outcome_reward": 1.0, "format_reward": 0.0, "process_reward": None, "step_rewards": [], "manager_score": 0.0,
+         "overlong_penalty": 0.0, "reward": 1.0, "reward_weights": "{}", "advantage": 0.0, "step_advantages": [],
+         "advantage_mode": "outcome", "kept": True, "created_at": NOW}])
+    with DagsterInstance.ephemeral() as fresh:
+        assert cycle._settled_batches(lake, fresh) == {"arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1", "arith-s5-n2-l1"}

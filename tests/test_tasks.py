@@ -1,3 +1,4 @@
+import functools
 import json
 import os
 from datetime import datetime, timezone
@@ -158,3 +159,33 @@ def test_the_reserve_leaves_gsm8k_training_slices_where_they_were(tmp_path):
     assert rows[0]["question"].startswith("The result from the 40-item Statistics exam Marion and Ella took")
     held = [json.loads(x)["question"] for x in dataset_validation_lines(data_dir(), "gsm8k", DATASET_VALIDATION_ROWS)]
     assert len(set(held)) == 256 and not {r["question"] for r in rows} & set(held)
+
+
+def test_the_batch_an_interrupted_cycle_left_is_the_next_cycles_batch(tmp_path):
+    """A cycle killed between registering its batch and writing its trajectories leaves that batch; the
+    next cycle of the same shape resumes it, and only it (the newest of its sequence, not yet settled)."""
+    from tentalis_pipelines.tasks.batches import (
+        interrupted_cycle_batch,
+        register_dataset_batch,
+        register_generated_batch,
+        register_nightly_batch,
+    )
+
+    data = tmp_path / "data"
+    _gsm8k_train(data, 40)
+    batches = tmp_path / "batches"
+    b0, b1, b2 = (register_dataset_batch(batches, data, "gsm8k", num_tasks=4) for _ in range(3))
+    find = functools.partial(interrupted_cycle_batch, batches, task_source="gsm8k", num_tasks=4, levels=(1,))
+    assert find(settled={b0, b1}) == b2  # b2 was registered and never reached its trajectories
+    assert find(settled={b0, b1, b2}) is None  # every batch settled: register the next one
+    assert find(settled={b0, b2}) is None  # b1 is an old gap, not the cycle in progress
+    assert interrupted_cycle_batch(batches, task_source="gsm8k", num_tasks=8, levels=(1,), settled=set()) is None  # other shape
+
+    arith = tmp_path / "arith"
+    s1, s2 = (register_generated_batch(arith, seed=s, num_tasks=8, levels=(1,)) for s in (1, 2))
+    find = functools.partial(interrupted_cycle_batch, arith, task_source="arithmetic", num_tasks=8, levels=(1,))
+    assert (s2, find(settled={s1})) == ("arith-s2-n8-l1", "arith-s2-n8-l1")
+    assert find(settled={s1, s2}) is None
+    assert interrupted_cycle_batch(arith, task_source="arithmetic", num_tasks=8, levels=(1, 2), settled={s1}) is None
+    register_nightly_batch(arith, day="20261123", num_tasks=8, levels=(1,))  # seed 3: the schedule's, not a cycle's
+    assert find(settled={s1}) is None

@@ -81,7 +81,8 @@ def _execute_cycle(opts, label: str) -> dict:
 
     try:
         with status:
-            return run_cycle(defs, instance, _paths(None), opts, on_run=finished, on_start=started)
+            return run_cycle(defs, instance, _paths(None), opts, on_run=finished, on_start=started,
+                             on_note=lambda note: console.print(f"  [yellow]↻[/] {note}"))
     except CycleFailed as exc:
         _fail(str(exc), 1)
     except (ValueError, OSError) as exc:  # refused before any job ran (a bad seed, a full disk)

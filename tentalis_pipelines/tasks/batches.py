@@ -13,6 +13,7 @@ import os
 import re
 import stat
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -208,6 +209,37 @@ def next_generator_seed(batches_dir: Path) -> int:
         if m.get("kind") == "arithmetic" and m["seed"] < HELD_OUT_SEED_BASE:
             used.append(m["seed"])
     return max(used) + 1
+
+
+def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...],
+                            settled: Collection[str], shuffle_seed: int = 0) -> str | None:
+    """The batch that a cycle of this shape registered last and left unfinished, or None.
+
+    A cycle registers the next batch of its source (the next seed, or the next slice of a dataset's
+    order) and then writes its trajectories. Killed in between (rollouts half done), it leaves a
+    registered batch with no trajectories; without this, the next cycle would register the batch after
+    it, so a run killed and resumed trains on other tasks in its later cycles than the same run never
+    killed. ``settled`` is every batch that has trajectories or a checkpoint trained on it; only the
+    newest batch of the sequence qualifies (an older gap is not a cycle in progress), and for
+    arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's).
+    """
+    batches_dir = Path(batches_dir)
+    newest: str | None = None
+    if task_source == "arithmetic":
+        seeds = {}
+        for manifest in batches_dir.glob("*/manifest.json"):
+            m = json.loads(manifest.read_text())
+            if m.get("kind") == "arithmetic" and m["seed"] < HELD_OUT_SEED_BASE:
+                seeds.setdefault(m["seed"], []).append(manifest.parent.name)
+        if seeds:
+            top = max(seeds)
+            if seeds[top] == [generated_batch_id(top, num_tasks, tuple(levels))]:
+                newest = seeds[top][0]
+    else:
+        prefix = f"{task_source}-train-p{shuffle_seed}-n{num_tasks}-"
+        done = sorted(p.name for p in batches_dir.glob(prefix + "*") if (p / "manifest.json").exists())
+        newest = done[-1] if done else None
+    return newest if newest is not None and newest not in settled else None
 
 
 def batch_manifest(batches_dir: Path, batch_id: str) -> dict[str, Any]:
