@@ -70,9 +70,13 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
     partition never exists without its input). Returns the batch id."""
     seed = seed if seed is not None else next_generator_seed(paths.batches)
     batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
+    _ensure_batch_partition(instance, batch_id)
+    return batch_id
+
+
+def _ensure_batch_partition(instance: DagsterInstance, batch_id: str) -> None:
     if not instance.has_dynamic_partition(task_batches.name, batch_id):
         instance.add_dynamic_partitions(task_batches.name, [batch_id])
-    return batch_id
 
 
 def failure_summary(result) -> str:
@@ -143,8 +147,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
                                           levels=tuple(opts.levels), settled=_settled_batches(lake, instance))
     if resumed is not None:
         batch_id = resumed
-        if not instance.has_dynamic_partition(task_batches.name, batch_id):
-            instance.add_dynamic_partitions(task_batches.name, [batch_id])
+        _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
     elif opts.task_source == "arithmetic":
@@ -154,8 +157,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         if root is None:
             raise ValueError(f"task source {opts.task_source!r} reads its training split from TENTALIS_DATA_DIR, which is not set")
         batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks)
-        if not instance.has_dynamic_partition(task_batches.name, batch_id):
-            instance.add_dynamic_partitions(task_batches.name, [batch_id])
+        _ensure_batch_partition(instance, batch_id)
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
     if opts.skills:
         skills_run = {**config, "ops": {"skills": {"config": opts.skills_config}}} if opts.skills_config else config

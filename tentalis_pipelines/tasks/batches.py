@@ -203,12 +203,17 @@ def register_nightly_batch(batches_dir: Path, day: str, *, num_tasks: int, level
 
 def next_generator_seed(batches_dir: Path) -> int:
     """The smallest training seed above every seed already used by a registered generated batch."""
-    used = [0]
-    for manifest in batches_dir.glob("*/manifest.json"):
+    return max(_generated_batches(batches_dir), default=0) + 1
+
+
+def _generated_batches(batches_dir: Path) -> dict[int, list[str]]:
+    """``{training seed: ids of the registered generated batches with that seed}``."""
+    seeds: dict[int, list[str]] = {}
+    for manifest in Path(batches_dir).glob("*/manifest.json"):
         m = json.loads(manifest.read_text())
         if m.get("kind") == "arithmetic" and m["seed"] < HELD_OUT_SEED_BASE:
-            used.append(m["seed"])
-    return max(used) + 1
+            seeds.setdefault(m["seed"], []).append(manifest.parent.name)
+    return seeds
 
 
 def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...],
@@ -223,21 +228,15 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
     newest batch of the sequence qualifies (an older gap is not a cycle in progress), and for
     arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's).
     """
-    batches_dir = Path(batches_dir)
     newest: str | None = None
     if task_source == "arithmetic":
-        seeds = {}
-        for manifest in batches_dir.glob("*/manifest.json"):
-            m = json.loads(manifest.read_text())
-            if m.get("kind") == "arithmetic" and m["seed"] < HELD_OUT_SEED_BASE:
-                seeds.setdefault(m["seed"], []).append(manifest.parent.name)
+        seeds = _generated_batches(batches_dir)
         if seeds:
             top = max(seeds)
             if seeds[top] == [generated_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
     else:
-        prefix = f"{task_source}-train-p{shuffle_seed}-n{num_tasks}-"
-        done = sorted(p.name for p in batches_dir.glob(prefix + "*") if (p / "manifest.json").exists())
+        done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
     return newest if newest is not None and newest not in settled else None
 
@@ -272,6 +271,16 @@ DATASET_TRAIN_FILES = {"gsm8k": "gsm8k/train.jsonl"}
 DATASET_VALIDATION_ROWS = 256
 
 
+def _dataset_batch_prefix(dataset: str, num_tasks: int, shuffle_seed: int) -> str:
+    return f"{dataset}-train-p{shuffle_seed}-n{num_tasks}-"
+
+
+def _dataset_batches(batches_dir: Path, dataset: str, num_tasks: int, shuffle_seed: int) -> list[str]:
+    """The registered batches of one dataset slicing, in order (``…-0000``, ``…-0001``, …)."""
+    prefix = _dataset_batch_prefix(dataset, num_tasks, shuffle_seed)
+    return sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
+
+
 def _dataset_order(data_dir: Path, dataset: str, shuffle_seed: int) -> tuple[Path, list[str], list[int], int]:
     """(source file, its non-empty lines, their seeded order, how many of the order's tail are reserved)."""
     import random
@@ -301,14 +310,13 @@ def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, n
     run with the same seed sees the same tasks in the same cycles and no question twice. The order's
     last ``DATASET_VALIDATION_ROWS`` (at most a quarter) are the skills' validation set, never a batch."""
     source, lines, order, reserved = _dataset_order(data_dir, dataset, shuffle_seed)
-    prefix = f"{dataset}-train-p{shuffle_seed}-n{num_tasks}-"
-    done = sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
+    done = _dataset_batches(batches_dir, dataset, num_tasks, shuffle_seed)
     index = len(done)
     start = index * num_tasks
     if start + num_tasks > len(lines) - reserved:
         raise ValueError(f"{dataset} train has {len(lines)} questions, {reserved} of them the skills' validation set: "
                          f"{index} batches of {num_tasks} used them all")
-    batch_id = validate_batch_id(f"{prefix}{index:04d}")
+    batch_id = validate_batch_id(f"{_dataset_batch_prefix(dataset, num_tasks, shuffle_seed)}{index:04d}")
     folder = Path(batches_dir) / batch_id
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_write(folder / "tasks.jsonl", "\n".join(lines[i] for i in order[start:start + num_tasks]) + "\n")
