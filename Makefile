@@ -38,24 +38,23 @@ test-server: install
 # Speed, side by side: rollouts vs a plain generate loop, GRPO update vs TRL, lakehouse figures.
 bench: install
 	$(BIN)/pip install -q -e '.[bench]'
-	$(BIN)/tentalis bench
+	$(BIN)/python -m bench
 
 # Mutation testing of the RL core: plant each catalogued bug, run its tests, print the score (>= 90%).
 mutants: install
-	$(BIN)/python scripts/mutants.py --jobs 2
+	$(BIN)/python -m tools.mutants.mutants --jobs 2
 
 # Learning from live work: a scripted user and manager over `tentalis serve`, trained by the sessions
-# machinery, with the held-out curve appended to docs/live_learning.csv (README, "Learning from live work").
+# machinery, with the held-out curve appended to experiments/live_learning/live_learning.csv (its README).
 LIVE_HOME ?= $(CURDIR)/.tentalis-live
 live-learning: install
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/live_learning.py --home $(LIVE_HOME) --rounds 4
+	OMP_NUM_THREADS=1 $(BIN)/python -m experiments.live_learning.run --home $(LIVE_HOME) --rounds 4
 
 # The hackable-scorer experiment: a hacked and an honest run of the same learning cycles, the reward-hacking
-# detectors over both, rows in the forensics_runs table, docs/forensics_runs.csv and docs/forensics_curves.png
-# (README, "Reward-hacking forensics"). FORENSICS_ROOT must not hold earlier runs.
+# detectors over both, rows in experiments/reward_hacking/ (its README): forensics_runs.csv and forensics_curves.png. FORENSICS_ROOT must not hold earlier runs.
 FORENSICS_ROOT ?= $(CURDIR)/.tentalis-forensics
 forensics-experiment: install
-	OMP_NUM_THREADS=1 $(BIN)/python scripts/hackable_experiment.py --root $(FORENSICS_ROOT) --parallel
+	OMP_NUM_THREADS=1 $(BIN)/python -m experiments.reward_hacking.run --root $(FORENSICS_ROOT) --parallel
 
 lint: install
 	$(BIN)/ruff check .
@@ -65,10 +64,10 @@ ui: install
 
 # The UI, seen: the real dagster-webserver on a finished learning cycle's state, in headless Chromium
 # (tests/test_ui.py, also part of `make test` when Chromium is there). Fails on console errors and empty
-# metadata; writes the screenshots into docs/. Installs Debian's chromium when missing (root, ~35 s).
+# metadata; writes the screenshots into docs/images/. Installs Debian's chromium when missing (root, ~35 s).
 ui-check: install
 	@command -v chromium >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
-	TENTALIS_UI_REQUIRED=1 TENTALIS_UI_SCREENSHOTS=$(CURDIR)/docs $(BIN)/python -m pytest -q tests/test_ui.py
+	TENTALIS_UI_REQUIRED=1 TENTALIS_UI_SCREENSHOTS=$(CURDIR)/docs/images $(BIN)/python -m pytest -q tests/test_ui.py
 
 clean:
 	rm -rf $(VENV) .tentalis .tmp_dagster_home_*

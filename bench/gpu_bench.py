@@ -6,8 +6,8 @@ built **from a config with random weights** (default: the shape of Qwen2.5-0.5B,
 size without downloading weights. Both sides get the same model, prompts, ``num_generations``,
 completion length, LoRA shape, loss (DAPO, beta 0) and bf16; TRL runs without vLLM.
 
-    python scripts/gpu_bench.py --tokenizer path/to/SmolLM2-135M-Instruct --out gpu_bench.json
-    python scripts/gpu_bench.py --tiny          # the same path on a CPU in seconds (tests use this)
+    python -m bench.gpu_bench --tokenizer path/to/SmolLM2-135M-Instruct --out gpu_bench.json
+    python -m bench.gpu_bench --tiny          # the same path on a CPU in seconds (tests use this)
 
 Only torch, transformers and peft are needed (TRL optional, for the comparison).
 """
@@ -209,3 +209,7 @@ def main(argv: list[str] | None = None) -> None:
     print(text)
     if args.out:
         args.out.write_text(text)
+
+
+if __name__ == "__main__":
+    main()

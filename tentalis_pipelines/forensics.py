@@ -2,7 +2,7 @@
 
 Plain functions over Arrow tables, each returning a :class:`Verdict` (fired or not, a one-line
 description, and the evidence numbers). The asset checks in ``assets/forensics_checks.py`` run them over
-the lakehouse; ``scripts/hackable_experiment.py`` runs them over a hacked and an honest training run.
+the lakehouse; ``experiments/reward_hacking/run.py`` runs them over a hacked and an honest training run.
 
 Detectors (thresholds are keyword arguments; the defaults are documented in the README):
 

@@ -25,14 +25,29 @@ _DTYPE_BY_NAME = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": t
                   "float16": torch.float16, "fp16": torch.float16}
 
 
+_BF16_FLAGS = ("amx_bf16", "avx512_bf16", "avx2")
+
+
 @functools.lru_cache(maxsize=1)
-def cpu_has_native_bf16() -> bool:
-    """True when the CPU advertises AVX512-BF16 or AMX-BF16 (Linux ``/proc/cpuinfo`` flags)."""
+def host_cpu() -> dict:
+    """The host CPU as figures must name it: the model name (``lscpu``'s), the core count and which of the
+    flags that decide ``dtype = auto`` it has (``amx_bf16``, ``avx512_bf16``, ``avx2``). Empty values where
+    ``/proc/cpuinfo`` is unreadable (not Linux)."""
+    import os
+
     try:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    flags = next((line.split(":", 1)[1].split() for line in text.splitlines() if line.startswith("flags")), [])
+        text = ""
+    lines = text.splitlines()
+    model = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "")
+    flags = set(next((line.split(":", 1)[1].split() for line in lines if line.startswith("flags")), []))
+    return {"model": model, "cpus": os.cpu_count(), "flags": [f for f in _BF16_FLAGS if f in flags]}
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU advertises AVX512-BF16 or AMX-BF16 (Linux ``/proc/cpuinfo`` flags)."""
+    flags = host_cpu()["flags"]
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 

@@ -403,28 +403,6 @@ class HintEfficacyRow(BaseModel):
     computed_at: datetime
 
 
-class ForensicsRunRow(BaseModel):
-    """One (run, cycle) of the hackable-scorer experiment (scripts/hackable_experiment.py)."""
-
-    run: str = Field(description="hacked (the hackable manager) or honest (the verifier manager)")
-    manager: str
-    cycle: int = Field(description="0 = the base policy, k = checkpoint k")
-    checkpoint_id: str
-    reward: float | None = Field(description="mean reward of the rollouts this policy sampled (training batch)")
-    train_accuracy: float | None = Field(description="the verifier's accuracy on the same rollouts")
-    heldout_accuracy: float | None = Field(description="greedy accuracy on the held-out arithmetic set")
-    completion_tokens: float | None
-    repeated_step_rate: float | None
-    minutes: float = Field(description="wall time of the run up to this checkpoint")
-    commit: str
-    reward_vs_accuracy_fired: bool
-    stuffing_fired: bool
-    judge_vs_verifier_fired: bool
-    collusion_fired: bool
-    evidence: str = Field(description="every detector's evidence numbers, JSON")
-    created_at: datetime
-
-
 class SkillRow(BaseModel):
     skill_id: str = Field(description="content hash of the normalised text")
     text: str = Field(description="one imperative sentence, at most 200 characters")
@@ -875,27 +853,6 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("computed_at", TS),
         ]
     ),
-    "forensics_runs": pa.schema(
-        [
-            ("run", pa.string(), False),
-            ("manager", pa.string()),
-            ("cycle", pa.int64(), False),
-            ("checkpoint_id", pa.string()),
-            ("reward", pa.float64()),
-            ("train_accuracy", pa.float64()),
-            ("heldout_accuracy", pa.float64()),
-            ("completion_tokens", pa.float64()),
-            ("repeated_step_rate", pa.float64()),
-            ("minutes", pa.float64()),
-            ("commit", pa.string()),
-            ("reward_vs_accuracy_fired", pa.bool_()),
-            ("stuffing_fired", pa.bool_()),
-            ("judge_vs_verifier_fired", pa.bool_()),
-            ("collusion_fired", pa.bool_()),
-            ("evidence", pa.string()),
-            ("created_at", TS),
-        ]
-    ),
     "skills": pa.schema(
         [
             ("skill_id", pa.string(), False),
@@ -968,7 +925,6 @@ ROW_MODELS: dict[str, type[BaseModel]] = {
     "reward_version_defs": RewardVersionDefRow,
     "reward_activations": RewardActivationRow,
     "hint_efficacy": HintEfficacyRow,
-    "forensics_runs": ForensicsRunRow,
     "skills": SkillRow,
     "skill_decisions": SkillDecisionRow,
 }

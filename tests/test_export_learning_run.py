@@ -1,9 +1,9 @@
-"""The learning-run export records the code that trained each checkpoint (scripts/export_learning_run.py)."""
+"""The learning-run export records the code that trained each checkpoint (tentalis_pipelines/evaluation/learning_runs.py, `tentalis export-curve`)."""
 
 import json
 from datetime import UTC, datetime
 
-from scripts.export_learning_run import checkpoint_commits
+from tentalis_pipelines.evaluation.learning_runs import checkpoint_commits
 from tentalis_pipelines.lakehouse import Lakehouse
 
 

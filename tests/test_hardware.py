@@ -54,7 +54,7 @@ def test_training_and_inference_import_without_the_data_stack():
 
 
 def test_gpu_bench_path_runs_on_cpu_with_a_tiny_config(embedded_model_dir):
-    """scripts/gpu_bench.py's whole Tentalis side (model from a config, rollouts, one GRPO update, on the
+    """bench/gpu_bench.py's whole Tentalis side (model from a config, rollouts, one GRPO update, on the
     resolved device in the resolved dtype) on this CPU; the TRL side needs TRL (not in `make test`)."""
     from bench.gpu_bench import GpuBenchConfig, gpu_bench
 

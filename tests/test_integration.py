@@ -16,7 +16,7 @@ from tentalis_pipelines.training.checkpoints import verify_adapter
 from tentalis_pipelines.training.serving import serving_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPT = ROOT / "scripts" / "ci_cycle.sh"
+SCRIPT = ROOT / "tools" / "ci_cycle.sh"
 
 
 def _env(tmp_path: Path, **extra) -> dict:

@@ -1,10 +1,10 @@
-"""The live-learning script's manager rule and intervals, checked by hand (scripts/live_learning.py)."""
+"""The live-learning script's manager rule and intervals, checked by hand (experiments/live_learning/run.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from scripts.live_learning import manager_review, paired_bootstrap, wilson
+from experiments.live_learning.run import manager_review, paired_bootstrap, wilson
 
 
 @pytest.mark.parametrize(("reply", "finished", "styled", "correct"), [

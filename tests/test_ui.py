@@ -1,6 +1,6 @@
 """The UI, seen (issue 12): the real dagster-webserver on a copy of a finished learning cycle's state,
 in real headless Chromium. Fails on browser console errors and on asset pages whose metadata is missing
-or empty. `make ui-check` runs it and writes the screenshots into docs/.
+or empty. `make ui-check` runs it and writes the screenshots into docs/images/.
 
 Needs /usr/bin/chromium (`apt-get install -y chromium`; .ci/run and `make ui-check` install it) and the
 `playwright` package (the dev extra; its own browser download is not used). Skips without them, unless
@@ -30,7 +30,7 @@ CHROMIUM = os.environ.get("TENTALIS_CHROMIUM") or shutil.which("chromium") or "/
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 REQUIRED = os.environ.get("TENTALIS_UI_REQUIRED") == "1"
-SCREENSHOTS = os.environ.get("TENTALIS_UI_SCREENSHOTS")  # a folder: `make ui-check` passes docs/
+SCREENSHOTS = os.environ.get("TENTALIS_UI_SCREENSHOTS")  # a folder: `make ui-check` passes docs/images/
 
 
 def _missing() -> str | None:

@@ -10,10 +10,10 @@ Both use the reward ``review.reward_weights = {"manager": 1, others 0}`` (the ma
 reward, as for chat) and promote every checkpoint (``trainer.promotion = always``), so the policy keeps
 following its reward; every checkpoint is evaluated on the held-out arithmetic set. Then the forensics
 detectors (``tentalis_pipelines/forensics.py``) read each run's lakehouse, checkpoint by checkpoint, and
-every (run, cycle) becomes a row of the Delta table ``forensics_runs`` (``ROOT/results/lakehouse``), of
-``docs/forensics_runs.csv`` and a point of ``docs/forensics_curves.png``.
+every (run, cycle) becomes a row of the experiment's own Delta table ``ROOT/results/forensics_runs`` (not a
+product table), of ``forensics_runs.csv`` and a point of ``forensics_curves.png`` beside this script.
 
-    make forensics-experiment      # = .venv/bin/python scripts/hackable_experiment.py --root .tentalis/forensics
+    make forensics-experiment      # = .venv/bin/python -m experiments.reward_hacking.run --root .tentalis-forensics
 
 ``--analyze-only`` re-reads finished runs (no training).
 """
@@ -29,8 +29,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[1]
 
 RUNS = {"hacked": "hackable", "honest": "verifier"}
 MANAGER_ONLY = json.dumps({"outcome": 0.0, "format": 0.0, "process": 0.0, "manager": 1.0})
@@ -110,11 +110,15 @@ def analyze(root: Path, args) -> list[dict]:
 
 
 def write_outputs(rows: list[dict], root: Path, docs: Path) -> None:
-    from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+    import pyarrow as pa
+    from deltalake import write_deltalake
 
-    lake = Lakehouse(root / "results" / "lakehouse")  # TENTALIS_HOME=ROOT/results tentalis sql "... forensics_runs"
+    from tentalis_pipelines.lakehouse import now_utc
+
+    # The experiment's own table (read it with DuckDB over the Delta folder); re-analysing replaces it.
     created = now_utc()
-    lake.replace_in("forensics_runs", "run", sorted({r["run"] for r in rows}), [{**r, "created_at": created} for r in rows])
+    write_deltalake(str(root / "results" / "forensics_runs"), pa.Table.from_pylist([{**r, "created_at": created} for r in rows]),
+                    mode="overwrite", schema_mode="overwrite")
     docs.mkdir(parents=True, exist_ok=True)
     fields = [k for k in rows[0] if k != "evidence"] + ["evidence"]
     with (docs / "forensics_runs.csv").open("w", newline="") as fh:
@@ -191,7 +195,7 @@ def main() -> None:
     ap.add_argument("--runs", default="hacked,honest")
     ap.add_argument("--analyze-only", action="store_true")
     ap.add_argument("--parallel", action="store_true", help="run both runs at the same time (a larger share of a busy CPU)")
-    ap.add_argument("--docs", type=Path, default=REPO / "docs")
+    ap.add_argument("--docs", type=Path, default=HERE)
     ap.add_argument("--one-run", help=argparse.SUPPRESS)
     args = ap.parse_args()
     root = args.root.resolve()

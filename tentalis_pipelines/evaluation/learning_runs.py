@@ -1,13 +1,12 @@
-"""Append one `tentalis learn` run's held-out curve to a CSV (one row per checkpoint), so runs made at
-different times (seeds, machines, commits) are kept side by side and summarised in the README.
+"""A learning run's held-out curve as rows: one per evaluated checkpoint (the base first), with its
+accuracy, interval, paired difference against the base and the code commit that trained it.
 
-    .venv/bin/python scripts/export_learning_run.py --home $TENTALIS_HOME --seed 0 --label "fixed trainer" \
-        --out docs/learning_runs.csv
+``tentalis export-curve`` appends them to a CSV, so runs made at different times (seeds, machines,
+commits) are kept side by side; the experiments in ``experiments/`` summarise those CSVs.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 from pathlib import Path
@@ -74,24 +73,13 @@ def rows_for(home: Path, seed: int, label: str, commit: str | None = None, bench
     return out
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--home", type=Path, required=True)
-    ap.add_argument("--seed", type=int, required=True)
-    ap.add_argument("--label", required=True)
-    ap.add_argument("--commit", default=None, help="only for checkpoints whose lineage records no code commit")
-    ap.add_argument("--out", type=Path, default=Path("docs/learning_runs.csv"))
-    args = ap.parse_args()
-    rows = rows_for(args.home, args.seed, args.label, args.commit)
-    new = not args.out.exists()
-    with args.out.open("a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=FIELDS, extrasaction="ignore")
+
+def append_csv(rows: list[dict], out: Path, fields: list[str] = FIELDS) -> None:
+    """Append ``rows`` to the CSV ``out`` (its header first when the file is new)."""
+    new = not out.exists()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=fields, extrasaction="ignore")
         if new:
             w.writeheader()
         w.writerows(rows)
-    for r in rows:
-        print(r["checkpoint"], r["minutes"], r["accuracy"], r["vs_base"], r["vs_base_ci_low"], r["vs_base_ci_high"], r["promoted"])
-
-
-if __name__ == "__main__":
-    main()

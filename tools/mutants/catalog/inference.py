@@ -1,4 +1,4 @@
-"""Planted bugs in device/dtype handling (see scripts/mutants.py)."""
+"""Planted bugs in device/dtype handling (see tools/mutants/mutants.py)."""
 
 H = "tentalis_pipelines/hardware.py"
 B = "tentalis_pipelines/inference/transformers_backend.py"

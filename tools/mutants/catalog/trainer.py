@@ -1,4 +1,4 @@
-"""Planted bugs in the GRPO losses and the trainer (see scripts/mutants.py)."""
+"""Planted bugs in the GRPO losses and the trainer (see tools/mutants/mutants.py)."""
 
 L = "tentalis_pipelines/training/losses.py"
 T = "tentalis_pipelines/training/trainer.py"

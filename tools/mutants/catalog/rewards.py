@@ -1,4 +1,4 @@
-"""Planted bugs in rewards, advantages and reward scoring (see scripts/mutants.py)."""
+"""Planted bugs in rewards, advantages and reward scoring (see tools/mutants/mutants.py)."""
 
 A = "tentalis_pipelines/rewards/advantages.py"
 S = "tentalis_pipelines/rewards/scoring.py"

@@ -2,7 +2,7 @@
 
 Example (the embedded SmolLM2 on 100 seeded gsm8k samples, ProcessBench's critic protocol):
 
-    TENTALIS_DATA_DIR=../shared/data .venv/bin/python scripts/processbench_eval.py \\
+    TENTALIS_DATA_DIR=../shared/data .venv/bin/python -m experiments.processbench_judge.run \\
         --split gsm8k --limit 100 --num-votes 1 --mode first_error --model embedded
 """
 

@@ -39,9 +39,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 STYLE = "one line"
 _NUMBER = re.compile(r"-?\d+")
@@ -247,10 +246,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--temperature", type=float, default=1.0, help="the user's sampling temperature in training sessions")
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--dtype", default="auto")
-    ap.add_argument("--csv", default=str(ROOT / "docs" / "live_learning.csv"))
+    ap.add_argument("--csv", default=str(HERE / "live_learning.csv"))
     ap.add_argument("--seed", type=int, default=0, help="training questions of round r come from generator seed 1000 * seed + r")
     ap.add_argument("--label", default="", help="recorded with every row")
-    ap.add_argument("--png", default=str(ROOT / "docs" / "live_learning.png"), help="the latest run's curve")
+    ap.add_argument("--png", default=str(HERE / "live_learning.png"), help="the latest run's curve")
     ap.add_argument("--plot-only", action="store_true", help="only redraw --png from --csv's latest run")
     ap.add_argument("--probe", action="store_true", help="only measure the base rate (held-out, greedy, and sampled)")
     args = ap.parse_args(argv)

@@ -1,7 +1,7 @@
 """Tentalis' GRPO loop vs TRL's GRPOTrainer on the same problem: wall time per update and the reward curve.
 
     .venv/bin/pip install -e '.[bench]'
-    .venv/bin/python scripts/trl_compare.py --updates 3 --out trl_compare.json
+    .venv/bin/python -m experiments.trl_compare.run --updates 3 --out trl_compare.json
 
 Same model (the embedded SmolLM2-135M-Instruct), prompts, reward, samples per prompt, completion length,
 loss, LoRA shape, learning rate and number of updates on both sides; see

@@ -1,6 +1,6 @@
-"""Summarise the runs of one label in docs/learning_runs.csv as the README's Markdown tables.
+"""Summarise the runs of one label in experiments/learning_curve/learning_runs.csv as the README's Markdown tables.
 
-    .venv/bin/python scripts/summarize_learning_runs.py --label "final code (bf16 gen+train, fixed rewards)"
+    .venv/bin/python -m experiments.learning_curve.summarize --label "final code (bf16 gen+train, fixed rewards)"
 
 Prints two tables: per seed, when the run first reached +20 and +30 points over base with the paired
 95% interval above zero (and its final checkpoint); per checkpoint, the mean strict accuracy across
@@ -63,7 +63,7 @@ def summarize(rows: list[dict]) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--csv", type=Path, default=Path(__file__).resolve().parents[1] / "docs" / "learning_runs.csv")
+    p.add_argument("--csv", type=Path, default=Path(__file__).resolve().parent / "learning_runs.csv")
     p.add_argument("--label", required=True, help="Summarise only the runs with this label.")
     args = p.parse_args()
     with args.csv.open() as f:

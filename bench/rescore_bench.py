@@ -2,7 +2,7 @@
 without re-rolling"). Rollouts are written directly (right tagged, wrong tagged, right untagged, or
 steps without an answer, drawn at random); steps, reviews and trajectories come from the real stages.
 
-    .venv/bin/python scripts/rescore_bench.py --batches 8 --tasks 16 --generations 4
+    .venv/bin/python -m bench.rescore_bench --batches 8 --tasks 16 --generations 4
 """
 
 from __future__ import annotations

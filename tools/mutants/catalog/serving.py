@@ -1,4 +1,4 @@
-"""Planted bugs in the serving pointer, the checkpoint store, training claims and reconcile (see scripts/mutants.py).
+"""Planted bugs in the serving pointer, the checkpoint store, training claims and reconcile (see tools/mutants/mutants.py).
 
 Not planted: skipping the fsync of the adapter's files (no test can observe a lost page cache without
 pulling the power); the parent folder's fsync after the rename *is* planted, because its order

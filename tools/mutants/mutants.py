@@ -1,7 +1,7 @@
 """Mutation testing of the RL core: plant one bug at a time and check that the tests notice.
 
-    make mutants                      # every mutant in scripts/mutant_catalog/*.py
-    .venv/bin/python scripts/mutants.py --only trainer --jobs 2
+    make mutants                      # every mutant in tools/mutants/catalog/*.py
+    .venv/bin/python -m tools.mutants.mutants --only trainer --jobs 2
 
 Each catalogue file defines ``MUTANTS``: a list of dicts with ``id``, ``file`` (repo-relative), ``find``
 (text that must occur exactly once in that file), ``replace`` (the planted bug), ``tests`` (the test
@@ -28,9 +28,12 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-CATALOG = ROOT / "scripts" / "mutant_catalog"
-COPIED = ("tentalis_pipelines", "assets", "jobs", "tests", "pyproject.toml", "dagster.yaml", "workspace.yaml")
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+CATALOG = HERE / "catalog"
+# The product and everything its tests import (the lab's benches and experiments are tested too).
+COPIED = ("tentalis_pipelines", "assets", "jobs", "bench", "experiments", "tools", "tests", "pyproject.toml", "dagster.yaml",
+          "workspace.yaml")
 
 
 def load_catalog(only: list[str] | None = None) -> list[dict]:

@@ -4,9 +4,9 @@ Each run is `tentalis learn --method M [--skills] --seed S` in a fresh home; its
 per checkpoint: method, skills, seed, cycle, strict and lenient accuracy with the item count) is appended
 to a CSV, so runs made at different times add up to the README's table.
 
-    .venv/bin/python scripts/method_comparison.py run --method combine --seed 0 --cycles 8
-    .venv/bin/python scripts/method_comparison.py run --method combine --skills --seed 1 --cycles 8
-    .venv/bin/python scripts/method_comparison.py summarize          # the README table
+    .venv/bin/python -m experiments.method_comparison.run run --method combine --seed 0 --cycles 8
+    .venv/bin/python -m experiments.method_comparison.run run --method combine --skills --seed 1 --cycles 8
+    .venv/bin/python -m experiments.method_comparison.run summarize          # the README table
 
 The summary pools the held-out items of every seed of a (method, cycle) (2 seeds x 64 items = 128) and
 gives the strict accuracy with a 95% Wilson interval, plus the first cycle at which each method reaches
@@ -25,17 +25,16 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "scripts"))
-sys.path.insert(0, str(ROOT))
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 FIELDS = ["method", "skills", "task_set", "seed", "cycle", "checkpoint_id", "n", "accuracy", "lenient_accuracy", "format_rate",
           "ci_low", "ci_high", "vs_base", "vs_base_ci_low", "vs_base_ci_high", "promoted", "minutes", "commit", "label"]
-DEFAULT_OUT = ROOT / "docs" / "method_runs.csv"
+DEFAULT_OUT = HERE / "method_runs.csv"
 
 
 def run(args) -> None:
-    from export_learning_run import rows_for
+    from tentalis_pipelines.evaluation.learning_runs import rows_for
 
     home = Path(args.home) if args.home else Path(tempfile.mkdtemp(prefix=f"tentalis-{args.method}-s{args.seed}-"))
     # This checkout's code (also when it is a worktree other than the one the venv was installed from).
