@@ -1,4 +1,4 @@
-"""Dagster assets: thin wrappers that read tables, call ``tentalis_pipelines.pipeline`` and write tables."""
+"""Dagster assets: thin wrappers that read tables, call a stage of ``tentalis_pipelines.stages`` and write tables."""
 
 from jobs.run_health import install as _install_run_health
 

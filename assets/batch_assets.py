@@ -15,12 +15,20 @@ from dagster import (
 from assets.external import human_reviews, reward_activations
 from assets.partitions import task_batches
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
-from tentalis_pipelines import contamination, pipeline, quality
+from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
+from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.rollouts import build_rollouts
+from tentalis_pipelines.stages.step_labels import build_step_labels
+from tentalis_pipelines.stages.step_scores import build_step_scores
+from tentalis_pipelines.stages.tasks import build_tasks
+from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
+from tentalis_pipelines.stages.trajectories import build_trajectories
 
 
-def stage_metadata(result: pipeline.StageResult, table: str, lake=None) -> dict:
+def stage_metadata(result: StageResult, table: str, lake=None) -> dict:
     """A stage's numbers and previews as Dagster metadata (markdown tables render on the asset page),
     with the standard row count and, given the lakehouse, the table's URI."""
     meta = {"dagster/row_count": MetadataValue.int(result.rows), "table": MetadataValue.text(table)}
@@ -42,7 +50,7 @@ def stage_metadata(result: pipeline.StageResult, table: str, lake=None) -> dict:
     return meta
 
 
-def to_materialize_result(result: pipeline.StageResult, table: str, lake=None, checks=()) -> MaterializeResult:
+def to_materialize_result(result: StageResult, table: str, lake=None, checks=()) -> MaterializeResult:
     return MaterializeResult(metadata=stage_metadata(result, table, lake), check_results=list(checks))
 
 
@@ -62,7 +70,7 @@ def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: 
     longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
     paths = lakehouse.paths()
     lake = lakehouse.lakehouse()
-    result = pipeline.build_tasks(lake, paths, context.partition_key, policy.settings())
+    result = build_tasks(lake, paths, context.partition_key, policy.settings())
     checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key,
                                                                          cache_dir=contamination.default_cache_dir(paths.home)))]
     return to_materialize_result(result, "tasks", lake, checks)
@@ -73,7 +81,7 @@ def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: 
 def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """`num_generations` sampled answers per task from the serving checkpoint (the serving pointer; or the base model)."""
     lake, settings = lakehouse.lakehouse(), policy.settings()
-    res = pipeline.build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)
+    res = build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)
     checks = [check_result("rollouts_per_task", quality.rollouts_per_task(lake, context.partition_key, settings.num_generations))]
     return to_materialize_result(res, "rollouts", lake, checks)
 
@@ -82,7 +90,7 @@ def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, polic
 def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """One score per parsed step: the calculator verifier, or the LLM judge with majority vote."""
     judge = review.judge(lakehouse.paths().models) if review.step_scorer == "judge" else None
-    res = pipeline.build_step_scores(lakehouse.lakehouse(), context.partition_key, scorer=review.step_scorer, judge=judge)
+    res = build_step_scores(lakehouse.lakehouse(), context.partition_key, scorer=review.step_scorer, judge=judge)
     return to_materialize_result(res, "step_scores", lakehouse.lakehouse())
 
 
@@ -94,7 +102,7 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
     # Built on first use: a sessions batch whose sessions all have a person's review loads no judge model.
     llm = partial(review.llm_manager, lakehouse.paths().models) if review.manager == "llm" else None
     lake = lakehouse.lakehouse()
-    res = pipeline.build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
+    res = build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
     checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]
     return to_materialize_result(res, "reviews", lake, checks)
 
@@ -108,7 +116,7 @@ def teacher_logprobs(
     log-probs of the student's own tokens under the policy given the hint and without it (off when trainer.w_opd = 0)."""
     lake = lakehouse.lakehouse()
     settings = policy.settings()
-    res = pipeline.build_teacher_logprobs(lake, lakehouse.paths(), context.partition_key, settings,
+    res = build_teacher_logprobs(lake, lakehouse.paths(), context.partition_key, settings,
                                           trainer.config(settings.max_new_tokens))
     return to_materialize_result(res, "teacher_logprobs", lake)
 
@@ -123,7 +131,7 @@ def trajectories(
     """Training-ready samples: outcome, format, process and manager rewards, their weighted sum and the group
     advantage; with a plot of the mean and the outcome reward per policy version over every batch."""
     lake = lakehouse.lakehouse()
-    res = pipeline.build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens),
+    res = build_trajectories(lake, context.partition_key, **trainer.trajectory_settings(policy.max_new_tokens),
                                       weights=review.weights())
     checks = [check_result("rewards_in_range", quality.rewards_in_range(lake, context.partition_key))]
     meta = stage_metadata(res, "trajectories", lake)
@@ -137,5 +145,5 @@ def trajectories(
 def step_labels(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """Math-Shepherd Monte-Carlo step labels (fraction of k continuations from each step prefix that
     reach the right answer): training data for a learned PRM. Not part of rollout_job: materialise on demand."""
-    res = pipeline.build_step_labels(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
+    res = build_step_labels(lakehouse.lakehouse(), lakehouse.paths(), context.partition_key, policy.settings())
     return to_materialize_result(res, "step_labels", lakehouse.lakehouse())

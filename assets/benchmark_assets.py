@@ -14,10 +14,11 @@ from assets.batch_assets import reviews, stage_metadata, tasks, teacher_logprobs
 from assets.partitions import checkpoint_ids
 from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
-from tentalis_pipelines import pipeline, promotion
+from tentalis_pipelines import promotion
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
 from tentalis_pipelines.evaluation.plots import accuracy_inline_markdown
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
+from tentalis_pipelines.stages.evaluation import benchmark_checkpoint
 
 # One partition per checkpoint ("base" for the base model) x benchmark.
 benchmark_partitions = MultiPartitionsDefinition(
@@ -40,32 +41,32 @@ def accuracy_plots(history: dict, benchmark: str) -> dict:
     metadata=table_definition_metadata("benchmark_results"),
 )
 def benchmark_results(
-    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, bench: BenchmarkResource
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, benchmark: BenchmarkResource
 ) -> MaterializeResult:
     """A checkpoint's accuracy on one benchmark (strict, lenient, format rate, 95% bootstrap interval),
     with one `benchmark_items` row per item. The promotion gate reads these (the `serving` asset)."""
     keys = context.partition_key.keys_by_dimension
-    checkpoint_id, benchmark = keys["checkpoint"], keys["benchmark"]
+    checkpoint_id, benchmark_name = keys["checkpoint"], keys["benchmark"]
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
-    res, _ = pipeline.benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark, limit=bench.limit, seed=bench.seed,
-                                           max_new_tokens=bench.max_new_tokens)
+    res, _ = benchmark_checkpoint(lake, paths, policy.settings(), checkpoint_id, benchmark_name, limit=benchmark.limit,
+                                  seed=benchmark.seed, max_new_tokens=benchmark.max_new_tokens)
     meta = stage_metadata(res, "benchmark_results", lake)
     meta["dagster/row_count"] = MetadataValue.int(1)  # the partition's one row; `n` counts the benchmark items
-    history = promotion.benchmark_history(lake, benchmark)
+    history = promotion.benchmark_history(lake, benchmark_name)
     meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
-    meta.update(accuracy_plots(history, benchmark))
+    meta.update(accuracy_plots(history, benchmark_name))
     return MaterializeResult(metadata=meta)
 
 
 @asset(deps=[benchmark_results, checkpoints], group_name="evaluation", kinds={"delta"})
-def learning_curve(lakehouse: LakehouseResource, bench: BenchmarkResource) -> MaterializeResult:
+def learning_curve(lakehouse: LakehouseResource, benchmark: BenchmarkResource) -> MaterializeResult:
     """Held-out accuracy (strict and lenient, 95% bootstrap intervals, paired difference against the base
     model) and format rate of every checkpoint on the gate benchmark, base first: the table and the plot
     (inline SVG and full PNG)."""
     lake = lakehouse.lakehouse()
-    history = promotion.benchmark_history(lake, bench.gate_benchmark)
-    return MaterializeResult(metadata={"benchmark": bench.gate_benchmark, "dagster/row_count": history["rows"],
-                                       "curve": MetadataValue.md(history["history"]), **accuracy_plots(history, bench.gate_benchmark)})
+    history = promotion.benchmark_history(lake, benchmark.gate_benchmark)
+    return MaterializeResult(metadata={"benchmark": benchmark.gate_benchmark, "dagster/row_count": history["rows"],
+                                       "curve": MetadataValue.md(history["history"]), **accuracy_plots(history, benchmark.gate_benchmark)})
 
 
 class ProcessBenchConfig(Config):

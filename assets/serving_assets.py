@@ -44,24 +44,24 @@ class GateConfig(Config):
                     "(with its numbers) and leaves the pointer where it was.")],
 )
 def serving(context: AssetExecutionContext, config: GateConfig, lakehouse: LakehouseResource,
-            bench: BenchmarkResource) -> MaterializeResult:
+            benchmark: BenchmarkResource) -> MaterializeResult:
     """What serves the next rollouts: the `serving` table's newest row. The promotion gate decides on a
     candidate checkpoint from `benchmark_results` and, on a pass, moves the pointer; every decision is a
     row of `gate_decisions`."""
     lake = lakehouse.lakehouse()
-    benchmark = bench.gate_benchmark
+    gate = benchmark.gate_benchmark
     candidate = config.checkpoint_id
     if candidate is None:
-        pending = promotion.undecided_checkpoints(lake, benchmark)
+        pending = promotion.undecided_checkpoints(lake, gate)
         candidate = pending[-1] if pending else None
-    meta: dict = {"gate_benchmark": benchmark, **table_uri_metadata(lake, "serving")}
+    meta: dict = {"gate_benchmark": gate, **table_uri_metadata(lake, "serving")}
     if candidate is None:
         current = serving_pointer.serving_checkpoint(lake)
         meta.update({"serving": current, "decision": "no checkpoint awaits a decision"})
         check = AssetCheckResult(check_name="promotion_gate", passed=True, metadata={"decision": "nothing to decide", "serving": current},
                                  description=f"no checkpoint awaits a gate decision; {current} serves")
         return MaterializeResult(metadata=meta, check_results=[check])
-    incumbent, decision = promotion.decide_promotion(lake, candidate, benchmark, margin=bench.gate_margin)
+    incumbent, decision = promotion.decide_promotion(lake, candidate, gate, margin=benchmark.gate_margin)
     current = serving_pointer.serving_checkpoint(lake)
     context.log.info(f"promotion gate for {candidate} vs {incumbent}: {decision.reason}")
     numbers = {k: MetadataValue.float(float(v)) for k, v in decision.as_dict().items() if isinstance(v, float)}
@@ -74,13 +74,13 @@ def serving(context: AssetExecutionContext, config: GateConfig, lakehouse: Lakeh
         severity=AssetCheckSeverity.WARN,
         description=decision.reason,
         metadata={"candidate": candidate, "incumbent": incumbent, "serving": current, "n_paired": decision.n_paired,
-                  "margin": MetadataValue.float(float(bench.gate_margin)), **numbers},
+                  "margin": MetadataValue.float(float(benchmark.gate_margin)), **numbers},
     )
     return MaterializeResult(metadata=meta, check_results=[check])
 
 
 def _history_table(lake) -> str:
-    from tentalis_pipelines.pipeline import markdown_table
+    from tentalis_pipelines.stages.common import markdown_table
 
     rows = serving_pointer.serving_history(lake)[-10:]
     return markdown_table([{k: r[k] for k in ("seq", "from_checkpoint", "to_checkpoint", "action", "actor", "reason")} for r in rows[::-1]])

@@ -7,9 +7,10 @@ from assets.batch_assets import reviews, rollouts, stage_metadata, tasks
 from assets.partitions import task_batches
 from assets.serving_assets import serving
 from assets.table_metadata import table_definition_metadata
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.skills.library import SkillSettings
+from tentalis_pipelines.stages.rollouts import current_policy
+from tentalis_pipelines.stages.skills import build_skills
 
 _D = SkillSettings()
 
@@ -46,7 +47,7 @@ def skills(context: AssetExecutionContext, config: SkillsConfig, lakehouse: Lake
         from tentalis_pipelines.skills.llm_distiller import LLMDistiller
 
         llm = LLMDistiller(review.llm_manager(paths.models).backend)
-    version, adapter = pipeline.current_policy(lake, paths)
+    version, adapter = current_policy(lake, paths)
     policy_settings = policy.settings()
 
     def make_backend():
@@ -54,7 +55,7 @@ def skills(context: AssetExecutionContext, config: SkillsConfig, lakehouse: Lake
 
         return policy_settings.make_backend(resolve_model(policy_settings.model, paths.models), adapter)
 
-    res = pipeline.build_skills(lake, context.partition_key, settings, policy_version=version if config.verify else None,
+    res = build_skills(lake, context.partition_key, settings, policy_version=version if config.verify else None,
                                 make_backend=make_backend if config.verify else None, llm=llm)
     meta = stage_metadata(res, "skills", lake)
     meta["policy_version"] = MetadataValue.text(version)

@@ -6,8 +6,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 from assets.batch_assets import rollouts, to_materialize_result, trajectories
 from assets.partitions import checkpoint_ids
 from assets.table_metadata import table_definition_metadata
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
+from tentalis_pipelines.stages.training import train_checkpoint
 
 
 @asset(deps=[trajectories, rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
@@ -18,7 +18,7 @@ def checkpoints(
     """A new LoRA checkpoint trained with GRPO on every fresh trajectory of the serving policy;
     recorded in `checkpoints` with its parent, batches, trajectory ids, config and metrics, and
     registered as a `checkpoint_ids` partition for its benchmarks."""
-    res = pipeline.train_checkpoint(
+    res = train_checkpoint(
         lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )

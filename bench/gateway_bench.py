@@ -48,7 +48,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _percentile(values: list[float], q: float) -> float:
+def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile (q in [0, 100]) of a non-empty list."""
     xs = sorted(values)
     k = max(0, min(len(xs) - 1, int(-(-q * len(xs) // 100)) - 1))
@@ -57,7 +57,7 @@ def _percentile(values: list[float], q: float) -> float:
 
 def _stats_ms(seconds: list[float]) -> dict[str, float]:
     ms = [s * 1000 for s in seconds]
-    return {"n": len(ms), "p50_ms": round(_percentile(ms, 50), 1), "p99_ms": round(_percentile(ms, 99), 1),
+    return {"n": len(ms), "p50_ms": round(percentile(ms, 50), 1), "p99_ms": round(percentile(ms, 99), 1),
             "mean_ms": round(statistics.fmean(ms), 1)}
 
 

@@ -213,7 +213,7 @@ def synthetic_batch(
 
 def _materialise(lake: Lakehouse, batch_id: str, rows: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
     """One batch through the five stages' lakehouse calls, with the reads each stage makes in
-    ``pipeline.py`` (the model and scoring work itself is left out). Returns seconds per stage."""
+    ``tentalis_pipelines/stages/`` (the model and scoring work itself is left out). Returns seconds per stage."""
     out = {}
     t0 = time.perf_counter()
     lake.quarantine([], batch_id=batch_id, stage="tasks")

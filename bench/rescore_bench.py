@@ -13,10 +13,12 @@ import tempfile
 import time
 from datetime import datetime, timezone
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
 from tentalis_pipelines.stages.rescore import activate_reward_version, rescore
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.step_scores import build_step_scores
+from tentalis_pipelines.stages.trajectories import build_trajectories
 
 
 def build(lake: Lakehouse, batches: int, tasks: int, generations: int, seed: int = 0) -> None:
@@ -43,9 +45,9 @@ def build(lake: Lakehouse, batches: int, tasks: int, generations: int, seed: int
                                  "seconds": 0.0, "created_at": now})
         lake.write_batch("tasks", bid, task_rows)
         lake.write_batch("rollouts", bid, rollouts)
-        pipeline.build_step_scores(lake, bid)
-        pipeline.build_reviews(lake, bid)
-        pipeline.build_trajectories(lake, bid)
+        build_step_scores(lake, bid)
+        build_reviews(lake, bid)
+        build_trajectories(lake, bid)
 
 
 def main() -> None:

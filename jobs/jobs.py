@@ -2,7 +2,7 @@
 
 A learning cycle is these jobs chained: by the automation in ``jobs/sensors.py`` (nightly batch ->
 rollouts -> training -> benchmarks -> gate), or run one after another by ``tentalis run`` / ``learn``
-and by CI (``jobs/cycle.py``). Every run belongs to its job, so the UI shows each stage's history.
+and by CI (``jobs/runner.py``). Every run belongs to its job, so the UI shows each stage's history.
 """
 
 from dagster import AssetSelection, define_asset_job

@@ -25,7 +25,7 @@ from dagster import (
 )
 
 from assets.partitions import checkpoint_ids, task_batches
-from tentalis_pipelines import pipeline, promotion, sessions
+from tentalis_pipelines import promotion, sessions
 from tentalis_pipelines.resources import (
     BenchmarkResource,
     CycleResource,
@@ -38,6 +38,8 @@ from tentalis_pipelines.settings import (
     session_review_wait_seconds,
     session_settle_seconds,
 )
+from tentalis_pipelines.stages.rollouts import current_policy
+from tentalis_pipelines.stages.training import untrained_trajectories
 from tentalis_pipelines.tasks.batches import (
     RefusedEntry,
     register_file_batch,
@@ -193,8 +195,8 @@ def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseRes
     no checkpoint has trained on, or when a nightly cycle's rollouts have finished and their trajectories
     are fresh. The run key is the data's state (table versions), so one state trains once."""
     lake, paths = lakehouse.lakehouse(), lakehouse.paths()
-    version, _ = pipeline.current_policy(lake, paths)
-    fresh = pipeline.fresh_trajectories(lake, version)
+    version, _ = current_policy(lake, paths)
+    fresh = untrained_trajectories(lake, version)
     n = fresh.num_rows
     cycle = sorted(set(fresh.column("batch_id").to_pylist()) & _finished_cycle_batches(context)) if n else []
     if n < trainer.fresh_trajectory_threshold and not cycle:
@@ -222,7 +224,7 @@ def nightly_learning_cycle(context: ScheduleEvaluationContext, lakehouse: Lakeho
 
 
 @sensor(job_name="benchmark_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
-def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource):
+def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResource, benchmark: BenchmarkResource):
     """Every checkpoint (and the base model) gets a run of every configured benchmark it has no result
     for, the gate benchmark first: one ``benchmark_results`` partition (checkpoint x benchmark) each.
     Results written by any path (the CLI, CI, a run from the UI) count, and run keys make each request once.
@@ -234,13 +236,13 @@ def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResour
     done = set()
     if lake.exists("benchmark_results"):
         done = {(r["checkpoint_id"], r["benchmark"]) for r in lake.read("benchmark_results", columns=["checkpoint_id", "benchmark"]).to_pylist()}
-    order = list(dict.fromkeys([bench.gate_benchmark, *bench.benchmarks]))
+    order = list(dict.fromkeys([benchmark.gate_benchmark, *benchmark.benchmarks]))
     todo = [(c, b, f"{c}|{b}") for c in ids for b in order if (c, b) not in done]
     # The gate compares like with like: an incumbent measured with other injected skills than the newest
     # undecided candidate is measured again, once per candidate (its own run key).
-    pending = promotion.undecided_checkpoints(lake, bench.gate_benchmark)
+    pending = promotion.undecided_checkpoints(lake, benchmark.gate_benchmark)
     if pending:
-        gate, candidate = bench.gate_benchmark, pending[-1]
+        gate, candidate = benchmark.gate_benchmark, pending[-1]
         incumbent = promotion.incumbent_for(lake, candidate)
         if (candidate, gate) in done and (incumbent, gate) in done and promotion.skill_mismatches(lake, candidate, incumbent, gate):
             todo.append((incumbent, gate, f"{incumbent}|{gate}|skills-of-{candidate}"))
@@ -252,18 +254,18 @@ def new_checkpoints(context: SensorEvaluationContext, lakehouse: LakehouseResour
 
 
 @sensor(job_name="promotion_job", minimum_interval_seconds=60, default_status=automation_sensor_status())
-def gate_ready(context: SensorEvaluationContext, lakehouse: LakehouseResource, bench: BenchmarkResource, trainer: TrainerResource):
+def gate_ready(context: SensorEvaluationContext, lakehouse: LakehouseResource, benchmark: BenchmarkResource, trainer: TrainerResource):
     """Runs the promotion gate for the newest checkpoint without a decision, once the gate benchmark's
     results of it and of its incumbent are in (``trainer.promotion = gate``)."""
     if trainer.promotion != "gate":
         return SkipReason(f"trainer.promotion = {trainer.promotion}: no gate")
     lake = lakehouse.lakehouse()
-    pending = promotion.undecided_checkpoints(lake, bench.gate_benchmark)
+    pending = promotion.undecided_checkpoints(lake, benchmark.gate_benchmark)
     if not pending:
         return SkipReason("no checkpoint awaits a gate decision")
     candidate = pending[-1]
-    missing = promotion.missing_results(lake, candidate, bench.gate_benchmark)
+    missing = promotion.missing_results(lake, candidate, benchmark.gate_benchmark)
     if missing:
-        return SkipReason(f"{candidate} waits for {bench.gate_benchmark} results of {', '.join(missing)}")
+        return SkipReason(f"{candidate} waits for {benchmark.gate_benchmark} results of {', '.join(missing)}")
     return RunRequest(run_key=f"gate|{candidate}", run_config={"ops": {"serving": {"config": {"checkpoint_id": candidate}}}},
                       tags={"tentalis/candidate": candidate})

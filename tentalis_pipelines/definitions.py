@@ -65,7 +65,7 @@ defs = Definitions(
         "policy": PolicyResource(),
         "review": ReviewResource(),
         "trainer": TrainerResource(),
-        "bench": BenchmarkResource(),
+        "benchmark": BenchmarkResource(),
         "cycle": CycleResource(),
     },
 )

@@ -122,7 +122,7 @@ class TrainerResource(ConfigurableResource):
     opd_teacher_model: str = mirrored(GRPOConfig, "opd_teacher_model")
     opd_clip: float = mirrored(GRPOConfig, "opd_clip")
     opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
-    promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the bench resource); always: promote on training")
+    promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
 
     def config(self, max_completion_length: int | None = None) -> GRPOConfig:

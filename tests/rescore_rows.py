@@ -13,9 +13,11 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.inference.base import Generation, SamplingParams
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.step_scores import build_step_scores
+from tentalis_pipelines.stages.trajectories import build_trajectories
 
 PROMPT = "Tom has 2 apples and buys 3 more. How many apples does he have?"
 COMPLETIONS = [("<step>2 + 3 = 5</step><answer>5</answer>", ["2 + 3 = 5"]),
@@ -43,9 +45,9 @@ def seed_batch(lake: Lakehouse, batch_id: str = "b1", *, manager: str = "verifie
          "prompt_tokens": 1, "completion_tokens": 1, "completion_token_ids": [1, 2], "sampling_logprobs": None, "finish_reason": "stop",
          "temperature": 0.8, "seconds": 0.1, "created_at": now}
         for i, (c, steps) in enumerate(COMPLETIONS)])
-    pipeline.build_step_scores(lake, batch_id)
-    pipeline.build_reviews(lake, batch_id, manager=manager)
-    pipeline.build_trajectories(lake, batch_id)
+    build_step_scores(lake, batch_id)
+    build_reviews(lake, batch_id, manager=manager)
+    build_trajectories(lake, batch_id)
 
 
 class ScriptedBackend:

@@ -126,7 +126,7 @@ def test_benchmarks_measure_then_the_serving_asset_gates_through_its_check(home,
     ckpt.record_checkpoint(lake, {"checkpoint_id": "ckpt-a", "parent_id": None, "base_model": "tiny", "adapter_uri": str(path),
                                   "algorithm": "grpo", "config": {}, "trajectory_ids": [], "trained_on": [], "trajectory_count": 0,
                                   "metrics": {}, "promoted": False})
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(limit=4, max_new_tokens=8),
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "benchmark": BenchmarkResource(limit=4, max_new_tokens=8),
                  "policy": PolicyResource(model=str(tiny_model_dir), max_new_tokens=8)}
     with DagsterInstance.ephemeral() as instance:
         result = new_checkpoints(build_sensor_context(instance=instance, resources=resources))
@@ -160,7 +160,7 @@ def test_a_rejection_is_a_failed_check_not_a_failed_run(home, tiny_model_dir):
                                   "metrics": {}, "promoted": False})
     lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "arithmetic"}, _items("base", [k < 30 for k in range(60)]))
     lake.replace_where("benchmark_items", {"checkpoint_id": "ckpt-bad", "benchmark": "arithmetic"}, _items("ckpt-bad", [k < 5 for k in range(60)]))
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource()}
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "benchmark": BenchmarkResource()}
     with DagsterInstance.ephemeral() as instance:
         res = materialize([serving], instance=instance, resources=resources, run_config={"ops": {"serving": {"config": {"checkpoint_id": "ckpt-bad"}}}})
         assert res.success  # the run succeeds: the rejection is the check's verdict

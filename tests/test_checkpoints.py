@@ -130,7 +130,7 @@ def test_reconcile_removes_old_orphan_folders_only(home, tiny_model_dir):
 def test_abandoned_promotion_makes_the_trajectories_fresh_again(home, tiny_model_dir):
     """A run that recorded its checkpoint and died before promoting, while someone else moved serving:
     reconcile abandons the promotion explicitly and the trajectories count as fresh again."""
-    from tentalis_pipelines.pipeline import fresh_trajectories
+    from tentalis_pipelines.stages.training import untrained_trajectories
 
     paths = Paths.from_env(home).ensure()
     lake = Lakehouse(paths.lakehouse)
@@ -148,10 +148,10 @@ def test_abandoned_promotion_makes_the_trajectories_fresh_again(home, tiny_model
     lake.append("training_claims", [{"claim_id": "claim-x", "event": "claimed", "policy_version": "base", "checkpoint_id": "ckpt-crashed",
                                      "promote": True, "trajectory_count": 4, "host": socket.gethostname(), "pid": _dead_pid(),
                                      "pid_start": None, "thread": 1, "run": "test", "reason": "", "created_at": now}])
-    assert fresh_trajectories(lake, "base").num_rows == 0
+    assert untrained_trajectories(lake, "base").num_rows == 0
     serving.promote(lake, "ckpt-other", actor="alice", reason="moved while the trainer was dead")
     report = ckpt.reconcile(lake, paths)
     assert report["claims_abandoned"] == ["claim-x"]
     assert serving.serving_checkpoint(lake) == "ckpt-other"  # a human's choice is never overridden
-    assert fresh_trajectories(lake, "base").num_rows == 4
+    assert untrained_trajectories(lake, "base").num_rows == 4
     assert ckpt.active_claims(lake) == []

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from tentalis_pipelines import contamination, pipeline, quality
+from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.contamination import ContaminationIndex, ContaminationIndexUnavailable, ReferenceItem
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.tasks import build_tasks
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 from tentalis_pipelines.tasks.batches import register_file_batch
 
@@ -102,14 +103,14 @@ def test_a_missing_benchmark_file_fails_closed_naming_the_file_and_the_fix(home,
     lake = Lakehouse(paths.lakehouse)
     monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
     with pytest.raises(ContaminationIndexUnavailable, match=r"gsm8k/test.jsonl.*TENTALIS_DATA_DIR is not set.*Fix: point TENTALIS_DATA_DIR"):
-        pipeline.build_tasks(lake, paths, batch_id)
+        build_tasks(lake, paths, batch_id)
     assert not lake.exists("tasks")  # nothing landed unscreened
     partial = tmp_path / "data"
     (partial / "gsm8k").mkdir(parents=True)
     (partial / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": "q?", "answer": "x\n#### 1"}) + "\n")
     monkeypatch.setenv("TENTALIS_DATA_DIR", str(partial))
     with pytest.raises(ContaminationIndexUnavailable, match=re.escape(str(partial / "math500" / "test.jsonl")) + " is missing"):
-        pipeline.build_tasks(lake, paths, batch_id)
+        build_tasks(lake, paths, batch_id)
     # the check on an already-landed batch fails too (it does not pass for want of an index)
     lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
     out = quality.no_held_out_items(lake, batch_id)
@@ -144,7 +145,7 @@ def test_a_gsm8k_test_question_verbatim_or_reworded_is_blocked_and_a_clean_batch
     src.write_text("".join(json.dumps(line) + "\n" for line in lines))
     batch_id = register_file_batch(paths.batches, src)
     lake = Lakehouse(paths.lakehouse)
-    res = pipeline.build_tasks(lake, paths, batch_id)
+    res = build_tasks(lake, paths, batch_id)
 
     landed = {t["task_id"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     assert landed == {f"train-{i}" for i in range(12)} | {f"arith-{i}" for i in range(8)}
@@ -279,7 +280,7 @@ def test_a_live_session_asking_a_reworded_test_question_is_not_trained_on(home, 
     land_session(lake, session_turns(tok, "s-leak", tool_session_script(question)))
     land_session(lake, session_turns(tok, "s-ok", tool_session_script()))
     batch_id = sessions.register_sessions_batch(paths.batches, ["s-leak", "s-ok"])
-    pipeline.build_tasks(lake, paths, batch_id)
+    build_tasks(lake, paths, batch_id)
     assert [t["task_id"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()] == ["s-ok"]
     (q,) = lake.read("quarantine").to_pylist()
     raw = json.loads(q["raw"])

@@ -1,4 +1,4 @@
-"""The order of a cycle's runs (``jobs.cycle.run_cycle``); the jobs themselves are tested with their assets.
+"""The order of a cycle's runs (``jobs.runner.run_cycle``); the jobs themselves are tested with their assets.
 
 Here each job run is replaced by what it writes to the lakehouse, so what is under test is only the
 orchestration: which partitions the cycle asks for, and when."""
@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 import pytest
 from dagster import AssetMaterialization, DagsterInstance
 
-import jobs.cycle as cycle
+import jobs.runner as runner
 from tentalis_pipelines import promotion
 from tentalis_pipelines.definitions import defs
 from tentalis_pipelines.lakehouse import Lakehouse
@@ -50,13 +50,13 @@ def test_a_cycle_measures_an_incumbent_measured_with_other_skills_again_before_t
             _measure(lake, ref, 8, ())  # today's verified skill set is empty, for every checkpoint
         elif name == "promotion_job":
             promotion.decide_promotion(lake, run_config["ops"]["serving"]["config"]["checkpoint_id"], "arithmetic")
-        return cycle.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
+        return runner.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
 
-    monkeypatch.setattr(cycle, "run_job", run_job)
-    opts = cycle.CycleOptions(num_tasks=2, seed=1, levels=(1,), resources={
-        "bench": {"config": {"benchmarks": ["arithmetic"], "gate_benchmark": "arithmetic"}}, "trainer": {"config": {"promotion": "gate"}}})
+    monkeypatch.setattr(runner, "run_job", run_job)
+    opts = runner.CycleOptions(num_tasks=2, seed=1, levels=(1,), resources={
+        "benchmark": {"config": {"benchmarks": ["arithmetic"], "gate_benchmark": "arithmetic"}}, "trainer": {"config": {"promotion": "gate"}}})
     with DagsterInstance.ephemeral() as instance:
-        out = cycle.run_cycle(defs, instance, paths, opts)
+        out = runner.run_cycle(defs, instance, paths, opts)
     assert calls == [("rollout_job", None), ("train_job", None), ("benchmark_job", "ck1"), ("benchmark_job", "base"), ("promotion_job", None)]
     decision = out["decision"]
     # Like with like: 8 vs 8 on the same 40 items, promoted; compared as first recorded it was 8 vs 30, rejected.
@@ -83,21 +83,21 @@ def test_a_cycle_resumes_the_batch_an_interrupted_cycle_left(home, tiny_model_di
             ckpt.record_checkpoint(lake, {"checkpoint_id": cid, "parent_id": None, "base_model": "tiny", "adapter_uri": str(adapter),
                                           "algorithm": "grpo", "config": {}, "trained_on": [batch], "trajectory_ids": [],
                                           "trajectory_count": 0, "metrics": {}, "promoted": False})
-        return cycle.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
+        return runner.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
 
-    monkeypatch.setattr(cycle, "run_job", run_job)
-    opts = cycle.CycleOptions(num_tasks=2, levels=(1,), resources={"trainer": {"config": {"promotion": "always"}}})
+    monkeypatch.setattr(runner, "run_job", run_job)
+    opts = runner.CycleOptions(num_tasks=2, levels=(1,), resources={"trainer": {"config": {"promotion": "always"}}})
     notes: list[str] = []
     with DagsterInstance.ephemeral() as instance:
         with pytest.raises(KeyboardInterrupt):
-            cycle.run_cycle(defs, instance, paths, opts)
-        second = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
-        third = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+            runner.run_cycle(defs, instance, paths, opts)
+        second = runner.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+        third = runner.run_cycle(defs, instance, paths, opts, on_note=notes.append)
         # arith-s3's rollouts ran and materialized trajectories with no rows, then training failed.
         instance.add_dynamic_partitions("task_batches", ["arith-s3-n2-l1"])
-        cycle.register_generated_batch(paths.batches, seed=3, num_tasks=2, levels=(1,))
+        runner.register_generated_batch(paths.batches, seed=3, num_tasks=2, levels=(1,))
         instance.report_runless_asset_event(AssetMaterialization("trajectories", partition="arith-s3-n2-l1"))
-        fourth = cycle.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+        fourth = runner.run_cycle(defs, instance, paths, opts, on_note=notes.append)
     assert [second["batch_id"], third["batch_id"], fourth["batch_id"]] == ["arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1"]
     assert [second["resumed"], third["resumed"], fourth["resumed"]] == [True, False, False]
     assert [p for n, p in calls if n == "rollout_job"] == ["arith-s1-n2-l1", "arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1"]
@@ -110,4 +110,4 @@ def test_a_cycle_resumes_the_batch_an_interrupted_cycle_left(home, tiny_model_di
          "overlong_penalty": 0.0, "reward": 1.0, "reward_weights": "{}", "advantage": 0.0, "step_advantages": [],
          "advantage_mode": "outcome", "kept": True, "created_at": NOW}])
     with DagsterInstance.ephemeral() as fresh:
-        assert cycle._settled_batches(lake, fresh) == {"arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1", "arith-s5-n2-l1"}
+        assert runner.settled_batches(lake, fresh) == {"arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1", "arith-s5-n2-l1"}

@@ -278,8 +278,9 @@ def test_the_checks_run_in_the_rollout_and_train_jobs():
 
 # ------------------------------------------------------------------- the hackable scorer and its weights
 def test_hackable_manager_pays_for_length_whatever_the_answer(tmp_path):
-    from tentalis_pipelines import pipeline
     from tentalis_pipelines.rewards.scoring import parse_weights
+    from tentalis_pipelines.stages.reviews import build_reviews
+    from tentalis_pipelines.stages.trajectories import build_trajectories
 
     lake = Lakehouse(tmp_path / "lake")
     b = "b0"
@@ -292,18 +293,18 @@ def test_hackable_manager_pays_for_length_whatever_the_answer(tmp_path):
                  "completion_tokens": 10, "finish_reason": "stop"}
                 for i, (rid, c) in enumerate([("right", short_right), ("wrong", long_wrong)])]
     lake.write_batch("rollouts", b, rollouts)
-    pipeline.build_reviews(lake, b, "hackable")
+    build_reviews(lake, b, "hackable")
     scores = {r["rollout_id"]: (r["manager"], r["score"]) for r in lake.read("reviews").to_pylist()}
     assert scores == {"right": ("hackable", round(9 / 160, 4)), "wrong": ("hackable", 1.0)}
     weights = parse_weights('{"outcome": 0, "format": 0, "process": 0, "manager": 1}')
-    pipeline.build_trajectories(lake, b, weights=weights)
+    build_trajectories(lake, b, weights=weights)
     traj = {t["rollout_id"]: t for t in lake.read("trajectories").to_pylist()}
     assert traj["wrong"]["reward"] == pytest.approx(1.0) and traj["right"]["reward"] == pytest.approx(9 / 160, abs=1e-4)
     assert traj["wrong"]["outcome_reward"] == 0.0 and traj["right"]["outcome_reward"] == 1.0  # the verifier still says who is right
     assert traj["wrong"]["advantage"] > 0 > traj["right"]["advantage"]  # ... but the hacked reward prefers the long wrong one
     # the verifier manager on the same rollouts, with the default weights, prefers the right answer
-    pipeline.build_reviews(lake, b, "verifier")
-    pipeline.build_trajectories(lake, b)
+    build_reviews(lake, b, "verifier")
+    build_trajectories(lake, b)
     traj = {t["rollout_id"]: t for t in lake.read("trajectories").to_pylist()}
     assert traj["right"]["advantage"] > 0 > traj["wrong"]["advantage"]
 

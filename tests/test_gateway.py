@@ -111,7 +111,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+def run_cli(home: Path, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {**os.environ, "TENTALIS_HOME": str(home)}
     return subprocess.run([sys.executable, "-m", "tentalis_pipelines.cli", *args], env=env, capture_output=True, text=True,
                           timeout=timeout, check=True)
@@ -166,21 +166,21 @@ class Server:
 @pytest.fixture(scope="module")
 def gateway(tmp_path_factory, tiny_model_dir):
     home = tmp_path_factory.mktemp("gateway-home")
-    keys = {"acme": _cli(home, "keys", "create", "--tenant", "acme").stdout.strip(),  # the CLI prints the key once
+    keys = {"acme": run_cli(home, "keys", "create", "--tenant", "acme").stdout.strip(),  # the CLI prints the key once
             "rival": create_key(home, "rival")[0]}
     server = Server(home, tiny_model_dir, "--flush-interval", "1", "--poll-seconds", "0.5").start()
     yield server, keys
     server.stop()
 
 
-def _client(server: Server, key: str, session: str | None = None):
+def gateway_client(server: Server, key: str, session: str | None = None):
     headers = {"X-Session-Id": session} if session else None
     return openai.OpenAI(base_url=server.url + "/v1", api_key=key, default_headers=headers, max_retries=0)
 
 
 def test_an_agent_session_with_a_tool_call_and_a_stream_lands_and_is_queryable(gateway, tiny_model_dir):
     server, keys = gateway
-    agent = _client(server, keys["acme"], "sess-agent-1")
+    agent = gateway_client(server, keys["acme"], "sess-agent-1")
     model = agent.models.list().data[0].id
     assert model == tiny_model_dir.name
     messages = [{"role": "system", "content": "You can add with the add tool."}, {"role": "user", "content": "What is 2+3?"}]
@@ -217,7 +217,7 @@ def test_an_agent_session_with_a_tool_call_and_a_stream_lands_and_is_queryable(g
     query = ("select 'turn' as kind, to_json(t) as row from turns t where session_id = 'sess-agent-1' "
              "union all select 'session', to_json(s) from sessions s where session_id = 'sess-agent-1' "
              "union all select 'review', to_json(r) from reviews r")
-    landed = [(r["kind"], json.loads(r["row"])) for r in json.loads(_cli(server.home, "sql", query, "--format", "json").stdout)]
+    landed = [(r["kind"], json.loads(r["row"])) for r in json.loads(run_cli(server.home, "sql", query, "--format", "json").stdout)]
     turns = sorted((row for kind, row in landed if kind == "turn"), key=lambda t: t["turn_index"])
     sessions = [row for kind, row in landed if kind == "session"]
     reviews = [row for kind, row in landed if kind == "review"]
@@ -308,7 +308,7 @@ def test_the_policy_switch_is_recorded_per_turn(gateway, tiny_model_dir):
     from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
 
     lake = Lakehouse(server.home / "lakehouse")
-    agent = _client(server, keys["acme"], "sess-switch")
+    agent = gateway_client(server, keys["acme"], "sess-switch")
     agent.chat.completions.create(model="tentalis", messages=[{"role": "user", "content": "a"}], max_tokens=2)
     model = build_policy(tiny_model_dir, None, GRPOConfig())
     path = ckpt.save_adapter(model, server.home / "checkpoints", "ckpt-live")

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from bench.gateway_bench import _percentile, gateway_benchmark
+from bench.gateway_bench import gateway_benchmark, percentile
 from tentalis_pipelines.lakehouse import Lakehouse
 
 
 def test_percentile_nearest_rank():
     xs = [float(i) for i in range(1, 101)]
-    assert _percentile(xs, 50) == 50.0 and _percentile(xs, 99) == 99.0 and _percentile(xs, 100) == 100.0
-    assert _percentile([3.0], 99) == 3.0 and _percentile([2.0, 1.0], 50) == 1.0
+    assert percentile(xs, 50) == 50.0 and percentile(xs, 99) == 99.0 and percentile(xs, 100) == 100.0
+    assert percentile([3.0], 99) == 3.0 and percentile([2.0, 1.0], 50) == 1.0
 
 
 def test_gateway_bench_invariants(tmp_path, tiny_model_dir):

@@ -5,10 +5,14 @@ from datetime import datetime, timezone
 
 from typer.testing import CliRunner
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.cli import app
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.step_labels import build_step_labels
+from tentalis_pipelines.stages.step_scores import build_step_scores
+from tentalis_pipelines.stages.trajectories import build_trajectories
 
 NOW = datetime.now(timezone.utc)
 
@@ -23,7 +27,7 @@ def _seed(lake: Lakehouse):
          "temperature": 0.8, "seconds": 0.1, "created_at": NOW}
         for i, (c, a) in enumerate([("<step>2 + 3 = 5</step><answer>5</answer>", "5"), ("<step>2 + 3 = 6</step><answer>6</answer>", "6")])
     ])
-    pipeline.build_step_scores(lake, "b1")
+    build_step_scores(lake, "b1")
 
 
 def test_import_quarantines_unknown_ids_and_is_idempotent(home, tmp_path):
@@ -52,7 +56,7 @@ def test_import_quarantines_unknown_ids_and_is_idempotent(home, tmp_path):
     assert sorted((r["rollout_id"], r["score"], str(r["imported_at"])) for r in lake.read("human_reviews").to_pylist()) == snapshot
     assert lake.table("human_reviews").version() <= versions + 1  # a no-op merge at most
 
-    res = pipeline.build_reviews(lake, "b1", manager="human")
+    res = build_reviews(lake, "b1", manager="human")
     reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist()}
     assert res.rows == 2 and reviews["r1"]["manager"] == "human" and reviews["r1"]["hint"] == "Recheck the sum."
     assert reviews["r0"]["score"] == 0.9
@@ -66,8 +70,8 @@ def test_missing_file_is_a_clear_error(home, tmp_path):
 def test_process_mode_trajectories_carry_per_step_advantages(home):
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
     _seed(lake)
-    pipeline.build_reviews(lake, "b1")
-    pipeline.build_trajectories(lake, "b1", advantage_mode="process")
+    build_reviews(lake, "b1")
+    build_trajectories(lake, "b1", advantage_mode="process")
     rows = {r["rollout_id"]: r for r in lake.read("trajectories").to_pylist()}
     assert rows["r0"]["advantage_mode"] == "process"
     # r0's only step is right (1.0), r1's is wrong (0.0): normalised across the group, opposite signs
@@ -93,10 +97,10 @@ def test_monte_carlo_step_labels(home):
     paths = Paths.from_env(home).ensure()
     lake = Lakehouse(paths.lakehouse)
     _seed(lake)
-    res = pipeline.build_step_labels(lake, paths, "b1", pipeline.PolicySettings(), k=4, backend=_ScriptedPolicy())
+    res = build_step_labels(lake, paths, "b1", PolicySettings(), k=4, backend=_ScriptedPolicy())
     labels = {r["rollout_id"]: r["label"] for r in lake.read("step_labels").to_pylist()}
     assert res.rows == 2 and labels == {"r0": 1.0, "r1": 0.25}
-    pipeline.build_step_labels(lake, paths, "b1", pipeline.PolicySettings(), k=4, backend=_ScriptedPolicy())
+    build_step_labels(lake, paths, "b1", PolicySettings(), k=4, backend=_ScriptedPolicy())
     assert lake.count("step_labels") == 2
 
 

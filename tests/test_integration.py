@@ -38,7 +38,7 @@ def test_ci_lines_run_a_full_cycle_with_the_gate_and_the_next_batch_uses_its_dec
     (tmp_path / "home" / "models" / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
     config = tmp_path / "run.yaml"
     config.write_text("resources:\n  policy: {config: {num_generations: 4, max_new_tokens: 48}}\n"
-                      "  bench: {config: {limit: 12, max_new_tokens: 48}}\n")
+                      "  benchmark: {config: {limit: 12, max_new_tokens: 48}}\n")
     env = _env(tmp_path, RUN_CONFIG=str(config), NUM_TASKS="4", SEED="3")
     out = subprocess.run(["bash", str(SCRIPT)], cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, (out.stdout[-2000:], out.stderr[-4000:])

@@ -10,7 +10,6 @@ from datetime import datetime, timedelta, timezone
 import pytest
 from dagster import AssetCheckSeverity, DagsterInstance, materialize
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.agreement import (
     DriftSettings,
@@ -22,6 +21,7 @@ from tentalis_pipelines.rewards.agreement import (
 from tentalis_pipelines.rewards.llm_manager import LLMManager
 from tentalis_pipelines.rewards.rescore import RescoreSpec
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.human_reviews import import_human_reviews
 from tentalis_pipelines.stages.judge_agreement import build_judge_agreement
 from tentalis_pipelines.stages.rescore import rescore
 from tests.rescore_rows import ScriptedBackend, seed_batch
@@ -42,7 +42,7 @@ def test_statistics_by_hand():
 def _import(lake: Lakehouse, tmp_path, scores: dict[str, float], name: str) -> None:
     f = tmp_path / f"{name}.jsonl"
     f.write_text("".join(json.dumps({"rollout_id": r, "score": s, "reviewer": "ana"}) + "\n" for r, s in scores.items()))
-    assert pipeline.import_human_reviews(lake, f)["applied"] == len(scores)
+    assert import_human_reviews(lake, f)["applied"] == len(scores)
 
 
 def _live(lake: Lakehouse, rollout_id: str, reviews: list[tuple[str, float, datetime]]) -> None:

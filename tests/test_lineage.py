@@ -16,10 +16,13 @@ import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
-from tentalis_pipelines import audit, lineage, pipeline, promotion, retraction
+from tentalis_pipelines import audit, lineage, promotion, retraction
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
+from tentalis_pipelines.stages.rollouts import current_policy
+from tentalis_pipelines.stages.training import train_checkpoint
 from tentalis_pipelines.training import serving
 from tentalis_pipelines.training.trainer import GRPOConfig
 
@@ -89,14 +92,14 @@ def cycles(tmp_path_factory, tiny_model_dir):
 
     mp = pytest.MonkeyPatch()
     mp.setattr(stage_training, "train_grpo", spy)
-    policy = pipeline.PolicySettings(model=str(tiny_model_dir))
+    policy = PolicySettings(model=str(tiny_model_dir))
     cfg = GRPOConfig(beta=0.0, per_step_rows=4, dtype="float32", device="cpu")
     ids = []
     try:
         for batch in ("b1", "b2", "b3"):
-            version, _ = pipeline.current_policy(lake, paths)
+            version, _ = current_policy(lake, paths)
             write_batch(lake, tok, batch, version)
-            ids.append(pipeline.train_checkpoint(lake, paths, policy, cfg, promote=True).metadata["checkpoint_id"])
+            ids.append(train_checkpoint(lake, paths, policy, cfg, promote=True).metadata["checkpoint_id"])
     finally:
         mp.undo()
     return {"home": home, "ids": ids, "seen": seen, "tok": tok}
@@ -351,7 +354,7 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
 
     versions = lineage.table_versions(lake)
     assert versions == {"tasks": 0, "rollouts": 1, "step_scores": 0, "reviews": 0, "trajectories": 0, "skills": 1}
-    fresh = lineage.order_trajectories(stage_training.fresh_trajectories(lake, "base", versions).to_pylist())
+    fresh = lineage.order_trajectories(stage_training.untrained_trajectories(lake, "base", versions).to_pylist())
     samples, by_id = stage_training.build_samples(lake, tok, fresh, versions)
     m = lineage.build_manifest(lake, checkpoint_id="ckpt-x", parent_id=None, policy_version="base", versions=versions, trajectories=fresh,
                                rollouts=by_id, samples=samples, config={}, base_model="tiny", model=str(tiny_model_dir))

@@ -30,7 +30,7 @@ from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tests.conftest import CACHE
-from tests.test_gateway import TOOLS, Server, _cli, _client
+from tests.test_gateway import TOOLS, Server, gateway_client, run_cli
 
 openai = pytest.importorskip("openai")
 
@@ -100,10 +100,10 @@ def test_a_served_session_with_a_tool_call_becomes_a_trajectory_masked_on_exactl
     home = tmp_path / "home"
     monkeypatch.setenv("TENTALIS_HOME", str(home))
     monkeypatch.setenv("TENTALIS_SESSION_SETTLE_SECONDS", "0")
-    key = _cli(home, "keys", "create", "--tenant", "acme").stdout.strip()
+    key = run_cli(home, "keys", "create", "--tenant", "acme").stdout.strip()
     server = Server(home, taught_model, "--flush-interval", "0.2").start()
     try:
-        agent = _client(server, key, SESSION)
+        agent = gateway_client(server, key, SESSION)
         [(first, _), (second, _), (third, _)] = _script()
         r1 = agent.chat.completions.create(model="tentalis", messages=first, tools=TOOLS, max_tokens=64, temperature=0)
         m1 = r1.choices[0].message

@@ -11,10 +11,10 @@ from tentalis_pipelines.training.losses import aggregate, per_token_loss
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
-    _pack,
     build_policy,
     completion_logps,
     pack,
+    pack_samples,
     train_grpo,
     trained_tokens,
 )
@@ -139,7 +139,7 @@ def test_train_grpo_ignores_what_masked_tokens_carry(tiny_model_dir):
 
 
 def _turn_logp(model, context: list[int], span: multiturn.AssistantSpan, prompt_len: int) -> float:
-    batch = _pack([TrainSample(context[: prompt_len + span.start], context[prompt_len + span.start: prompt_len + span.end], 0.0)], 2, "cpu")
+    batch = pack_samples([TrainSample(context[: prompt_len + span.start], context[prompt_len + span.start: prompt_len + span.end], 0.0)], 2, "cpu")
     with torch.inference_mode():
         return float(completion_logps(model, batch, 1.0).sum())
 

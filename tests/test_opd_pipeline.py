@@ -10,11 +10,12 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
+from tentalis_pipelines.stages.training import train_checkpoint
 from tentalis_pipelines.tasks.batches import register_file_batch
 from tentalis_pipelines.training import opd
 
@@ -71,8 +72,8 @@ def test_opd_rows_flow_from_the_teacher_to_the_trainer(batch, home, tiny_model_d
     seen = []
     real = stage_training.train_grpo
     monkeypatch.setattr(stage_training, "train_grpo", lambda m, tok, samples, cfg, **kw: seen.extend(samples) or real(m, tok, samples, cfg, **kw))
-    policy = pipeline.PolicySettings(model=str(tiny_model_dir), max_new_tokens=12)
-    out = pipeline.train_checkpoint(lake, paths, policy, res["trainer"].config(12), promote=False)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12)
+    out = train_checkpoint(lake, paths, policy, res["trainer"].config(12), promote=False)
     assert out.metadata["samples"] == len(used) == len(seen)
     signals = sorted(tuple(teacher[rid]["opd_signal"]) for rid in used)
     got = sorted(tuple(s.token_advantages) for s in seen)
@@ -109,8 +110,8 @@ def test_combine_adds_the_signal_to_the_rl_advantage_and_rl_only_computes_nothin
         return real(m, tok, samples, cfg, **kw)
 
     monkeypatch.setattr(stage_training, "train_grpo", spy)
-    policy = pipeline.PolicySettings(model=str(tiny_model_dir), max_new_tokens=12)
-    pipeline.train_checkpoint(lake, paths, policy, res["trainer"].config(12), promote=False)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12)
+    train_checkpoint(lake, paths, policy, res["trainer"].config(12), promote=False)
     ro = {r["rollout_id"]: r for r in lake.read("rollouts", batch_id=batch_id).to_pylist()}
     checked = 0
     for rid, t in traj.items():

@@ -18,7 +18,7 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import register_file_batch
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.trainer import GRPOConfig
-from tests.test_gateway import Server, _client
+from tests.test_gateway import Server, gateway_client
 
 openai = pytest.importorskip("openai")
 
@@ -40,7 +40,7 @@ def _hand(model, ids: list[int]) -> list[float]:
 
 
 def test_echo_scores_token_ids_exactly_and_lands_no_turn(served, tiny_model_dir):
-    client = _client(served, "unused")
+    client = gateway_client(served, "unused")
     model_id = client.models.list().data[0].id
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     ids = tok("What is 2 + 3? The answer is 5.", add_special_tokens=False)["input_ids"]
@@ -77,7 +77,7 @@ def test_the_teacher_asset_scores_with_a_server_teacher(served, home, tiny_model
     src.write_text("\n".join(json.dumps(r) for r in [{"prompt": "What is 6*7?", "reference": "42"},
                                                       {"prompt": "What is 2+9?", "reference": "11"}]) + "\n")
     batch_id = register_file_batch(paths.batches, src)
-    model_id = _client(served, "unused").models.list().data[0].id
+    model_id = gateway_client(served, "unused").models.list().data[0].id
     res = {"lakehouse": LakehouseResource(home=str(home)),
            "policy": PolicyResource(model=str(tiny_model_dir), num_generations=2, max_new_tokens=10, dtype="float32"),
            "review": ReviewResource(),

@@ -111,12 +111,11 @@ def test_one_bad_line_costs_only_that_line(instance, home, tiny_model_dir):
     (b'{"prompt": ""}\nnot json\n', "2 line(s) quarantined"),
 ])
 def test_a_file_without_a_valid_task_fails_at_tasks_naming_why(instance, home, tiny_model_dir, data, why):
-    from tentalis_pipelines import pipeline
-
+    from tentalis_pipelines.stages.tasks import NoValidTasks, build_tasks
     paths = Paths.from_env(home).ensure()
     batch_id = _inbox_batch(paths, "empty.jsonl", data)
     import re
 
-    with pytest.raises(pipeline.NoValidTasks, match=re.escape(f"has no valid task: {why}")) as err:
-        pipeline.build_tasks(Lakehouse(paths.lakehouse), paths, batch_id)
+    with pytest.raises(NoValidTasks, match=re.escape(f"has no valid task: {why}")) as err:
+        build_tasks(Lakehouse(paths.lakehouse), paths, batch_id)
     assert "empty.jsonl" in str(err.value)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
+from tentalis_pipelines.stages.rollouts import current_policy
+from tentalis_pipelines.stages.training import train_checkpoint
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
@@ -51,15 +53,15 @@ def test_training_cycles_use_row_temperatures_and_continue_the_optimizer(home, t
         return real(model, tokenizer, samples, config, state=state, on_step=on_step)
 
     monkeypatch.setattr(stage_training, "train_grpo", spy)
-    policy = pipeline.PolicySettings(model=str(tiny_model_dir), temperature=0.9)
+    policy = PolicySettings(model=str(tiny_model_dir), temperature=0.9)
     cfg = GRPOConfig(beta=0.0, per_step_rows=4, dtype="float32", device="cpu")
 
     _write_batch(lake, tok, "b1", "base", temperature=0.6)
-    first = pipeline.train_checkpoint(lake, paths, policy, cfg, promote=True)
-    version, adapter = pipeline.current_policy(lake, paths)
+    first = train_checkpoint(lake, paths, policy, cfg, promote=True)
+    version, adapter = current_policy(lake, paths)
     assert version == first.metadata["checkpoint_id"]
     _write_batch(lake, tok, "b2", version, temperature=1.1)
-    pipeline.train_checkpoint(lake, paths, policy, cfg, promote=True)
+    train_checkpoint(lake, paths, policy, cfg, promote=True)
 
     # Each row is scored at the temperature it was sampled at, not today's policy setting (0.9).
     assert seen[0]["temperatures"] == [0.6] * 4 and seen[1]["temperatures"] == [1.1] * 4
@@ -83,6 +85,6 @@ def test_training_refuses_a_batch_without_learning_signal(home, tiny_model_dir):
         r["advantage"] = 0.0
     lake.write_batch("trajectories", "b1", rows)
     with pytest.raises(ValueError, match="carry no learning signal"):
-        pipeline.train_checkpoint(lake, paths, pipeline.PolicySettings(model=str(tiny_model_dir)),
+        train_checkpoint(lake, paths, PolicySettings(model=str(tiny_model_dir)),
                                   GRPOConfig(dtype="float32", device="cpu"))
     assert not lake.exists("checkpoints") or lake.read("checkpoints").num_rows == 0

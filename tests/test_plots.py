@@ -56,9 +56,9 @@ def test_inline_plot_maps_values_to_the_axes_and_stays_under_the_ui_limit():
     assert [g.find(f"{SVG}text").text for g in series] == ["mean reward", "outcome"]
     line = series[0].findall(f"{SVG}path")[0]
     # 0 sits on the x axis (bottom), 1 at the top, 0.5 halfway; x runs left to right inside the axes.
-    assert _points(line) == [(plots._LEFT + 6, plots._BOTTOM), ((plots._LEFT + plots._RIGHT) // 2, (plots._TOP + plots._BOTTOM) // 2),
-                             (plots._RIGHT - 6, plots._TOP)]
-    assert _points(series[1].findall(f"{SVG}path")[0]) == [(plots._LEFT + 6, plots._TOP), (plots._RIGHT - 6, plots._BOTTOM)]  # None skipped
+    assert _points(line) == [(plots.PLOT_LEFT + 6, plots.PLOT_BOTTOM), ((plots.PLOT_LEFT + plots.PLOT_RIGHT) // 2, (plots.PLOT_TOP + plots.PLOT_BOTTOM) // 2),
+                             (plots.PLOT_RIGHT - 6, plots.PLOT_TOP)]
+    assert _points(series[1].findall(f"{SVG}path")[0]) == [(plots.PLOT_LEFT + 6, plots.PLOT_TOP), (plots.PLOT_RIGHT - 6, plots.PLOT_BOTTOM)]  # None skipped
     labels = [t.text for t in svg.findall(f"{SVG}text")]
     assert labels[:5] == ["1", "0", "reward", "base", "ckpt-2"]
 
@@ -75,7 +75,7 @@ def test_a_long_history_is_thinned_to_fit_keeping_the_first_and_last_point():
     assert 5 <= k < n
     whiskers, line, dots = svg.find(f"{SVG}g").findall(f"{SVG}path")
     assert len(_points(line)) == k and len(re.findall("h0", dots.get("d"))) == k and len(re.findall("V", whiskers.get("d"))) == k
-    assert _points(line)[0] == (plots._LEFT + 6, plots._BOTTOM) and _points(line)[-1] == (plots._RIGHT - 6, plots._TOP)
+    assert _points(line)[0] == (plots.PLOT_LEFT + 6, plots.PLOT_BOTTOM) and _points(line)[-1] == (plots.PLOT_RIGHT - 6, plots.PLOT_TOP)
     assert [t.text for t in svg.findall(f"{SVG}text")][3:5] == ["base", labels[-1]]
 
 
@@ -84,10 +84,10 @@ def test_accuracy_plot_draws_the_interval_of_each_checkpoint():
             {"checkpoint_id": "ckpt-x", "accuracy": 1.0, "lenient_accuracy": 1.0, "ci_low": 0.5, "ci_high": 1.0}]
     svg = _svg(plots.accuracy_inline_markdown(rows, "arithmetic"))
     whiskers = svg.find(f"{SVG}g").findall(f"{SVG}path")[0]
-    h = plots._BOTTOM - plots._TOP
+    h = plots.PLOT_BOTTOM - plots.PLOT_TOP
     assert re.findall(r"M(\d+),(\d+)V(\d+)", whiskers.get("d")) == [
-        (str(plots._LEFT + 6), str(round(plots._BOTTOM - 0.25 * h)), str(round(plots._BOTTOM - 0.75 * h))),
-        (str(plots._RIGHT - 6), str(round(plots._BOTTOM - 0.5 * h)), str(plots._TOP)),
+        (str(plots.PLOT_LEFT + 6), str(round(plots.PLOT_BOTTOM - 0.25 * h)), str(round(plots.PLOT_BOTTOM - 0.75 * h))),
+        (str(plots.PLOT_RIGHT - 6), str(round(plots.PLOT_BOTTOM - 0.5 * h)), str(plots.PLOT_TOP)),
     ]
 
 
@@ -96,7 +96,7 @@ def test_reward_plots_give_an_inline_svg_and_the_full_png():
     assert set(out) == {"reward_per_policy_version", "reward_per_policy_version_png"}
     assert len(out["reward_per_policy_version"]) < plots.INLINE_MARKDOWN_LIMIT
     line = _svg(out["reward_per_policy_version"]).find(f"{SVG}g").findall(f"{SVG}path")[0]
-    assert [y for _, y in _points(line)] == [round(plots._BOTTOM - 0.2 * (plots._BOTTOM - plots._TOP)),
-                                             round(plots._BOTTOM - 0.8 * (plots._BOTTOM - plots._TOP))]
+    assert [y for _, y in _points(line)] == [round(plots.PLOT_BOTTOM - 0.2 * (plots.PLOT_BOTTOM - plots.PLOT_TOP)),
+                                             round(plots.PLOT_BOTTOM - 0.8 * (plots.PLOT_BOTTOM - plots.PLOT_TOP))]
     png = base64.b64decode(re.fullmatch(r"!\[[^\]]*\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", out["reward_per_policy_version_png"]).group(1))
     assert png.startswith(b"\x89PNG")

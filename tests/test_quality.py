@@ -7,10 +7,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tentalis_pipelines import pipeline, quality
+from tentalis_pipelines import quality
 from tentalis_pipelines.evaluation.benchmarks import load_benchmark
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.tasks import build_tasks
 from tentalis_pipelines.tasks.batches import register_file_batch
 
 NOW = datetime.now(timezone.utc)
@@ -88,7 +89,7 @@ def test_a_held_out_item_in_a_task_file_is_quarantined_not_trained_on(home):
                    + json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
     batch_id = register_file_batch(paths.batches, src)
     lake = Lakehouse(paths.lakehouse)
-    pipeline.build_tasks(lake, paths, batch_id)
+    build_tasks(lake, paths, batch_id)
     assert [t["prompt"] for t in lake.read("tasks").to_pylist()] == ["What is 2 + 2?"]
     (q,) = lake.read("quarantine").to_pylist()
     assert f"arithmetic/{held.item_id}" in q["error"] and "contaminate" in q["error"]

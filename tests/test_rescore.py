@@ -11,18 +11,21 @@ import pytest
 from dagster import DagsterInstance, materialize
 from typer.testing import CliRunner
 
-from tentalis_pipelines import pipeline
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.judge import JudgeConfig, JudgePRM
 from tentalis_pipelines.rewards.llm_manager import LLMManager
 from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.human_reviews import import_human_reviews
 from tentalis_pipelines.stages.rescore import (
     activate_reward_version,
     active_reward_version,
     read_version,
     rescore,
 )
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.training import untrained_trajectories
+from tentalis_pipelines.stages.trajectories import build_trajectories
 from tests.rescore_rows import COMPONENTS, ScriptedBackend, seed_batch
 
 NEW_WEIGHTS = {"outcome": 0.0, "format": 1.0, "manager": 0.1}  # process keeps 0.2
@@ -110,13 +113,13 @@ def test_a_version_without_signal_zeroes_the_advantages_and_drops_the_group(lake
 
 def test_activation_switches_training_and_is_recorded(lake):
     rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
-    fresh = {r["rollout_id"]: r["advantage"] for r in pipeline.fresh_trajectories(lake, "base").to_pylist()}
+    fresh = {r["rollout_id"]: r["advantage"] for r in untrained_trajectories(lake, "base").to_pylist()}
     assert fresh == pytest.approx(dict(zip(["r0", "r1", "r2"], hand_advantages([1.9, 0.25, 1.35]))))
     row = activate_reward_version(lake, "v1", actor="ana", reason="format matters more than the manager")
     assert (row["seq"], row["from_version"], row["to_version"], row["actor"], row["rows"], row["batches"]) == (1, "v0", "v1", "ana", 3, ["b1"])
     assert lake.read("reward_activations").to_pylist()[0]["reason"] == "format matters more than the manager"
     v1 = {r["rollout_id"]: r for r in read_version(lake, "v1")}
-    fresh = {r["rollout_id"]: r for r in pipeline.fresh_trajectories(lake, "base").to_pylist()}  # what train_checkpoint reads
+    fresh = {r["rollout_id"]: r for r in untrained_trajectories(lake, "base").to_pylist()}  # what train_checkpoint reads
     assert {r: (fresh[r]["reward"], fresh[r]["advantage"], fresh[r]["reward_version"]) for r in v1} == \
         {r: (v1[r]["reward"], v1[r]["advantage"], "v1") for r in v1}
     assert active_reward_version(lake) == "v1"
@@ -154,9 +157,9 @@ def test_a_version_made_before_the_trajectories_changed_is_not_activated(lake, t
     rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
     f = tmp_path / "human.jsonl"
     f.write_text(json.dumps({"rollout_id": "r1", "score": 0.9, "critique": "a fair slip"}) + "\n")
-    pipeline.import_human_reviews(lake, f)
-    pipeline.build_reviews(lake, "b1", manager="human")
-    pipeline.build_trajectories(lake, "b1")  # r1's manager score is now the human's 0.9
+    import_human_reviews(lake, f)
+    build_reviews(lake, "b1", manager="human")
+    build_trajectories(lake, "b1")  # r1's manager score is now the human's 0.9
     with pytest.raises(ValueError, match=r"1 rollout\(s\) changed since 'v1' was re-scored"):
         activate_reward_version(lake, "v1", actor="a", reason="r")
     assert _traj(lake)["r1"]["manager_score"] == 0.9 and active_reward_version(lake) == "v0"
@@ -168,9 +171,9 @@ def test_rescore_with_the_llm_manager_and_the_judge_uses_their_code_paths(home, 
     # A human reviewed r0: the batch's reviews are rebuilt with manager=human, so r0's review is the human's.
     f = tmp_path / "human.jsonl"
     f.write_text(json.dumps({"rollout_id": "r0", "score": 0.3, "critique": "right, but terse"}) + "\n")
-    pipeline.import_human_reviews(lake, f)
-    pipeline.build_reviews(lake, "b1", manager="human")
-    pipeline.build_trajectories(lake, "b1")
+    import_human_reviews(lake, f)
+    build_reviews(lake, "b1", manager="human")
+    build_trajectories(lake, "b1")
     backend = ScriptedBackend('8, "critique": "fine", "hint": "none"}')
     manager = LLMManager(backend, rubric="Grade strictly by the PIRATE rubric.")
     rescore(lake, RescoreSpec("llm8", manager="llm", rubric="Grade strictly by the PIRATE rubric.", rubric_name="pirate"),

@@ -96,9 +96,11 @@ ADVERSARIAL = {
 
 
 def _reward_batch(lake, completions: dict[str, str], batch_id: str = "b1", finish: dict[str, str] | None = None):
-    from tentalis_pipelines import pipeline
     from tentalis_pipelines.lakehouse import now_utc
     from tentalis_pipelines.rewards.steps import parse_completion
+    from tentalis_pipelines.stages.reviews import build_reviews
+    from tentalis_pipelines.stages.step_scores import build_step_scores
+    from tentalis_pipelines.stages.trajectories import build_trajectories
 
     now = now_utc()
     lake.write_batch("tasks", batch_id, [{"batch_id": batch_id, "task_id": "t0", "source": "test", "environment": "math",
@@ -114,9 +116,9 @@ def _reward_batch(lake, completions: dict[str, str], batch_id: str = "b1", finis
             "temperature": 0.8, "seconds": 0.1, "created_at": now,
         })
     lake.write_batch("rollouts", batch_id, rows)
-    pipeline.build_step_scores(lake, batch_id, scorer="calculator")
-    pipeline.build_reviews(lake, batch_id, manager="verifier")
-    pipeline.build_trajectories(lake, batch_id)
+    build_step_scores(lake, batch_id, scorer="calculator")
+    build_reviews(lake, batch_id, manager="verifier")
+    build_trajectories(lake, batch_id)
     names = list(completions)
     return {names[int(t["rollout_id"][1:])]: t for t in lake.read("trajectories", batch_id=batch_id).to_pylist()}
 
@@ -146,8 +148,10 @@ def test_the_manager_score_reaches_the_advantage_end_to_end(tmp_path):
     manager weight x 0.8 and every advantage in its group is renormalised, as computed by hand."""
     import numpy as np
 
-    from tentalis_pipelines import pipeline
     from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.stages.human_reviews import import_human_reviews
+    from tentalis_pipelines.stages.reviews import build_reviews
+    from tentalis_pipelines.stages.trajectories import build_trajectories
 
     lake = Lakehouse(tmp_path / "lh")
     completions = {"right": "<step>4 + 3 = 7</step>\n<answer>7</answer>", "wrong": HONEST_WRONG,
@@ -155,9 +159,9 @@ def test_the_manager_score_reaches_the_advantage_end_to_end(tmp_path):
     before = _reward_batch(lake, completions)
     review = tmp_path / "reviews.jsonl"
     review.write_text('{"rollout_id": "r1", "score": 0.9, "critique": "good effort", "hint": "add, do not multiply"}\n')
-    assert pipeline.import_human_reviews(lake, review) == {"applied": 1, "quarantined": 0}
-    pipeline.build_reviews(lake, "b1", manager="human")
-    pipeline.build_trajectories(lake, "b1")
+    assert import_human_reviews(lake, review) == {"applied": 1, "quarantined": 0}
+    build_reviews(lake, "b1", manager="human")
+    build_trajectories(lake, "b1")
     after = {list(completions)[int(t["rollout_id"][1:])]: t for t in lake.read("trajectories", batch_id="b1").to_pylist()}
     assert after["wrong"]["manager_score"] == 0.9
     assert after["wrong"]["reward"] - before["wrong"]["reward"] == pytest.approx(0.5 * (0.9 - 0.1))

@@ -233,7 +233,7 @@ def test_new_checkpoints_requests_every_missing_benchmark_whoever_wrote_the_othe
     from dagster import MultiPartitionKey
 
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(benchmarks=["arithmetic", "gsm8k"])}
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "benchmark": BenchmarkResource(benchmarks=["arithmetic", "gsm8k"])}
     _checkpoint(lake, "ck1")
     # The CLI already benchmarked base on arithmetic and registered ck1's partition: neither hides what is missing.
     lake.replace_where("benchmark_results", {"checkpoint_id": "base", "benchmark": "arithmetic"},
@@ -250,7 +250,7 @@ def test_gate_ready_waits_for_both_results_then_requests_the_gate_once(instance,
     from tentalis_pipelines import promotion
 
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(), "trainer": TrainerResource()}
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "benchmark": BenchmarkResource(), "trainer": TrainerResource()}
 
     def evaluate():
         return gate_ready(build_sensor_context(instance=instance, resources=resources))
@@ -270,7 +270,7 @@ def test_gate_ready_waits_for_both_results_then_requests_the_gate_once(instance,
 
 def test_an_incumbent_measured_with_other_skills_is_measured_again_before_the_gate(instance, home):
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "bench": BenchmarkResource(benchmarks=["arithmetic"]),
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "benchmark": BenchmarkResource(benchmarks=["arithmetic"]),
                  "trainer": TrainerResource()}
     _checkpoint(lake, "ck1")
     instance.add_dynamic_partitions("checkpoint_ids", ["base", "ck1"])

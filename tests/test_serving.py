@@ -7,9 +7,12 @@ from datetime import datetime, timezone
 import pytest
 from typer.testing import CliRunner
 
-from tentalis_pipelines import pipeline, promotion
+from tentalis_pipelines import promotion
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.evaluation import resolve_checkpoint
+from tentalis_pipelines.stages.rollouts import build_rollouts, current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
 from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
@@ -49,7 +52,7 @@ def test_promoting_an_older_checkpoint_and_rolling_back_take_effect(store):
     assert history[2]["reason"] == "b misbehaves in production"
     # `promoted` keeps meaning "has been promoted at some time".
     assert {r["checkpoint_id"]: r["promoted"] for r in lake.read("checkpoints").to_pylist()} == {"ckpt-a": True, "ckpt-b": True}
-    assert pipeline.resolve_checkpoint(lake, "promoted") == ("base", None)
+    assert resolve_checkpoint(lake, "promoted") == ("base", None)
 
 
 def test_rollback_and_promote_errors_are_clear(store):
@@ -71,8 +74,8 @@ def test_missing_adapter_files_raise_and_never_fall_back(store):
     serving.promote(lake, "ckpt-a", actor="x", reason="first")
     serving.promote(lake, "ckpt-b", actor="x", reason="second")
     (paths.checkpoints / "ckpt-b" / "adapter_model.safetensors").unlink()
-    for read in (lambda: serving.serving_policy(lake), lambda: pipeline.current_policy(lake, paths),
-                 lambda: pipeline.resolve_checkpoint(lake, "promoted")):
+    for read in (lambda: serving.serving_policy(lake), lambda: current_policy(lake, paths),
+                 lambda: resolve_checkpoint(lake, "promoted")):
         with pytest.raises(serving.ServingError) as err:
             read()
         assert "ckpt-b" in str(err.value) and "tentalis rollback" in str(err.value) and "tentalis promote" in str(err.value)
@@ -112,16 +115,16 @@ def test_concurrent_promoters_keep_one_chain(store):
 def test_promote_and_rollback_change_what_the_next_rollout_uses(store, tiny_model_dir, monkeypatch):
     paths, lake = store
     adapters = []
-    make = pipeline.PolicySettings.make_backend
-    monkeypatch.setattr(pipeline.PolicySettings, "make_backend",
+    make = PolicySettings.make_backend
+    monkeypatch.setattr(PolicySettings, "make_backend",
                         lambda self, model_dir, adapter_dir=None: (adapters.append(adapter_dir), make(self, model_dir, adapter_dir))[1])
-    policy = pipeline.PolicySettings(model=str(tiny_model_dir), num_generations=2, max_new_tokens=4)
+    policy = PolicySettings(model=str(tiny_model_dir), num_generations=2, max_new_tokens=4)
 
     def rollout_versions(batch_id):
         lake.write_batch("tasks", batch_id, [{"batch_id": batch_id, "task_id": "t0", "source": "test", "environment": "math",
                                               "prompt": "What is 2+3?", "reference": "5", "difficulty": 1, "metadata": "{}",
                                               "created_at": NOW}])
-        pipeline.build_rollouts(lake, paths, batch_id, policy)
+        build_rollouts(lake, paths, batch_id, policy)
         return {r["policy_version"] for r in lake.read("rollouts", batch_id=batch_id).to_pylist()}
 
     serving.promote(lake, "ckpt-b", actor="x", reason="newest")

@@ -11,11 +11,13 @@ from transformers import AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
 from jobs.sensors import fresh_sessions
-from tentalis_pipelines import pipeline, sessions
+from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
+from tentalis_pipelines.stages.training import train_checkpoint
 from tentalis_pipelines.training.trainer import GRPOConfig
 from tests.session_rows import land_session, live_review, session_turns, tool_session_script
 
@@ -160,7 +162,7 @@ def test_a_sessions_batch_becomes_multi_turn_trajectories_and_trains(instance, h
         return real(model, tokenizer, samples, config, state=state, on_step=on_step)
 
     monkeypatch.setattr(stage_training, "train_grpo", spy)
-    res = pipeline.train_checkpoint(lake, paths, pipeline.PolicySettings(model=str(tiny_model_dir)),
+    res = train_checkpoint(lake, paths, PolicySettings(model=str(tiny_model_dir)),
                                     GRPOConfig(beta=0.0, dtype="float32", device="cpu"), promote=False)
     multi = [s for s in seen if s.loss_mask is not None]
     assert len(seen) == 5 and len(multi) == 3  # three sessions beside two single-turn rows

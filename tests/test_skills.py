@@ -307,7 +307,7 @@ def test_a_cycle_with_skills_runs_skills_job_on_the_batch(home, tiny_model_dir):
     skills job distils the batch's failed reviews and measures the most supported candidate on base."""
     from dagster import DagsterInstance
 
-    from jobs.cycle import CycleOptions, run_cycle
+    from jobs.runner import CycleOptions, run_cycle
     from tentalis_pipelines.definitions import defs
     from tentalis_pipelines.settings import Paths
 

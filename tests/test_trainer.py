@@ -9,17 +9,17 @@ from transformers import AutoTokenizer
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
-    _pack,
     build_policy,
     completion_logps,
     pack,
+    pack_samples,
     prefix_micro_batches,
     train_grpo,
 )
 
 
 def _seq_logp(model, tok, prompt_ids, completion_ids) -> float:
-    batch = _pack([TrainSample(prompt_ids, completion_ids, 0.0)], tok.pad_token_id, "cpu")
+    batch = pack_samples([TrainSample(prompt_ids, completion_ids, 0.0)], tok.pad_token_id, "cpu")
     with torch.inference_mode():
         return float(completion_logps(model, batch, 1.0).sum())
 
@@ -61,7 +61,7 @@ def test_shared_prefix_equals_full_sequences(tiny_model_dir):
     prompt = tok("Sara has 4 pens and buys 3 more. How many pens?", add_special_tokens=False)["input_ids"]
     comps = [tok(t, add_special_tokens=False)["input_ids"] for t in (" <answer>7</answer>", " 4 + 3 = 7", " It is 12, I think so")]
     rows = [TrainSample(prompt, c, a) for c, a in zip(comps, (1.0, 0.5, -1.5))]
-    shared, full = pack(rows, tok.pad_token_id, "cpu"), _pack(rows, tok.pad_token_id, "cpu")
+    shared, full = pack(rows, tok.pad_token_id, "cpu"), pack_samples(rows, tok.pad_token_id, "cpu")
     assert shared.get("shared") and not full.get("shared")
 
     def logps_and_grads(batch):
@@ -117,8 +117,8 @@ def test_left_padding_does_not_change_a_rows_log_probs(tiny_model_dir):
     short = TrainSample([5, 6], [7, 8, 9], 0.0)
     long = TrainSample([11, 12, 13, 14, 15, 16, 17], [18, 19], 0.0)
     with torch.inference_mode():
-        alone = completion_logps(model, _pack([short], tok.pad_token_id, "cpu"), 1.0)
-        padded = completion_logps(model, _pack([short, long], tok.pad_token_id, "cpu"), 1.0)
+        alone = completion_logps(model, pack_samples([short], tok.pad_token_id, "cpu"), 1.0)
+        padded = completion_logps(model, pack_samples([short, long], tok.pad_token_id, "cpu"), 1.0)
     assert torch.allclose(alone[0], padded[0, :3], atol=1e-5), (alone, padded)
 
 
@@ -127,7 +127,7 @@ def test_each_row_is_scored_at_its_own_sampling_temperature(tiny_model_dir):
     model = _perturbed_policy(tiny_model_dir)
     a = TrainSample([5, 6, 7], [8, 9], 0.0, temperature=0.5)
     b = TrainSample([10, 11], [12, 13, 14], 0.0, temperature=1.3)
-    batch = _pack([a, b], tok.pad_token_id, "cpu", default_temperature=0.9)
+    batch = pack_samples([a, b], tok.pad_token_id, "cpu", default_temperature=0.9)
     assert batch["temperature"].tolist() == pytest.approx([0.5, 1.3])
     with torch.inference_mode():
         got = completion_logps(model, batch)
@@ -137,7 +137,7 @@ def test_each_row_is_scored_at_its_own_sampling_temperature(tiny_model_dir):
             want = torch.log_softmax(logits / t, -1).gather(-1, torch.tensor(s.completion_ids)[:, None]).squeeze(-1)
             assert torch.allclose(got[i, : len(s.completion_ids)], want, atol=1e-5), (i, got, want)
     # A row without its own temperature falls back to the config's.
-    assert _pack([TrainSample([1], [2], 0.0)], 0, "cpu", default_temperature=0.7)["temperature"].item() == pytest.approx(0.7)
+    assert pack_samples([TrainSample([1], [2], 0.0)], 0, "cpu", default_temperature=0.7)["temperature"].item() == pytest.approx(0.7)
 
 
 # --------------------------------------------------------------------------- off-policy steps
@@ -180,7 +180,7 @@ def test_sampling_old_logprobs_are_used_when_asked(tiny_model_dir):
     tok = _tok(tiny_model_dir)
     model = _perturbed_policy(tiny_model_dir)
     _, samples = _group(tok)
-    batch = _pack(samples, tok.pad_token_id, "cpu")
+    batch = pack_samples(samples, tok.pad_token_id, "cpu")
     with torch.inference_mode():
         lp = completion_logps(model, batch)
     for i, s in enumerate(samples):
@@ -236,7 +236,7 @@ def test_resumed_chain_equals_one_uninterrupted_run(tiny_model_dir, tmp_path):
                      lr_scheduler_type="linear", warmup_steps=1, max_steps=3, **F32)
 
     def stamp(model, rows):  # B was sampled by the policy after cycle 1: its stored old log-probs
-        batch = _pack(rows, tok.pad_token_id, "cpu")
+        batch = pack_samples(rows, tok.pad_token_id, "cpu")
         with torch.inference_mode():
             lp = completion_logps(model, batch)
         for i, s in enumerate(rows):
@@ -335,10 +335,10 @@ def test_optimizer_applies_the_schedule_and_the_gradient_clip(tiny_model_dir):
 
 def test_process_token_advantages_are_packed_per_token():
     rows = [TrainSample([1, 2], [3, 4, 5], 0.3, token_advantages=[1.0, -0.5, 0.25]), TrainSample([1], [6], -2.0)]
-    batch = _pack(rows, 0, "cpu")
+    batch = pack_samples(rows, 0, "cpu")
     assert batch["advantages"].tolist() == [[1.0, -0.5, 0.25], [-2.0, 0.0, 0.0]]
     with pytest.raises(ValueError, match="token_advantages has 2 entries for 3"):
-        _pack([TrainSample([1], [3, 4, 5], 0.0, token_advantages=[1.0, 2.0])], 0, "cpu")
+        pack_samples([TrainSample([1], [3, 4, 5], 0.0, token_advantages=[1.0, 2.0])], 0, "cpu")
 
 
 def test_gradient_checkpointing_is_really_on_during_training(tiny_model_dir):

@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 import pytest
 
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.pipeline import PolicySettings, fresh_trajectories, train_checkpoint
+from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages.training import train_checkpoint, untrained_trajectories
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
 from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
@@ -28,7 +29,8 @@ TRAIN = """
 import os, signal, sys, time
 from pathlib import Path
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.pipeline import PolicySettings, train_checkpoint
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.stages.training import train_checkpoint, untrained_trajectories
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.training.trainer import GRPOConfig
 
@@ -167,7 +169,7 @@ def test_sigkill_in_each_commit_window_is_reconciled(home, tiny_model_dir, windo
     assert rows == (["ckpt-parent"] if window in ("mid_save", "after_rename") else sorted(["ckpt-parent", crashed]))
     assert _visible(paths) == (["ckpt-parent"] if window == "mid_save" else sorted(["ckpt-parent", crashed]))
     if window == "mid_save":
-        assert [p.name for p in paths.checkpoints.glob(".tmp-*")] and fresh_trajectories(lake, "ckpt-parent").num_rows == 8
+        assert [p.name for p in paths.checkpoints.glob(".tmp-*")] and untrained_trajectories(lake, "ckpt-parent").num_rows == 8
 
     if window in ("mid_save", "after_rename"):
         # No row: the next start removes the leftovers, abandons the claim and trains on the same 8 trajectories.
@@ -183,5 +185,5 @@ def test_sigkill_in_each_commit_window_is_reconciled(home, tiny_model_dir, windo
     assert last["to_checkpoint"] == crashed
     assert last["action"] == ("reconcile" if window == "after_row" else "promote")  # the intended promotion is finished
     assert ckpt.checkpoint_row(lake, crashed)["promoted"] is True
-    assert fresh_trajectories(lake, "ckpt-parent").num_rows == 0  # consumed by the checkpoint that now serves
+    assert untrained_trajectories(lake, "ckpt-parent").num_rows == 0  # consumed by the checkpoint that now serves
     assert ckpt.reconcile(lake, paths) == {k: [] for k in report}  # idempotent

@@ -316,7 +316,7 @@ def test_promotion_gate_check_shows_its_decision(tab, state):
 
 
 def test_every_run_of_the_cycle_shows_under_its_job(tab, state):
-    """The cycle is runs of the asset jobs (jobs/cycle.py): each shows on the Runs page with its job and
+    """The cycle is runs of the asset jobs (jobs/runner.py): each shows on the Runs page with its job and
     status, and promotion_job's page names the assets it materialises."""
     from tentalis_pipelines.definitions import defs
 

@@ -1,5 +1,5 @@
 """A finished learning cycle's state ($TENTALIS_HOME with its lakehouse and Dagster instance), made
-the way `tentalis run` makes it (``jobs.cycle.run_cycle``: runs of the asset jobs on the instance that
+the way `tentalis run` makes it (``jobs.runner.run_cycle``: runs of the asset jobs on the instance that
 `tentalis ui` reads), for the UI check. One function, so it follows when the cycle changes."""
 
 from __future__ import annotations
@@ -29,11 +29,11 @@ def build_finished_cycle(home: Path, model_dir: Path, *, num_tasks: int = 3, ben
     and the run ids by job."""
     from dagster import AssetKey, DagsterInstance
 
-    from jobs.cycle import CycleOptions, run_cycle
-    from tentalis_pipelines import pipeline
+    from jobs.runner import CycleOptions, run_cycle
     from tentalis_pipelines.definitions import defs
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.settings import Paths
+    from tentalis_pipelines.stages.human_reviews import import_human_reviews
 
     paths = Paths.from_env(home).ensure()
     shutil.copy(ROOT / "dagster.yaml", paths.dagster_home / "dagster.yaml")
@@ -42,7 +42,7 @@ def build_finished_cycle(home: Path, model_dir: Path, *, num_tasks: int = 3, ben
         "lakehouse": {"config": {"home": str(paths.home)}},
         "policy": {"config": {"model": str(model_dir), "num_generations": 2, "max_new_tokens": 8}},
         "review": {"config": {"manager": "human"}},
-        "bench": {"config": {"limit": bench_limit, "max_new_tokens": 8, "benchmarks": [BENCHMARK], "gate_benchmark": BENCHMARK}},
+        "benchmark": {"config": {"limit": bench_limit, "max_new_tokens": 8, "benchmarks": [BENCHMARK], "gate_benchmark": BENCHMARK}},
     }
     lake = Lakehouse(paths.lakehouse)
     runs: dict[str, list[str]] = {}
@@ -57,7 +57,7 @@ def build_finished_cycle(home: Path, model_dir: Path, *, num_tasks: int = 3, ben
         file.write_text("".join(
             json.dumps({"rollout_id": r["rollout_id"], "score": 1.0, "critique": "clear", "reviewer": "ui-check"}) + "\n"
             for r in lake.read("rollouts", batch_id=batch_id).to_pylist() if r["group_index"] == 0))
-        pipeline.import_human_reviews(lake, file)
+        import_human_reviews(lake, file)
         result = defs.resolve_job_def("rollout_job").execute_in_process(
             run_config={"resources": resources, "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}, instance=instance, partition_key=batch_id,
             asset_selection=[AssetKey("reviews"), AssetKey("trajectories")], tags={"tentalis/trigger": "ui-check"})

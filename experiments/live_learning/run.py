@@ -172,7 +172,7 @@ def train_on_reviewed_sessions(max_tokens: int) -> dict:
     """The fresh_sessions sensor's cut, then rollout_job on the batch and train_job (promotion=always)."""
     from dagster import DagsterInstance, build_sensor_context
 
-    from jobs.cycle import run_job
+    from jobs.runner import run_job
     from jobs.sensors import fresh_sessions
     from tentalis_pipelines.definitions import defs
     from tentalis_pipelines.resources import LakehouseResource, ReviewResource
@@ -265,9 +265,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     os.environ["TENTALIS_HOME"] = str(home)
     os.environ["TENTALIS_SESSION_SETTLE_SECONDS"] = "0"  # the script's sessions are finished when it reviews them
-    from tentalis_pipelines.cli.common import _paths
+    from tentalis_pipelines.cli.common import home_paths
 
-    paths = _paths(str(home))  # the home folder and its Dagster instance (DAGSTER_HOME)
+    paths = home_paths(str(home))  # the home folder and its Dagster instance (DAGSTER_HOME)
     if not args.probe and (paths.lakehouse / "checkpoints").exists():
         ap.error(f"{home} already has checkpoints: round 0 must be the base policy, so give a fresh --home")
     from openai import OpenAI

@@ -1,7 +1,7 @@
 """The hackable-scorer experiment: does the reward-hacking detector catch a policy that games its manager?
 
 Two runs of the same learning cycles (the same task batches, seeds and trainer), as runs of the asset jobs
-on a Dagster instance each (``jobs/cycle.py``, what ``tentalis learn`` runs), differing only in the manager:
+on a Dagster instance each (``jobs/runner.py``, what ``tentalis learn`` runs), differing only in the manager:
 
 * ``hacked``: ``review.manager = hackable``, a manager that pays for the length of the shown work;
 * ``honest``: ``review.manager = verifier``, the answer-key manager.
@@ -46,17 +46,17 @@ def run_one(name: str, root: Path, args) -> None:
         os.environ["TENTALIS_MODEL"] = args.model
     from dagster import DagsterInstance
 
-    from tentalis_pipelines.cli.common import _paths
+    from tentalis_pipelines.cli.common import home_paths
 
-    paths = _paths(str(home))
-    from jobs.cycle import CycleOptions, benchmark_partition, run_cycle, run_job
+    paths = home_paths(str(home))
+    from jobs.runner import CycleOptions, benchmark_partition, run_cycle, run_job
     from tentalis_pipelines.definitions import defs
 
     resources = {
         "policy": {"config": {"num_generations": args.num_generations, "max_new_tokens": args.max_new_tokens}},
         "review": {"config": {"manager": RUNS[name], "reward_weights": MANAGER_ONLY}},
         "trainer": {"config": {"promotion": "always", "seed": args.seed, "learning_rate": args.learning_rate}},
-        "bench": {"config": {"limit": args.gate_limit, "max_new_tokens": args.max_new_tokens}},
+        "benchmark": {"config": {"limit": args.gate_limit, "max_new_tokens": args.max_new_tokens}},
     }
     quiet = {"loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     timings = []

@@ -19,7 +19,7 @@ DAGSTER_YAML = (Path(__file__).resolve().parents[2] / "dagster.yaml")
 _DEFAULT_INSTANCE_YAML = "telemetry:\n  enabled: false\nconcurrency:\n  pools:\n    default_limit: 1\n"
 
 
-def _paths(home: str | None) -> Paths:
+def home_paths(home: str | None) -> Paths:
     paths = Paths.from_env(home)
     try:
         paths.ensure()
@@ -27,7 +27,7 @@ def _paths(home: str | None) -> Paths:
         probe.touch()
         probe.unlink()
     except OSError as exc:
-        _fail(f"TENTALIS_HOME={paths.home} is not usable ({exc.strerror or exc}): point TENTALIS_HOME "
+        fail(f"TENTALIS_HOME={paths.home} is not usable ({exc.strerror or exc}): point TENTALIS_HOME "
               "(or --home) at a folder this user can create and write")
     os.environ["TENTALIS_HOME"] = str(paths.home)
     os.environ.setdefault("DAGSTER_HOME", str(paths.dagster_home))
@@ -46,13 +46,13 @@ HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HO
 _ID_COLUMNS = {"checkpoint_id", "parent", "from", "to", "value", "batch_id", "rollout_id", "task_id", "run_id"}
 
 
-def _add_column(table: Table, name: str, **kwargs) -> None:
+def add_column(table: Table, name: str, **kwargs) -> None:
     if name in _ID_COLUMNS:
         kwargs = {"no_wrap": True, **kwargs}
     table.add_column(name, **kwargs)
 
 
-def _print_table(table: Table) -> None:
+def print_table(table: Table) -> None:
     """Print at the table's natural width when the terminal is narrower: the terminal wraps the line,
     but no id is cut or split by a character rich would insert."""
     from rich.measure import Measurement
@@ -90,45 +90,50 @@ def csv_safe(value):
     return value
 
 
-def _check_seed(seed: int) -> None:
+def check_seed(seed: int) -> None:
     from tentalis_pipelines.tasks.batches import ReservedSeedError, check_training_seed
 
     try:
         check_training_seed(seed)
     except ReservedSeedError as exc:
-        _fail(f"--seed: {exc}")
+        fail(f"--seed: {exc}")
 
 
-def _check_policy_settings(backend: str | None = None) -> str:
+def check_policy_settings(backend: str | None = None) -> str:
     """Check, before any model loads, what the run will use: $TENTALIS_MODEL, the backend and its server.
 
     Fails in one line naming the setting and the fix; returns the backend.
     """
     backend = backend or os.environ.get("TENTALIS_BACKEND") or "transformers"
     if backend not in ("transformers", "openai", "vllm"):
-        _fail(f"backend {backend!r} is unknown: use transformers, openai or vllm (--backend or TENTALIS_BACKEND)")
+        fail(f"backend {backend!r} is unknown: use transformers, openai or vllm (--backend or TENTALIS_BACKEND)")
     spec = os.environ.get("TENTALIS_MODEL") or "embedded"
     if spec != "embedded" and not (Path(spec).expanduser() / "config.json").is_file():
-        _fail(f"TENTALIS_MODEL={spec} is not a model: no config.json there. Set TENTALIS_MODEL to 'embedded' "
+        fail(f"TENTALIS_MODEL={spec} is not a model: no config.json there. Set TENTALIS_MODEL to 'embedded' "
               "or a local Hugging Face model folder (these machines download nothing)")
     if backend == "openai":
         url = os.environ.get("OPENAI_BASE_URL", "")
         if not url.startswith(("http://", "https://")):
-            _fail(f"backend openai needs OPENAI_BASE_URL=http(s)://host:port/v1 (got {url!r})")
+            fail(f"backend openai needs OPENAI_BASE_URL=http(s)://host:port/v1 (got {url!r})")
     return backend
 
 
-def _fail(message: str, code: int = 2) -> None:
+def actor_name(actor: str | None) -> str:
+    """Who did it: ``--actor``, else ``$USER``, else ``cli`` (kept in the serving history and the audit)."""
+    return actor or os.environ.get("USER") or "cli"
+
+
+def fail(message: str, code: int = 2) -> None:
     err.print(f"[red]error:[/] {message}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
 
-def _parse_levels(levels: str) -> list[int]:
+def parse_levels(levels: str) -> list[int]:
     try:
         lv = [int(x) for x in levels.split(",") if x.strip()]
     except ValueError:
         lv = []
     if not lv or any(level not in (1, 2, 3, 4) for level in lv):
-        _fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+        fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
     return lv

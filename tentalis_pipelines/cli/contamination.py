@@ -9,7 +9,7 @@ from pathlib import Path
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, _add_column, _paths, _print_table, app, console, err
+from tentalis_pipelines.cli.common import HomeOpt, add_column, app, console, err, home_paths, print_table
 
 
 @app.command()
@@ -28,7 +28,7 @@ def contamination(
     if format not in ("table", "json"):
         err.print(f"[red]--format must be table or json, not {format!r}[/]")
         raise typer.Exit(2)
-    paths = _paths(home)
+    paths = home_paths(home)
     if str(file) == "-":
         prompts = [(n, line.rstrip("\n")) for n, line in enumerate(sys.stdin, start=1) if line.strip()]
     else:
@@ -55,10 +55,10 @@ def contamination(
     else:
         t = Table(title=f"{len(rows)} of {len(prompts)} line(s) match a benchmark item")
         for c in ("line", "benchmark", "item_id", "tier", "similarity", "item_excerpt"):
-            _add_column(t, c)
+            add_column(t, c)
         for r in rows:
             t.add_row(str(r["line"]), r["benchmark"], r["item_id"], r["tier"], f"{r['similarity']:.3f}", r["item_excerpt"][:80])
-        _print_table(t)
+        print_table(t)
         if not rows:
             console.print(f"clean: no line matches any of {len(index.items)} items ({index.counts})")
     raise typer.Exit(1 if rows else 0)

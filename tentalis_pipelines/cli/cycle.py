@@ -8,29 +8,29 @@ import typer
 
 from tentalis_pipelines.cli.common import (
     HomeOpt,
-    _check_policy_settings,
-    _check_seed,
-    _fail,
-    _parse_levels,
-    _paths,
     app,
+    check_policy_settings,
+    check_seed,
     console,
     err,
+    fail,
+    home_paths,
+    parse_levels,
 )
 
 
 @app.command()
 def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help="'embedded' or a local model folder.")):
     """Create the home folder and Dagster instance, and convert the embedded model once."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.inference.models import resolve_model
 
     with console.status("Preparing the model (first time: converting the embedded GGUF to safetensors)..."):
         model_dir = resolve_model(model, paths.models)
     console.print(f"[green]ready[/]: home [bold]{paths.home}[/], model [bold]{model_dir}[/], inbox [bold]{paths.inbox}[/]")
-    from tentalis_pipelines.cli.serving import _reconcile
+    from tentalis_pipelines.cli.serving import reconcile_home
 
-    _reconcile(paths)
+    reconcile_home(paths)
     from dagster import DagsterInstance
 
     from assets.partitions import checkpoint_ids
@@ -53,18 +53,18 @@ def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=N
         policy["backend"] = backend
     out: dict = {"policy": {"config": policy}}
     if gate_limit:
-        out["bench"] = {"config": {"limit": gate_limit}}
+        out["benchmark"] = {"config": {"limit": gate_limit}}
     if trainer:
         out["trainer"] = {"config": trainer}
     return out
 
 
 def _execute_cycle(opts, label: str) -> dict:
-    """One learning cycle as runs of the asset jobs on the instance (jobs/cycle.py), each shown as it ends."""
+    """One learning cycle as runs of the asset jobs on the instance (jobs/runner.py), each shown as it ends."""
     from dagster import DagsterInstance
 
-    from jobs.cycle import CycleFailed, run_cycle
     from jobs.run_health import reap_dead_runs
+    from jobs.runner import CycleFailed, run_cycle
     from tentalis_pipelines.definitions import defs
 
     instance = DagsterInstance.get()
@@ -81,12 +81,12 @@ def _execute_cycle(opts, label: str) -> dict:
 
     try:
         with status:
-            return run_cycle(defs, instance, _paths(None), opts, on_run=finished, on_start=started,
+            return run_cycle(defs, instance, home_paths(None), opts, on_run=finished, on_start=started,
                              on_note=lambda note: console.print(f"  [yellow]↻[/] {note}"))
     except CycleFailed as exc:
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
     except (ValueError, OSError) as exc:  # refused before any job ran (a bad seed, a full disk)
-        _fail(str(exc), 1)
+        fail(str(exc), 1)
 
 
 @app.command()
@@ -101,12 +101,12 @@ def run(
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
     benchmark_job and promotion_job (the gate), each a run of its own job."""
-    from jobs.cycle import CycleOptions
+    from jobs.runner import CycleOptions
 
-    _paths(home)
-    backend = _check_policy_settings(backend)
+    home_paths(home)
+    backend = check_policy_settings(backend)
     if seed is not None:
-        _check_seed(seed)
+        check_seed(seed)
     t0 = time.time()
     opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train,
                         resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
@@ -134,12 +134,12 @@ def batch_new(
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
     from dagster import DagsterInstance
 
-    from jobs.cycle import register_batch
+    from jobs.runner import register_batch
 
-    paths = _paths(home)
+    paths = home_paths(home)
     if seed is not None:
-        _check_seed(seed)
-    batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(_parse_levels(levels)))
+        check_seed(seed)
+    batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels)))
     typer.echo(batch_id)
 
 
@@ -173,16 +173,16 @@ def learn(
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
-    paths = _paths(home)
-    from jobs.cycle import CycleOptions
+    paths = home_paths(home)
+    from jobs.runner import CycleOptions
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import benchmark_history
     from tentalis_pipelines.resources import TrainerResource
 
-    _check_policy_settings()
-    lv = _parse_levels(levels)
+    check_policy_settings()
+    lv = parse_levels(levels)
     if method not in METHODS:
-        _fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
+        fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
                "dtype": dtype, "seed": seed, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
@@ -191,15 +191,15 @@ def learn(
     except ValueError as exc:  # GRPOConfig's messages start with the field's name
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
-        _fail(f"{flag}: {exc}")
+        fail(f"{flag}: {exc}")
     if tasks not in ("arithmetic", "gsm8k"):
-        _fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
+        fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
                                      skills_top_k=skills_top_k if skills else None)
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split
-            resources.setdefault("bench", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
+            resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,

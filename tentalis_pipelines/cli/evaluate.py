@@ -12,10 +12,10 @@ from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
     HomeOpt,
-    _paths,
     app,
     console,
     err,
+    home_paths,
 )
 
 
@@ -32,10 +32,11 @@ def benchmark(
     home: str | None = HomeOpt,
 ):
     """Evaluate a checkpoint on a benchmark or any JSONL task file and print the result."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.evaluation.benchmarks import BenchmarkDataMissing
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.pipeline import PolicySettings, benchmark_checkpoint
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.stages.evaluation import benchmark_checkpoint
 
     if format not in ("table", "json"):
         err.print(f"[red]--format must be table or json, not {format!r}[/]")
@@ -73,7 +74,7 @@ def export_curve(
     """Append this home's held-out learning curve (one row per evaluated checkpoint, the base first) to a CSV."""
     from tentalis_pipelines.evaluation.learning_runs import append_csv, rows_for
 
-    paths = _paths(home)
+    paths = home_paths(home)
     try:
         rows = rows_for(paths.home, seed, label, commit, benchmark=benchmark_name)
     except ValueError as exc:

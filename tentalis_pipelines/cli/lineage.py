@@ -7,7 +7,16 @@ import json
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, _add_column, _fail, _paths, _print_table, app, console
+from tentalis_pipelines.cli.common import (
+    HomeOpt,
+    actor_name,
+    add_column,
+    app,
+    console,
+    fail,
+    home_paths,
+    print_table,
+)
 
 _SHOW = 10  # ids listed per kind in the Rich view (--json has them all)
 
@@ -20,7 +29,7 @@ def lineage(
     home: str | None = HomeOpt,
 ):
     """What taught CHECKPOINT_ID: table versions, trajectory/review/hint/skill ids, config, code version, parent."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines import lineage as lin
     from tentalis_pipelines.lakehouse import Lakehouse
 
@@ -29,7 +38,7 @@ def lineage(
         manifest = lin.load_manifest(lake, checkpoint_id)
         check = lin.verify_replay(lake, checkpoint_id) if verify else None
     except lin.LineageError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         out = dict(manifest)
         if check is not None:
@@ -40,8 +49,8 @@ def lineage(
         return
     code = manifest["code_version"]
     head = Table(title=f"lineage of {checkpoint_id}", show_header=False)
-    _add_column(head, "what")
-    _add_column(head, "value")
+    add_column(head, "what")
+    add_column(head, "value")
     head.add_row("parent", manifest["parent_id"] or "base")
     head.add_row("ancestors", ", ".join(manifest["ancestors"]) or "-")
     head.add_row("base model", f"{manifest['base_model']} ({manifest['model']})")
@@ -53,22 +62,22 @@ def lineage(
     head.add_row("samples", f"{manifest['samples']} (sha256 {manifest['samples_digest'][:16]}…)")
     if check is not None:
         head.add_row("replay", ("[green]matches[/]" if check[0] else "[red]DIFFERS[/]") + f" ({check[1]['samples']} samples)")
-    _print_table(head)
+    print_table(head)
     versions = Table(title="table versions read")
-    _add_column(versions, "table")
-    _add_column(versions, "version", justify="right")
+    add_column(versions, "table")
+    add_column(versions, "version", justify="right")
     for name, v in sorted(manifest["tables"].items()):
         versions.add_row(name, "-" if v is None else str(v))
-    _print_table(versions)
+    print_table(versions)
     ids = Table(title=f"rows trained on (first {_SHOW} of each; --json lists all)")
     for col in ("kind", "count", "ids"):
-        _add_column(ids, col)
+        add_column(ids, col)
     for kind, items in (("trajectories", [t["rollout_id"] for t in manifest["trajectories"]]),
                         ("reviews", [r["review_key"] for r in manifest["reviews"]]),
                         ("hints", [r["review_key"] for r in manifest["hints"]]), ("skills", list(manifest["skills"]))):
         more = f" … +{len(items) - _SHOW}" if len(items) > _SHOW else ""
         ids.add_row(kind, str(len(items)), ", ".join(items[:_SHOW]) + more)
-    _print_table(ids)
+    print_table(ids)
     if check is not None and not check[0]:
         raise typer.Exit(1)
 
@@ -85,33 +94,32 @@ def retract(
 ):
     """Delete a review, session or task and everything derived from it (Delta delete + vacuum), list the
     checkpoints trained on it, move serving off them, and record it all in `audit`."""
-    paths = _paths(home)
-    from tentalis_pipelines.cli.serving import _actor
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.retraction import RetractionError
     from tentalis_pipelines.retraction import retract as do_retract
     from tentalis_pipelines.training.serving import ServingError
 
     try:
-        result = do_retract(Lakehouse(paths.lakehouse), review=review, session=session, task=task, reason=reason, actor=_actor(actor))
+        result = do_retract(Lakehouse(paths.lakehouse), review=review, session=session, task=task, reason=reason, actor=actor_name(actor))
     except (RetractionError, ServingError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if as_json:
         typer.echo(json.dumps(result.as_dict(), indent=1, sort_keys=True, default=str))
         return
     t = Table(title=f"retracted {result.kind} {result.target}")
     for col in ("table", "rows deleted", "files vacuumed"):
-        _add_column(t, col)
+        add_column(t, col)
     for name in result.deleted:
         t.add_row(name, str(result.deleted[name]), str(result.vacuumed_files.get(name, 0)))
-    _print_table(t)
+    print_table(t)
     if result.affected:
         a = Table(title="checkpoints trained on it (never served again)")
-        _add_column(a, "checkpoint_id")
-        _add_column(a, "how")
+        add_column(a, "checkpoint_id")
+        add_column(a, "how")
         for cid, how in result.affected.items():
             a.add_row(cid, how)
-        _print_table(a)
+        print_table(a)
     else:
         console.print("no checkpoint was trained on it")
     moved = result.serving_after != result.serving_before
@@ -124,15 +132,15 @@ def audit_log(
     home: str | None = HomeOpt,
 ):
     """Promotions, rollbacks, gate decisions and retractions: who, when, what, why (the `audit` table)."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines import audit
     from tentalis_pipelines.lakehouse import Lakehouse
 
     rows = audit.rows(Lakehouse(paths.lakehouse))[-limit:]
     t = Table(title="audit (newest last)")
     for col in ("at", "actor", "action", "subject", "from", "to", "reason"):
-        _add_column(t, col)
+        add_column(t, col)
     for r in rows:
         t.add_row(f"{r['at']:%Y-%m-%d %H:%M:%S}", r["actor"], r["action"], r["subject"] or "", r["from_state"] or "", r["to_state"] or "",
                   r["reason"])
-    _print_table(t)
+    print_table(t)

@@ -4,18 +4,22 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, _add_column, _fail, _paths, _print_table, app, console
-
-
-def _actor(actor: str | None) -> str:
-    return actor or os.environ.get("USER") or "cli"
+from tentalis_pipelines.cli.common import (
+    HomeOpt,
+    actor_name,
+    add_column,
+    app,
+    console,
+    fail,
+    home_paths,
+    print_table,
+)
 
 
 @app.command()
@@ -38,23 +42,23 @@ def rescore(
 ):
     """Re-score the stored rollouts into a new reward version and show its diff against the active one
     (runs `rescore_job`), or activate a version (`--activate V --reason ...`), or list them (`--list`)."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
     from tentalis_pipelines.stages.rescore import activate_reward_version
 
     if format not in ("table", "json"):
-        _fail(f"--format must be table or json, not {format!r}")
+        fail(f"--format must be table or json, not {format!r}")
     lake = Lakehouse(paths.lakehouse)
     if sum(x is not None and x is not False for x in (version, activate, list_versions or None)) != 1:
-        _fail("give exactly one of --version NAME (re-score), --activate NAME (switch training to it) or --list")
+        fail("give exactly one of --version NAME (re-score), --activate NAME (switch training to it) or --list")
     if list_versions:
         return _list(lake, format)
     if activate is not None:
         try:
-            row = activate_reward_version(lake, activate, actor=_actor(actor), reason=reason)
+            row = activate_reward_version(lake, activate, actor=actor_name(actor), reason=reason)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
         if format == "json":
             sys.stdout.write(json.dumps(row, default=str) + "\n")
         else:
@@ -64,19 +68,19 @@ def rescore(
     rubric_text = None
     if rubric is not None:
         if not rubric.is_file():
-            _fail(f"rubric file {rubric} does not exist: give a text file with the llm manager's rubric")
+            fail(f"rubric file {rubric} does not exist: give a text file with the llm manager's rubric")
         try:
             rubric_text = rubric.read_text(encoding="utf-8")
         except UnicodeDecodeError:
-            _fail(f"rubric file {rubric} is not valid UTF-8: save it as UTF-8 text")
+            fail(f"rubric file {rubric} is not valid UTF-8: save it as UTF-8 text")
     try:
         spec = RescoreSpec(version=version, weights=parse_weights(weights), manager=manager, step_scorer=step_scorer,
                            rubric=rubric_text, rubric_name=rubric_name or (rubric.stem if rubric else "default"))
     except ValueError as exc:
-        _fail(str(exc))
+        fail(str(exc))
     if spec.weights_only and not spec.weights:
-        _fail("nothing to change: give --weights, --manager verifier|llm or --step-scorer calculator|judge")
-    summary = _run_rescore_job(spec, batch, judge_model, _actor(actor))
+        fail("nothing to change: give --weights, --manager verifier|llm or --step-scorer calculator|judge")
+    summary = _run_rescore_job(spec, batch, judge_model, actor_name(actor))
     if format == "json":
         sys.stdout.write(json.dumps(summary, default=str) + "\n")
         return
@@ -88,7 +92,7 @@ def _run_rescore_job(spec, batches: list[str], judge_model: str | None, actor: s
     diff), then read the version's summary back."""
     from dagster import DagsterInstance
 
-    from jobs.cycle import CycleFailed, run_job
+    from jobs.runner import CycleFailed, run_job
     from tentalis_pipelines.definitions import defs
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.settings import Paths
@@ -103,7 +107,7 @@ def _run_rescore_job(spec, batches: list[str], judge_model: str | None, actor: s
         try:
             run = run_job(defs, instance, "rescore_job", run_config=run_config, tags={"tentalis/trigger": "cli"})
         except CycleFailed as exc:
-            _fail(str(exc), 1)
+            fail(str(exc), 1)
     lake = Lakehouse(Paths.from_env().lakehouse)
     row = next(r for r in lake.read("reward_version_defs").to_pylist() if r["reward_version"] == spec.version)
     return {"reward_version": spec.version, "base_version": row["base_version"], "run_id": run.run_id,
@@ -123,11 +127,11 @@ def _print_diff(lake, summary: dict) -> None:
     rows = sorted(read_version(lake, v), key=lambda r: -abs(r["reward_delta"]))[:10]
     t = Table(title="most changed rollouts")
     for c in ("rollout_id", "batch_id", "base_reward", "reward", "delta", "rank", "advantage"):
-        _add_column(t, c, justify="left" if c in ("rollout_id", "batch_id") else "right")
+        add_column(t, c, justify="left" if c in ("rollout_id", "batch_id") else "right")
     for r in rows:
         t.add_row(r["rollout_id"], r["batch_id"], f"{r['base_reward']:.3f}", f"{r['reward']:.3f}", f"{r['reward_delta']:+.3f}",
                   f"{r['base_rank']} → {r['rank']}", f"{r['base_advantage']:+.3f} → {r['advantage']:+.3f}")
-    _print_table(t)
+    print_table(t)
     console.print(f"training still uses [bold]{base}[/]; to switch: tentalis rescore --activate {v} --reason \"…\"")
 
 
@@ -146,19 +150,19 @@ def _list(lake, format: str) -> None:
     console.print(f"active reward version: [bold]{active}[/]")
     t = Table(title="reward versions")
     for c in ("reward_version", "active", "base", "n", "changed", "sign_flips", "definition", "created_by"):
-        _add_column(t, c)
+        add_column(t, c)
     for v in versions:
         d = {k: x for k, x in v["definition"].items() if x not in (None, {}, "stored") and k != "rubric"}
         t.add_row(v["reward_version"], "✓" if v["active"] else "", str(v["base_version"] or ""), str(v["n"]),
                   str(v["summary"].get("changed", "")), str(v["summary"].get("sign_flips", "")), json.dumps(d), v["created_by"])
-    _print_table(t)
+    print_table(t)
     if log:
         h = Table(title="activations")
         for c in ("seq", "from", "to", "actor", "reason", "rows", "at"):
-            _add_column(h, c)
+            add_column(h, c)
         for r in log:
             h.add_row(str(r["seq"]), r["from_version"], r["to_version"], r["actor"], r["reason"], str(r["rows"]), str(r["created_at"])[:19])
-        _print_table(h)
+        print_table(h)
 
 
 @app.command()
@@ -168,21 +172,21 @@ def agreement(
     home: str | None = HomeOpt,
 ):
     """Judge-versus-manager agreement (runs `judge_agreement_job`, default drift thresholds) and prints it."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from dagster import DagsterInstance
 
-    from jobs.cycle import CycleFailed, run_job
+    from jobs.runner import CycleFailed, run_job
     from tentalis_pipelines.definitions import defs
     from tentalis_pipelines.lakehouse import Lakehouse
 
     if window not in ("batch", "day") or format not in ("table", "json"):
-        _fail("--window must be batch or day, --format table or json")
+        fail("--window must be batch or day, --format table or json")
     with DagsterInstance.get() as instance:
         try:
             run = run_job(defs, instance, "judge_agreement_job", run_config={"ops": {"judge_agreement": {"config": {"window": window}}}},
                           tags={"tentalis/trigger": "cli"})
         except CycleFailed as exc:
-            _fail(str(exc), 1)
+            fail(str(exc), 1)
         checks = [e for e in instance.all_logs(run.run_id) if e.dagster_event and e.dagster_event.event_type_value == "ASSET_CHECK_EVALUATION"]
     lake = Lakehouse(paths.lakehouse)
     rows = lake.read("judge_agreement").to_pylist() if lake.exists("judge_agreement") else []
@@ -194,12 +198,12 @@ def agreement(
         return
     t = Table(title=f"judge vs human managers (per {window})")
     for c in ("judge", "rubric", "window_id", "n", "mean_abs_diff", "spearman", "pass_agreement"):
-        _add_column(t, c)
+        add_column(t, c)
     for r in rows:
         t.add_row(r["judge"], r["rubric"], r["window_id"], str(r["n"]), f"{r['mean_abs_diff']:.3f}",
                   "n/a" if r["spearman"] is None else f"{r['spearman']:.3f}", f"{r['pass_agreement']:.3f}")
     if rows:
-        _print_table(t)
+        print_table(t)
     else:
         console.print("no rollout is scored by both a judge and a human manager yet")
     if verdict is not None:

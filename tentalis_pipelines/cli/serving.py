@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 import json
-import os
 
 import typer
 from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
     HomeOpt,
-    _add_column,
-    _paths,
-    _print_table,
+    actor_name,
+    add_column,
     app,
     console,
     err,
+    home_paths,
+    print_table,
 )
 
 
 @app.command()
 def status(home: str | None = HomeOpt):
     """Batches, trajectories, checkpoints, the last reward, what serves and the serving history."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.pipeline import summarize
+    from tentalis_pipelines.stages.training import summarize
 
     s = summarize(Lakehouse(paths.lakehouse))
     t = Table(title=f"Tentalis at {paths.home}")
     t.add_column("what")
-    _add_column(t, "value", justify="right")
+    add_column(t, "value", justify="right")
     for k in ("batches", "tasks", "rollouts", "trajectories", "quarantined"):
         t.add_row(k, str(s[k]))
     if s["last_batch"]:
@@ -41,16 +41,12 @@ def status(home: str | None = HomeOpt):
     if s["checkpoints"]:
         c = Table(title="checkpoints")
         for col in ("checkpoint_id", "parent", "promoted", "trajectories", "loss", "reward_mean"):
-            _add_column(c, col)
+            add_column(c, col)
         for cid, parent, promoted, n, metrics, _ in s["checkpoints"]:
             m = json.loads(metrics)
             c.add_row(cid, parent or "base", "yes" if promoted else "no", str(n), f"{m.get('loss', 0):.4f}", f"{m.get('reward_mean', 0):.3f}")
-        _print_table(c)
+        print_table(c)
     _print_serving(Lakehouse(paths.lakehouse))
-
-
-def _actor(actor: str | None) -> str:
-    return actor or os.environ.get("USER") or "cli"
 
 
 def _print_serving(lake) -> None:
@@ -62,17 +58,17 @@ def _print_serving(lake) -> None:
     if history:
         h = Table(title="serving history (newest last; the last row serves)")
         for col in ("seq", "from", "to", "action", "actor", "reason", "at"):
-            _add_column(h, col)
+            add_column(h, col)
         for r in history[-20:]:
             h.add_row(str(r["seq"]), r["from_checkpoint"], r["to_checkpoint"], r["action"], r["actor"], r["reason"],
                       f"{r['created_at']:%Y-%m-%d %H:%M:%S}")
-        _print_table(h)
+        print_table(h)
     for claim in ckpt.active_claims(lake):
         state = "training" if claim.alive() else "stale: `tentalis reconcile` settles it"
         console.print(f"training claim on {claim.policy_version}: {claim.holder()} ({state})")
 
 
-def _reconcile(paths) -> dict:
+def reconcile_home(paths) -> dict:
     from dagster import DagsterInstance
 
     from jobs.run_health import reap_dead_runs
@@ -95,13 +91,13 @@ def promote(
     home: str | None = HomeOpt,
 ):
     """Serve CHECKPOINT_ID from the next rollout on (recorded in the `serving` table)."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.training.serving import ServingError
     from tentalis_pipelines.training.serving import promote as do_promote
 
     try:
-        row = do_promote(Lakehouse(paths.lakehouse), checkpoint_id, actor=_actor(actor), reason=reason)
+        row = do_promote(Lakehouse(paths.lakehouse), checkpoint_id, actor=actor_name(actor), reason=reason)
     except ServingError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
@@ -116,13 +112,13 @@ def rollback(
     home: str | None = HomeOpt,
 ):
     """Go back to what served before the current policy (or to --to); recorded in the `serving` table."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.training.serving import ServingError
     from tentalis_pipelines.training.serving import rollback as do_rollback
 
     try:
-        row = do_rollback(Lakehouse(paths.lakehouse), actor=_actor(actor), reason=reason, to=to)
+        row = do_rollback(Lakehouse(paths.lakehouse), actor=actor_name(actor), reason=reason, to=to)
     except ServingError as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
@@ -133,7 +129,7 @@ def rollback(
 def reconcile(home: str | None = HomeOpt):
     """Settle what crashed training runs left: stale claims, unfinished promotions, orphan adapter folders
     and temporary folders of dead writers (every training run does this first, too)."""
-    paths = _paths(home)
-    report = _reconcile(paths)
+    paths = home_paths(home)
+    report = reconcile_home(paths)
     if not any(report.values()):
         console.print("nothing to reconcile")

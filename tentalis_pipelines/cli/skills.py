@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, _paths, app, console
+from tentalis_pipelines.cli.common import HomeOpt, app, console, home_paths
 
 
 def print_skills(lake, decisions: int = 10) -> None:
@@ -39,4 +39,4 @@ def skills(decisions: int = typer.Option(10, min=0, help="Latest verification de
     """List the skills distilled from failed reviews (status, support, measured gain) and the latest decisions."""
     from tentalis_pipelines.lakehouse import Lakehouse
 
-    print_skills(Lakehouse(_paths(home).lakehouse), decisions)
+    print_skills(Lakehouse(home_paths(home).lakehouse), decisions)

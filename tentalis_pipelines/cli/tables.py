@@ -13,13 +13,13 @@ from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
     HomeOpt,
-    _add_column,
-    _paths,
-    _print_table,
+    add_column,
     app,
     console,
     csv_safe,
     err,
+    home_paths,
+    print_table,
 )
 
 
@@ -30,7 +30,7 @@ def sql(
     home: str | None = HomeOpt,
 ):
     """Query the lakehouse with DuckDB SQL."""
-    paths = _paths(home)
+    paths = home_paths(home)
     import duckdb
 
     from tentalis_pipelines.lakehouse import Lakehouse
@@ -55,10 +55,10 @@ def sql(
     else:
         t = Table()
         for c in result.column_names:
-            _add_column(t, c)
+            add_column(t, c)
         for r in rows:
             t.add_row(*[str(v) for v in r.values()])
-        _print_table(t)
+        print_table(t)
 
 
 @app.command()
@@ -76,7 +76,7 @@ def maintain(
     home: str | None = HomeOpt,
 ):
     """Compact, vacuum and checkpoint the Delta tables (what the weekly maintain_lakehouse_job does)."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse, LakehouseError, human_bytes
 
     if format not in ("table", "json"):
@@ -110,9 +110,9 @@ def import_reviews(
 ):
     """Import human reviews keyed by rollout id (unknown ids are quarantined; re-importing changes nothing).
     Re-materialise the batch's `reviews` with manager=human to use them."""
-    paths = _paths(home)
+    paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.pipeline import import_human_reviews
+    from tentalis_pipelines.stages.human_reviews import import_human_reviews
 
     try:
         out = import_human_reviews(Lakehouse(paths.lakehouse), path)

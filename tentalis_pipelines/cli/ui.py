@@ -10,16 +10,16 @@ import typer
 
 from tentalis_pipelines.cli.common import (
     HomeOpt,
-    _paths,
     app,
     err,
+    home_paths,
 )
 
 
 @app.command()
 def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web server port.")):
     """Start the Dagster UI and daemon (`dagster dev -w workspace.yaml`)."""
-    _paths(home)
+    home_paths(home)
     root = Path(__file__).resolve().parents[2]  # the checkout: tentalis_pipelines/cli/ui.py
     workspace = root / "workspace.yaml"
     if not workspace.exists():

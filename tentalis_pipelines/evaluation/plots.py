@@ -45,7 +45,7 @@ def markdown_image(png: bytes, alt: str = "plot") -> str:
 # asset page only while it is shorter than 1,000 characters; a longer one (any PNG as a data URI) waits
 # behind a "[Show Markdown]" link. So each plot also comes as a small SVG data URI under that limit.
 INLINE_MARKDOWN_LIMIT = 1000
-_SVG_W, _SVG_H, _LEFT, _RIGHT, _TOP, _BOTTOM = 360, 132, 28, 352, 18, 108
+_SVG_W, _SVG_H, PLOT_LEFT, PLOT_RIGHT, PLOT_TOP, PLOT_BOTTOM = 360, 132, 28, 352, 18, 108
 
 
 def _svg_url(svg: str) -> str:
@@ -93,22 +93,22 @@ def _inline_plot(labels, series, title, intervals, ylim) -> str:
     k = len(labels)
 
     def x(i: int) -> int:
-        return round(_LEFT + 6 + (i * (_RIGHT - _LEFT - 12) / (k - 1) if k > 1 else (_RIGHT - _LEFT - 12) / 2))
+        return round(PLOT_LEFT + 6 + (i * (PLOT_RIGHT - PLOT_LEFT - 12) / (k - 1) if k > 1 else (PLOT_RIGHT - PLOT_LEFT - 12) / 2))
 
     def y(v: float) -> int:
-        return round(_BOTTOM - (v - lo) * (_BOTTOM - _TOP) / (hi - lo))
+        return round(PLOT_BOTTOM - (v - lo) * (PLOT_BOTTOM - PLOT_TOP) / (hi - lo))
 
     # One style sheet instead of repeated attributes: lines, dots ("h0" paths with round caps), labels.
     parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{_SVG_W}' height='{_SVG_H}' style='background:#fff'>"
              "<style>path{fill:none}[d$=h0]{stroke-width:5;stroke-linecap:round}text{font:11px sans-serif;stroke:none}</style>"
-             f"<path d='M{_LEFT},{_TOP}V{_BOTTOM}H{_RIGHT}' stroke='gray'/>"
-             f"<text y='{_TOP + 4}'>{_fmt(hi)}</text><text y='{_BOTTOM}'>{_fmt(lo)}</text>"
-             f"<text x='{_LEFT}' y='11'>{_esc(title)}</text>"]
+             f"<path d='M{PLOT_LEFT},{PLOT_TOP}V{PLOT_BOTTOM}H{PLOT_RIGHT}' stroke='gray'/>"
+             f"<text y='{PLOT_TOP + 4}'>{_fmt(hi)}</text><text y='{PLOT_BOTTOM}'>{_fmt(lo)}</text>"
+             f"<text x='{PLOT_LEFT}' y='11'>{_esc(title)}</text>"]
     if k:
-        parts.append(f"<text x='{_LEFT}' y='{_BOTTOM + 12}'>{_esc(labels[0])}</text>")
+        parts.append(f"<text x='{PLOT_LEFT}' y='{PLOT_BOTTOM + 12}'>{_esc(labels[0])}</text>")
         if k > 1:
-            parts.append(f"<text x='{_RIGHT}' y='{_BOTTOM + 12}' text-anchor='end'>{_esc(labels[-1])}</text>")
-    legend_x = _LEFT + 70
+            parts.append(f"<text x='{PLOT_RIGHT}' y='{PLOT_BOTTOM + 12}' text-anchor='end'>{_esc(labels[-1])}</text>")
+    legend_x = PLOT_LEFT + 70
     for idx, (name, colour, vs) in enumerate(series):
         pts = [(x(i), y(v)) for i, v in enumerate(vs) if v is not None]
         parts.append(f"<g stroke='{colour}' fill='{colour}'>")

@@ -341,7 +341,7 @@ async def _json_body(request: Request) -> Any:
 
 # --------------------------------------------------------------------------- completions
 @dataclass
-class _Call:
+class Call:
     """One request being answered: what lands with each of its choices."""
 
     endpoint: str
@@ -404,7 +404,7 @@ async def _complete(gw: Gateway, endpoint: str, body: Any, request: Request, ten
     rid = ("chatcmpl-" if endpoint == "chat.completions" else "cmpl-") + uuid.uuid4().hex
     calls = []
     for i, (raw, ids) in enumerate(prompts):
-        calls.append(_Call(endpoint=endpoint, body=body, tenant=tenant, session_id=session_id,
+        calls.append(Call(endpoint=endpoint, body=body, tenant=tenant, session_id=session_id,
                            response_id=rid if len(prompts) == 1 else f"{rid}-p{i}", created=int(time.time()),
                            t0=time.perf_counter(), messages_json=raw, tools_json=landing.dumps(getattr(body, "tools", None) or []),
                            prompt_ids=ids, max_tokens=max_tokens, policy_version=policy.version, backend="transformers"))
@@ -423,7 +423,7 @@ async def _complete(gw: Gateway, endpoint: str, body: Any, request: Request, ten
         rows += turn_rows
         payload = out if payload is None else {**payload, "choices": payload["choices"] + [
             {**c, "index": len(payload["choices"]) + j} for j, c in enumerate(out["choices"])]}
-    await run_in_threadpool(_acknowledge, gw, session_id, tenant, rows, body.metadata)
+    await run_in_threadpool(acknowledge, gw, session_id, tenant, rows, body.metadata)
     return JSONResponse(payload, headers={"X-Session-Id": session_id})
 
 
@@ -474,7 +474,7 @@ def _score(gw: Gateway, policy, prompts: list[tuple[str, list[int]]], body: Any)
         tokens, token_lps, text = [tok.decode([t]) for t in ids], [None, *lps], tok.decode(ids)
         finish = "length"
         if max_tokens > 0:
-            call = _Call(endpoint="completions", body=body, tenant="", session_id="", response_id="", created=0,
+            call = Call(endpoint="completions", body=body, tenant="", session_id="", response_id="", created=0,
                          t0=time.perf_counter(), messages_json="", tools_json="", prompt_ids=ids, max_tokens=max_tokens,
                          policy_version=policy.version, backend="transformers")
             [c] = _decode_all(policy, call)
@@ -490,7 +490,7 @@ def _score(gw: Gateway, policy, prompts: list[tuple[str, list[int]]], body: Any)
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "total_tokens": prompt_tokens + completion_tokens}}
 
 
-def _decode_all(policy, call: _Call):
+def _decode_all(policy, call: Call):
     from tentalis_pipelines.gateway.sampler import decode
 
     choices: list = []
@@ -510,7 +510,7 @@ def _logprob_items(tokenizer, ids: list[int], logps: list[float]) -> list[dict[s
     return out
 
 
-def _finish(gw: Gateway, tokenizer, call: _Call, choices) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+def _finish(gw: Gateway, tokenizer, call: Call, choices) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """The turn rows (one per choice) and the response payload of a finished, non-streamed call."""
     body, chat = call.body, call.endpoint == "chat.completions"
     out_choices, rows = [], []
@@ -535,7 +535,7 @@ def _finish(gw: Gateway, tokenizer, call: _Call, choices) -> tuple[list[dict[str
         if body.return_token_ids:
             item["token_ids"] = c.token_ids
         out_choices.append(item)
-        rows.append(_turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=False))
+        rows.append(turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=False))
     completion_tokens = sum(len(c.token_ids) for c in choices)
     payload: dict[str, Any] = {
         "id": call.response_id, "object": "chat.completion" if chat else "text_completion", "created": call.created,
@@ -548,7 +548,7 @@ def _finish(gw: Gateway, tokenizer, call: _Call, choices) -> tuple[list[dict[str
     return rows, payload
 
 
-def _turn_row(call: _Call, choice_index: int, response: dict[str, Any], token_ids: list[int], logprobs: list[float] | None,
+def turn_row(call: Call, choice_index: int, response: dict[str, Any], token_ids: list[int], logprobs: list[float] | None,
               finish: str, *, stream: bool) -> dict[str, Any]:
     return {
         "turn_id": f"{call.response_id}-{choice_index}", "session_id": call.session_id, "tenant": call.tenant,
@@ -562,7 +562,7 @@ def _turn_row(call: _Call, choice_index: int, response: dict[str, Any], token_id
     }
 
 
-def _acknowledge(gw: Gateway, session_id: str, tenant: str, rows: list[dict[str, Any]], metadata: dict | None) -> None:
+def acknowledge(gw: Gateway, session_id: str, tenant: str, rows: list[dict[str, Any]], metadata: dict | None) -> None:
     """Make a call's turns durable (fsynced WAL); only then may the client see them acknowledged."""
     with gw.ack_lock:
         index = gw.sessions.next_turn(session_id, tenant)
@@ -575,11 +575,11 @@ def _acknowledge(gw: Gateway, session_id: str, tenant: str, rows: list[dict[str,
     gw.flusher.poke()
 
 
-def _sse(obj: Any) -> bytes:
+def sse_event(obj: Any) -> bytes:
     return f"data: {json.dumps(obj, separators=(',', ':'))}\n\n".encode()
 
 
-async def _stream(gw: Gateway, policy, call: _Call, request: Request):
+async def _stream(gw: Gateway, policy, call: Call, request: Request):
     """SSE chunks in OpenAI's format as the model writes; ``data: [DONE]`` once the turns are durable."""
     from tentalis_pipelines.gateway.sampler import decode
 
@@ -624,14 +624,14 @@ async def _stream(gw: Gateway, policy, call: _Call, request: Request):
     sent: dict[int, int] = {}
     try:
         if chat:
-            yield _sse(chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
+            yield sse_event(chunk([{"index": i, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
                               for i in range(body.n)]))
         thread.start()
         while True:
             kind, payload, choices = await queue.get()
             if kind == "error":
                 log.error("generation failed: %s", redact(str(payload)))
-                yield _sse({"error": {"message": redact(f"generation failed: {payload}"), "type": "server_error", "param": None, "code": None}})
+                yield sse_event({"error": {"message": redact(f"generation failed: {payload}"), "type": "server_error", "param": None, "code": None}})
                 return
             if kind == "done":
                 break
@@ -665,7 +665,7 @@ async def _stream(gw: Gateway, policy, call: _Call, request: Request):
                 item["finish_reason"] = None
                 out.append(item)
             if out:
-                yield _sse(chunk(out))
+                yield sse_event(chunk(out))
         # the end: tool calls (or held-back text), finish reasons, then durability, then [DONE]
         rows, finals = [], []
         for c in choices:
@@ -688,12 +688,12 @@ async def _stream(gw: Gateway, policy, call: _Call, request: Request):
                 finish = c.finish_reason
                 finals.append({"index": c.index, "text": c.text[sent.get(c.index, 0):], "logprobs": None, "finish_reason": finish})
                 response = {"text": c.text}
-            rows.append(_turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=True))
-        yield _sse(chunk(finals))
-        await run_in_threadpool(_acknowledge, gw, call.session_id, call.tenant, rows, body.metadata)
+            rows.append(turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=True))
+        yield sse_event(chunk(finals))
+        await run_in_threadpool(acknowledge, gw, call.session_id, call.tenant, rows, body.metadata)
         if (body.stream_options or {}).get("include_usage"):
             n_out = sum(len(c.token_ids) for c in choices)
-            yield _sse(chunk([], usage={"prompt_tokens": len(call.prompt_ids), "completion_tokens": n_out,
+            yield sse_event(chunk([], usage={"prompt_tokens": len(call.prompt_ids), "completion_tokens": n_out,
                                         "total_tokens": len(call.prompt_ids) + n_out}))
         yield b"data: [DONE]\n\n"
     finally:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tentalis_pipelines.inference.transformers_backend import _eos_ids, sample_next
+from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_next
 
 
 @dataclass
@@ -52,7 +52,7 @@ def decode(model, tokenizer, prompt_ids: list[int], *, n: int = 1, max_new_token
     choices = choices if choices is not None else []
     choices[:] = [Choice(i) for i in range(n)]
     dev = model.device
-    eos = torch.tensor(sorted(_eos_ids(model, tokenizer)), dtype=torch.long, device=dev)
+    eos = torch.tensor(sorted(eos_ids(model, tokenizer)), dtype=torch.long, device=dev)
     input_ids = torch.tensor([prompt_ids], device=dev)
     out = model(input_ids=input_ids, use_cache=True, logits_to_keep=1)
     cache = out.past_key_values

@@ -146,7 +146,7 @@ async def forward(gw, endpoint: str, body, tenant: str, session_id: str):
                                                  add_special_tokens=False)["input_ids"]))
         except ChatTemplateError:
             prompt_ids = []
-    call = gwapp._Call(endpoint=endpoint, body=body, tenant=tenant, session_id=session_id, response_id="",
+    call = gwapp.Call(endpoint=endpoint, body=body, tenant=tenant, session_id=session_id, response_id="",
                        created=int(time.time()), t0=time.perf_counter(), messages_json=messages_json,
                        tools_json=landing.dumps(getattr(body, "tools", None) or []), prompt_ids=prompt_ids,
                        max_tokens=getattr(body, "max_completion_tokens", None) or body.max_tokens,
@@ -177,10 +177,10 @@ async def forward(gw, endpoint: str, body, tenant: str, session_id: str):
         for ch in out.get("choices", []):
             msg = ch.get("message") or {}
             content = msg.get("content") if chat else ch.get("text")
-            rows.append(gwapp._turn_row(call, ch.get("index", 0), response_of(content, msg.get("tool_calls")),
+            rows.append(gwapp.turn_row(call, ch.get("index", 0), response_of(content, msg.get("tool_calls")),
                                         ids_of(content or "", ch.get("token_ids")), choice_logprobs(ch),
                                         ch.get("finish_reason") or "stop", stream=False))
-        await run_in_threadpool(gwapp._acknowledge, gw, session_id, tenant, rows, body.metadata)
+        await run_in_threadpool(gwapp.acknowledge, gw, session_id, tenant, rows, body.metadata)
         return JSONResponse(out, headers={"X-Session-Id": session_id})
 
     async def relay():
@@ -190,9 +190,9 @@ async def forward(gw, endpoint: str, body, tenant: str, session_id: str):
                 if chunk is None:
                     break
                 acc.add(chunk)
-                yield gwapp._sse(chunk)
+                yield gwapp.sse_event(chunk)
         except UpstreamError as exc:
-            yield gwapp._sse(exc.body if isinstance(exc.body, dict) else {"error": {"message": str(exc.body)}})
+            yield gwapp.sse_event(exc.body if isinstance(exc.body, dict) else {"error": {"message": str(exc.body)}})
             return
         call.response_id = acc.id or f"up-{uuid.uuid4().hex}"
         if acc.prompt_token_ids:
@@ -201,9 +201,9 @@ async def forward(gw, endpoint: str, body, tenant: str, session_id: str):
         for idx, c in sorted(acc.choices.items()):
             calls = [c["tool_calls"][k] for k in sorted(c["tool_calls"])] or None
             lps = [x for x in c["logprobs"] if x is not None] or None
-            rows.append(gwapp._turn_row(call, idx, response_of(c["content"] or None if calls else c["content"], calls),
+            rows.append(gwapp.turn_row(call, idx, response_of(c["content"] or None if calls else c["content"], calls),
                                         ids_of(c["content"], c["token_ids"]), lps, c["finish_reason"] or "stop", stream=True))
-        await run_in_threadpool(gwapp._acknowledge, gw, session_id, tenant, rows, body.metadata)
+        await run_in_threadpool(gwapp.acknowledge, gw, session_id, tenant, rows, body.metadata)
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(relay(), media_type="text/event-stream", headers={"X-Session-Id": session_id})

@@ -111,7 +111,7 @@ class TransformersBackend:
         tok, model = self.tokenizer, self.model
         n, temperature = params.num_generations, params.temperature
         dev = model.device  # every tensor of the loop lives where the model does (CPU or GPU)
-        eos = torch.tensor(sorted(_eos_ids(model, tok)), dtype=torch.long, device=dev)
+        eos = torch.tensor(sorted(eos_ids(model, tok)), dtype=torch.long, device=dev)
         pad = tok.pad_token_id if tok.pad_token_id is not None else int(eos[0])
         width = max(len(x) for x in prompt_ids)
         input_ids = torch.tensor([[pad] * (width - len(x)) + x for x in prompt_ids], device=dev)
@@ -184,7 +184,7 @@ def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     return torch.zeros_like(probs).scatter_(-1, idx, sorted_p)
 
 
-def _eos_ids(model, tok) -> set[int]:
+def eos_ids(model, tok) -> set[int]:
     ids = model.generation_config.eos_token_id
     ids = set(ids if isinstance(ids, list) else [ids] if ids is not None else [])
     if tok.eos_token_id is not None:

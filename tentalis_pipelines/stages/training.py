@@ -33,7 +33,7 @@ where t.kept and t.policy_version = $policy
 """
 
 
-def fresh_trajectories(lake: Lakehouse, policy_version: str, versions: dict[str, int | None] | None = None):
+def untrained_trajectories(lake: Lakehouse, policy_version: str, versions: dict[str, int | None] | None = None):
     """Trajectories sampled by the serving policy that no checkpoint has trained on yet (``versions``:
     the trajectories table as of a pinned Delta version, see ``lineage``)."""
     con = lake.duckdb(["trajectories", "checkpoints", "training_claims"],
@@ -46,7 +46,7 @@ def fresh_trajectories(lake: Lakehouse, policy_version: str, versions: dict[str,
 
 def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
     version, _ = current_policy(lake, paths)
-    return fresh_trajectories(lake, version).num_rows
+    return untrained_trajectories(lake, version).num_rows
 
 
 @ckpt.abandons_claims_on_error
@@ -59,7 +59,7 @@ def train_checkpoint(
     version, adapter = current_policy(lake, paths)
     # Pin every table's version before reading anything: the manifest then names exactly what was read.
     versions = lineage.table_versions(lake)
-    fresh = lineage.order_trajectories(fresh_trajectories(lake, version, versions).to_pylist())
+    fresh = lineage.order_trajectories(untrained_trajectories(lake, version, versions).to_pylist())
     if not fresh:
         raise ValueError(
             f"no fresh trajectories for policy {version!r}: run rollouts for a new batch first "

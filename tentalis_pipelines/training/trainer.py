@@ -277,7 +277,7 @@ def trained_tokens(s: TrainSample) -> int:
     return len(s.completion_ids) if s.loss_mask is None else int(sum(_row_loss_mask(s)))
 
 
-def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
+def pack_samples(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Left-pad prompts and right-pad completions so every completion occupies the last C positions."""
     P = max(len(s.prompt_ids) for s in samples)
     C = max(len(s.completion_ids) for s in samples)
@@ -304,7 +304,7 @@ def _pack(samples: list[TrainSample], pad_id: int, device, default_temperature: 
     }
 
 
-def _pack_shared(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
+def pack_samples_shared(samples: list[TrainSample], pad_id: int, device, default_temperature: float = 1.0) -> dict[str, torch.Tensor]:
     """Rows with one common prompt: the prompt once, completions right-padded."""
     C = max(len(s.completion_ids) for s in samples)
     comp, cmask, lmask, adv = [], [], [], []
@@ -333,8 +333,8 @@ def pack(samples: list[TrainSample], pad_id: int, device, default_temperature: f
     ``shared``)."""
     first = samples[0].prompt_ids
     if shared and len(samples) > 1 and all(s.prompt_ids == first for s in samples):
-        return _pack_shared(samples, pad_id, device, default_temperature)
-    return _pack(samples, pad_id, device, default_temperature)
+        return pack_samples_shared(samples, pad_id, device, default_temperature)
+    return pack_samples(samples, pad_id, device, default_temperature)
 
 
 def _token_logps(logits: torch.Tensor, targets: torch.Tensor, temperature: torch.Tensor | float | None) -> torch.Tensor:

@@ -1,4 +1,5 @@
-"""One learning cycle as runs of the asset jobs, one after another, on a Dagster instance.
+"""Runs of the asset jobs launched from Python (`tentalis run`, `learn`, the experiments): one job, or one
+learning cycle as the jobs one after another on a Dagster instance.
 
 ``tentalis run`` and ``tentalis learn`` call :func:`run_cycle`: a seeded task batch is registered as a
 ``task_batches`` partition, then ``rollout_job`` (that partition), with ``skills`` ``skills_job`` (the
@@ -144,7 +145,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     resumed = None
     if opts.seed is None:
         resumed = interrupted_cycle_batch(paths.batches, task_source=opts.task_source, num_tasks=opts.num_tasks,
-                                          levels=tuple(opts.levels), settled=_settled_batches(lake, instance))
+                                          levels=tuple(opts.levels), settled=settled_batches(lake, instance))
     if resumed is not None:
         batch_id = resumed
         _ensure_batch_partition(instance, batch_id)
@@ -172,8 +173,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     if len(new) != 1:
         raise CycleFailed(f"train_job succeeded but wrote {len(new)} checkpoints: {new}")
     checkpoint_id = out["checkpoint_id"] = new[0]
-    gate = resource_value(defs, opts.resources, "bench", "gate_benchmark")
-    benchmarks = list(dict.fromkeys([gate, *resource_value(defs, opts.resources, "bench", "benchmarks")]))
+    gate = resource_value(defs, opts.resources, "benchmark", "gate_benchmark")
+    benchmarks = list(dict.fromkeys([gate, *resource_value(defs, opts.resources, "benchmark", "benchmarks")]))
     gated = resource_value(defs, opts.resources, "trainer", "promotion") == "gate"
     def benchmark(ref: str, benchmark: str, why: str = "") -> None:
         if not instance.has_dynamic_partition(checkpoint_ids.name, ref):
@@ -195,7 +196,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     return out
 
 
-def _settled_batches(lake: Lakehouse, instance: DagsterInstance) -> set[str]:
+def settled_batches(lake: Lakehouse, instance: DagsterInstance) -> set[str]:
     """Batches past their rollouts: their trajectories materialized (even as zero rows, so a batch whose
     every rollout was filtered is not retried forever), rows in ``trajectories``, or a checkpoint trained on them."""
     settled = set(instance.get_materialized_partitions(AssetKey("trajectories")))

@@ -1,0 +1,128 @@
+"""The house rules, checked over the source: the product apart from the lab, the library apart from its
+CLI, no private name used across modules, no test that reaches a script through ``sys.path``.
+
+Plain AST walks over the repository's files: no import is executed.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+import tomllib
+
+ROOT = Path(__file__).resolve().parents[1]
+PRODUCT = ("tentalis_pipelines", "assets", "jobs")
+LAB = ("bench", "experiments", "tools", "tests", "scripts")
+PROJECT = PRODUCT + LAB
+
+
+def _files(*tops: str) -> list[Path]:
+    return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(tree: ast.AST, module: str) -> list[tuple[int, str, list[str]]]:
+    """(line, imported module, imported names) for every import statement, relative ones resolved."""
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out += [(node.lineno, a.name, []) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                pkg = module.split(".")[: -node.level] if node.level else []
+                base = ".".join([*pkg, base] if base else pkg)
+            out.append((node.lineno, base, [a.name for a in node.names]))
+    return out
+
+
+def _top(name: str) -> str:
+    return name.split(".")[0]
+
+
+def private_imports(path: Path, source: str | None = None) -> list[str]:
+    """Every use of another project module's private (``_name``) attribute: ``from m import _x`` and
+    ``m._x`` where ``m`` is an imported project module. Dunder names are not private."""
+    module = _module_name(path)
+    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    found = []
+    aliases: dict[str, str] = {}
+    for line, imported, names in _imports(tree, module):
+        if _top(imported) not in PROJECT:
+            continue
+        for name in names:
+            if name.startswith("_") and not name.startswith("__"):
+                found.append(f"{path.relative_to(ROOT)}:{line}: from {imported} import {name}")
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if _top(a.name) in PROJECT:
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+        elif isinstance(node, ast.ImportFrom) and node.module and _top(node.module) in PROJECT:
+            for a in node.names:
+                aliases[a.asname or a.name] = f"{node.module}.{a.name}"
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
+                and node.attr.startswith("_") and not node.attr.startswith("__")):
+            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
+    return found
+
+
+def test_no_module_uses_another_modules_private_name():
+    found = [hit for path in _files(*PROJECT) for hit in private_imports(path)]
+    assert not found, "private names used across modules (make them public or keep them home):\n" + "\n".join(found)
+
+
+def test_the_product_never_imports_the_lab():
+    found = []
+    for path in _files(*PRODUCT):
+        for line, imported, _ in _imports(ast.parse(path.read_text()), _module_name(path)):
+            if _top(imported) in LAB:
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {imported}")
+    assert not found, "\n".join(found)
+
+
+def test_the_library_never_imports_its_cli():
+    found = []
+    for path in _files("tentalis_pipelines", "assets", "jobs"):
+        module = _module_name(path)
+        if module.startswith("tentalis_pipelines.cli"):
+            continue
+        for line, imported, _ in _imports(ast.parse(path.read_text()), module):
+            if imported == "tentalis_pipelines.cli" or imported.startswith("tentalis_pipelines.cli."):
+                found.append(f"{path.relative_to(ROOT)}:{line}: imports {imported}")
+    assert not found, "\n".join(found)
+
+
+def test_no_test_or_experiment_edits_sys_path():
+    found = []
+    for path in _files(*PROJECT):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
+                    and node.value.id == "sys" and path != Path(__file__).resolve()):
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not found, "sys.path edited (import the lab as packages from the repository root instead):\n" + "\n".join(found)
+
+
+def test_only_the_product_is_installed():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    include = config["tool"]["setuptools"]["packages"]["find"]["include"]
+    assert sorted(include) == sorted(f"{p}*" for p in PRODUCT)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from tentalis_pipelines.cli.common import _paths\n", 1),
+    ("from tentalis_pipelines.cli import common\ncommon._fail('x')\n", 1),
+    ("import tentalis_pipelines.sessions as s\ns._cut()\n", 1),
+    ("from tentalis_pipelines.cli.common import paths\nimport os\nos._exit(0)\n", 0),
+    ("from tentalis_pipelines import __version__\n", 0),
+])
+def test_the_private_name_check_finds_what_it_should(source, expected):
+    """The checker itself: each planted use is found, public and foreign names are not."""
+    assert len(private_imports(ROOT / "tentalis_pipelines" / "house_probe.py", source)) == expected
