@@ -17,7 +17,7 @@ import pytest
 from dagster import DagsterInstance, DagsterRunStatus, materialize
 from dagster._core.events import EngineEventData
 from dagster._core.test_utils import create_run_for_test
-from local_servers import PostgresServer, ServerUnavailable
+from local_servers import PostgresServer, ServerUnavailable, skip_unavailable
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
 from jobs.run_health import HOST_TAG, reap_dead_runs
@@ -36,7 +36,7 @@ def pg():
     try:
         server = PostgresServer().start()
     except ServerUnavailable as exc:
-        pytest.skip(f"PostgreSQL cannot start here: {exc}")
+        skip_unavailable("PostgreSQL", exc)
     print(f"\nPostgreSQL ({server.bindir}) up on port {server.port} in {time.perf_counter() - t0:.1f} s")
     yield server
     server.stop()

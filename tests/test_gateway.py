@@ -286,8 +286,9 @@ def test_tenants_keys_and_malformed_requests(gateway):
     # reviews: unknown session 404 naming it; score out of range 422 naming the field; both quarantined
     r = httpx.post(server.url + "/v1/reviews", headers=acme, json={"session_id": "no-such-session", "score": 0.5})
     assert r.status_code == 404 and "no-such-session" in r.json()["error"]["message"]
-    r = httpx.post(server.url + "/v1/reviews", headers=acme, json={"turn_id": turn_id, "score": 1.5})
-    assert r.status_code == 422 and r.json()["error"]["param"] == "score"
+    for bad in (1.5, True, "0.5", None):  # one rule with import-reviews: a boolean is not a score, nor is text in JSON
+        r = httpx.post(server.url + "/v1/reviews", headers=acme, json={"turn_id": turn_id, "score": bad})
+        assert r.status_code == 422 and r.json()["error"]["param"] == "score", (bad, r.text)
     h = server.wait_flushed()
     assert h["turns_flushed"] == before  # none of the rejected requests landed a turn
     lake = Lakehouse(server.home / "lakehouse")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from dagster import DagsterInstance, materialize
-from local_servers import S3Server, ServerUnavailable
+from local_servers import S3Server, ServerUnavailable, skip_unavailable
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
 from tentalis_pipelines.lakehouse import Lakehouse, storage_options_from_env
@@ -36,7 +36,7 @@ def s3():
     try:
         server = S3Server().start()
     except ServerUnavailable as exc:
-        pytest.skip(f"S3 test server cannot start: {exc}")
+        skip_unavailable("the S3 test server", exc)
     server.client().create_bucket(Bucket=BUCKET)
     yield server
     server.stop()

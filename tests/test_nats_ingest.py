@@ -14,7 +14,7 @@ import pytest
 
 pytest.importorskip("nats", reason="nats-py is not installed (pip install nats-py)")
 
-from local_servers import NatsServer, ServerUnavailable  # noqa: E402
+from local_servers import NatsServer, ServerUnavailable, skip_unavailable  # noqa: E402
 
 from tentalis_pipelines.gateway import nats_ingest  # noqa: E402
 from tentalis_pipelines.gateway.nats_ingest import IngestConfig, ingest, subject_kind  # noqa: E402
@@ -32,7 +32,7 @@ def server():
     try:
         srv = NatsServer().start()
     except ServerUnavailable as exc:
-        pytest.skip(f"no nats-server: {exc}")
+        skip_unavailable("nats-server", exc)
     yield srv
     srv.stop()
 

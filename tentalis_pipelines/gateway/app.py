@@ -22,7 +22,7 @@ from typing import Any, Literal
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
@@ -37,6 +37,7 @@ from tentalis_pipelines.gateway.chat import (
 from tentalis_pipelines.gateway.wal import Flusher, WriteAheadLog
 from tentalis_pipelines.lakehouse import Lakehouse, LakehouseError, now_utc
 from tentalis_pipelines.redact import redact
+from tentalis_pipelines.rewards.managers import review_score
 
 log = logging.getLogger(__name__)
 
@@ -141,12 +142,17 @@ class ReviewRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     session_id: str | None = Field(None, min_length=1, max_length=256)
     turn_id: str | None = Field(None, min_length=1, max_length=256)
-    score: float = Field(ge=0.0, le=1.0)
+    score: float
     critique: str = ""
     hint: str = ""
     reviewer: str = Field("manager", min_length=1, max_length=256)
     rubric: str = ""
     review_id: str | None = Field(None, min_length=1, max_length=256)
+
+    @field_validator("score", mode="before")
+    @classmethod
+    def _one_score_rule(cls, value: Any) -> float:
+        return review_score(value)  # the rule import-reviews applies: `true` is not 1.0
 
 
 # --------------------------------------------------------------------------- app

@@ -200,6 +200,23 @@ def _text(rec: dict, field: str, limit: int) -> str:
     return value
 
 
+def review_score(value, *, field: str = "score", text_ok: bool = False) -> float:
+    """The one rule for a review score wherever one enters (``POST /v1/reviews``, ``tentalis
+    import-reviews``, the Bridge API and NATS after their scale): a finite number in [0, 1]. A boolean is
+    not a number (``true`` is not 1.0); numeric text is read only where the format is text (``text_ok``:
+    a CSV cell). Raises ValueError naming ``field``, the value and the fix."""
+    fix = f"{field!r} must be a number in [0, 1]"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)) or (isinstance(value, str) and not text_ok):
+        raise ValueError(f"{fix}, got {value!r}")
+    try:
+        score = float(value)
+    except ValueError:
+        raise ValueError(f"{fix}, got {value!r}") from None
+    if not 0.0 <= score <= 1.0:  # NaN fails this too
+        raise ValueError(f"{fix}, got {score}")
+    return score
+
+
 def validate_human_review(rec: dict) -> dict:
     """Normalise one human review (rollout_id, score in [0, 1], critique, hint, reviewer) or raise ValueError.
 
@@ -212,15 +229,7 @@ def validate_human_review(rec: dict) -> dict:
         raise ValueError("missing 'rollout_id'")
     if len(rid) > MAX_REVIEW_ID_CHARS:
         raise ValueError(f"'rollout_id' is longer than {MAX_REVIEW_ID_CHARS} characters")
-    raw_score = rec.get("score")
-    if isinstance(raw_score, bool) or not isinstance(raw_score, (int, float, str)):
-        raise ValueError(f"'score' must be a number in [0, 1], got {raw_score!r}")
-    try:
-        score = float(raw_score)
-    except ValueError:
-        raise ValueError(f"'score' must be a number in [0, 1], got {raw_score!r}") from None
-    if not 0.0 <= score <= 1.0:
-        raise ValueError(f"'score' must be in [0, 1], got {score}")
+    score = review_score(rec.get("score"), text_ok=True)
     return {"rollout_id": rid, "score": score, "critique": _text(rec, "critique", MAX_REVIEW_TEXT_CHARS),
             "hint": _text(rec, "hint", MAX_REVIEW_TEXT_CHARS),
             "reviewer": _text(rec, "reviewer", MAX_REVIEW_ID_CHARS) or "human"}
