@@ -16,6 +16,7 @@ from typing import Any
 
 from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.tasks.kinds import batch_kind
 
 
 @dataclass(frozen=True)
@@ -47,12 +48,14 @@ def no_held_out_items(lake: Lakehouse, batch_id: str, *, cache_dir: Path | None 
 
 
 def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
-    """Every task of the batch has exactly ``num_generations`` rollouts (a sessions batch: at least one
-    per session, one per segment)."""
-    from tentalis_pipelines import sessions
+    """Every task of the batch has the rollouts its kind expects (``tasks/kinds.py``): exactly
+    ``num_generations`` for a task batch, at least one per session (one per segment) for a sessions batch."""
+    return batch_kind(lake, batch_id).check_rollouts(lake, batch_id, num_generations)
 
-    if sessions.is_sessions_batch(lake, batch_id):
-        num_generations = None
+
+def rollouts_cover_tasks(lake: Lakehouse, batch_id: str, num_generations: int | None) -> CheckOutcome:
+    """Every task of the batch has exactly ``num_generations`` rollouts (None: at least one, as a session
+    has one per segment), and every rollout names a task of the batch."""
     tasks = {t["task_id"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id"]).to_pylist()}
     counts = Counter(r["task_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["task_id"]).to_pylist())
     if num_generations is None:
@@ -69,19 +72,25 @@ def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> C
 
 
 def one_review_per_rollout(lake: Lakehouse, batch_id: str) -> CheckOutcome:
-    """Every rollout of the batch has exactly one review, and every review names a rollout of the batch.
-    A sessions batch: every session has at least one review (of a turn or of the whole session), and
-    every review names a session of the batch."""
-    from tentalis_pipelines import sessions
+    """The batch's reviews cover it as its kind expects (``tasks/kinds.py``): a task batch
+    (:func:`each_rollout_reviewed_once`), a sessions batch (:func:`each_session_reviewed`)."""
+    return batch_kind(lake, batch_id).check_reviews(lake, batch_id)
 
-    if sessions.is_sessions_batch(lake, batch_id):
-        known = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
-        reviewed = Counter(r["session_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["session_id"]).to_pylist())
-        missing, orphans = sorted(known - set(reviewed)), sorted(set(reviewed) - known)
-        if missing or orphans:
-            return CheckOutcome(False, f"{len(missing)} session(s) without a review, {len(orphans)} review(s) of unknown sessions",
-                                {"missing": len(missing), "orphans": len(orphans)})
-        return CheckOutcome(True, f"{len(known)} sessions, {sum(reviewed.values())} reviews", {"sessions": len(known)})
+
+def each_session_reviewed(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """Every session of a sessions batch has at least one review (of a turn or of the whole session), and
+    every review names a session of the batch."""
+    known = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
+    reviewed = Counter(r["session_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["session_id"]).to_pylist())
+    missing, orphans = sorted(known - set(reviewed)), sorted(set(reviewed) - known)
+    if missing or orphans:
+        return CheckOutcome(False, f"{len(missing)} session(s) without a review, {len(orphans)} review(s) of unknown sessions",
+                            {"missing": len(missing), "orphans": len(orphans)})
+    return CheckOutcome(True, f"{len(known)} sessions, {sum(reviewed.values())} reviews", {"sessions": len(known)})
+
+
+def each_rollout_reviewed_once(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """Every rollout of the batch has exactly one review, and every review names a rollout of the batch."""
     rollouts = {r["rollout_id"] for r in lake.read("rollouts", batch_id=batch_id, columns=["rollout_id"]).to_pylist()}
     counts = Counter(r["rollout_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["rollout_id"]).to_pylist())
     missing = sorted(rollouts - set(counts))

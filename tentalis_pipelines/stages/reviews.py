@@ -19,6 +19,7 @@ from tentalis_pipelines.rewards.scoring import (
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.step_scores import step_reward
+from tentalis_pipelines.tasks.kinds import batch_kind
 
 
 def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
@@ -70,23 +71,36 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
 
 def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
                   llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
-    """One review per rollout by the batch's manager: ``verifier`` (ground truth and step checks),
+    """The batch's reviews, as its kind gathers them (``tasks/kinds.py``). A task batch: one review per
+    rollout by the batch's manager (:func:`manager_reviews`): ``verifier`` (ground truth and step checks),
     ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``), ``human`` (imported reviews;
     rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it) or
     ``hackable`` (pays for the length of the shown work: the reward-hacking experiment's scorer).
 
     ``llm_manager`` may be a function that builds it, so the model loads only when it is used. A
     sessions batch copies its live reviews; with ``manager = 'llm'`` the llm manager is also the judge of
-    the sessions that no person reviewed (``sessions.build_session_reviews``)."""
+    the sessions that no person reviewed (:func:`session_reviews`)."""
     if manager not in ("verifier", "llm", "human", "hackable"):
         raise ValueError(f"unknown manager {manager!r}; choose verifier, llm, human or hackable")
-    if sessions.is_sessions_batch(lake, batch_id):  # the live reviews of its sessions (and the judge's)
-        if manager == "llm" and llm_manager is None:
-            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
-        judge = llm_manager if manager == "llm" else None
-        why = (f"review.manager = {manager!r}; set review.manager = 'llm' (the judge model is review.judge_model) "
-               "for the judge to review the sessions that no person reviewed")
-        return StageResult(*sessions.build_session_reviews(lake, batch_id, judge=judge, no_judge_reason=why))
+    return batch_kind(lake, batch_id).reviews(lake, batch_id, manager, llm_manager)
+
+
+def session_reviews(lake: Lakehouse, batch_id: str, manager: str,
+                    llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
+    """A sessions batch's reviews: the live reviews of its sessions, and with ``manager = 'llm'`` the llm
+    manager's as the judge of the sessions that no person reviewed (``sessions.build_session_reviews``)."""
+    if manager == "llm" and llm_manager is None:
+        raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+    judge = llm_manager if manager == "llm" else None
+    why = (f"review.manager = {manager!r}; set review.manager = 'llm' (the judge model is review.judge_model) "
+           "for the judge to review the sessions that no person reviewed")
+    return StageResult(*sessions.build_session_reviews(lake, batch_id, judge=judge, no_judge_reason=why))
+
+
+def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
+                    llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
+    """A task batch's reviews: one per rollout by ``manager`` (see :func:`build_reviews`); a rollout with an
+    imported human review gets that one whatever the manager."""
     if callable(llm_manager):
         llm_manager = llm_manager()
     verifier, hackable = get_manager("verifier"), get_manager("hackable")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import time
 
-from tentalis_pipelines import sessions
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.inference.prompts import render_prompt
@@ -14,6 +13,7 @@ from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.skills import skill_retriever
+from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import serving
 
 
@@ -31,8 +31,14 @@ def rollout_id(batch_id: str, task_id: str, policy_version: str, group_index: in
 
 
 def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> StageResult:
-    if sessions.is_sessions_batch(lake, batch_id):  # built from the sessions' turns, never sampled again
-        return StageResult(*sessions.build_session_rollouts(lake, batch_id))
+    """The batch's rollouts, as its kind makes them (``tasks/kinds.py``): G samples per task
+    (:func:`sample_rollouts`), or a sessions batch's segments built from its turns, never sampled again."""
+    return batch_kind(lake, batch_id).rollouts(lake, paths, batch_id, policy, backend)
+
+
+def sample_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> StageResult:
+    """``policy.num_generations`` samples per task of the batch from the serving policy (``backend``: the
+    policy's own unless given), each parsed into steps and an answer."""
     tasks = lake.read("tasks", batch_id=batch_id).to_pylist()
     if not tasks:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")

@@ -5,9 +5,16 @@ from __future__ import annotations
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.process import check_steps
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.tasks.kinds import batch_kind
 
 
 def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
+    """The batch's step scores, as its kind scores them (``tasks/kinds.py``; every kind today:
+    :func:`score_parsed_steps`)."""
+    return batch_kind(lake, batch_id).step_scores(lake, batch_id, scorer=scorer, judge=judge)
+
+
+def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
     """One row per parsed step. ``calculator`` checks the equations a step states (1/0, null when it
     states none); ``judge`` asks an LLM judge (``rewards.judge.JudgePRM``) with ``num_votes`` votes per
     step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict)."""

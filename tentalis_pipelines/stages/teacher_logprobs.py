@@ -20,6 +20,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.trainer import GRPOConfig
@@ -56,14 +57,20 @@ def _adapter_of(lake: Lakehouse, version: str) -> str | None:
 
 def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
     """One row per rollout of ``batch_id``: the hint filter's decision and, for used hints, the teacher's
-    and student's log-probs and the clipped OPD signal. With ``w_opd == 0`` nothing is computed."""
+    and student's log-probs and the clipped OPD signal, as the batch's kind places the hint
+    (``tasks/kinds.py``: :func:`task_teacher_logprobs`, :func:`session_teacher_logprobs`). With
+    ``w_opd == 0`` nothing is computed."""
     if config.w_opd == 0:
         lake.write_batch("teacher_logprobs", batch_id, [])
         return StageResult(0, {"opd": "off (trainer.w_opd = 0): no teacher pass"})
+    return batch_kind(lake, batch_id).teacher_logprobs(lake, paths, batch_id, policy, config)
+
+
+def task_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
+    """A task batch: one row per rollout, its review's hint screened against the task's reference; the
+    teacher sees the rendered prompt with the hint after the task (``opd.hinted_prompt``)."""
     from transformers import AutoTokenizer
 
-    if sessions.is_sessions_batch(lake, batch_id):
-        return _session_teacher_logprobs(lake, paths, batch_id, policy, config, AutoTokenizer)
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     rollouts = lake.read("rollouts", batch_id=batch_id,
@@ -189,12 +196,13 @@ def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPO
                 row.update(decision=opd.NO_EFFECT, reason=f"mean |signal| below opd_min_effect {config.opd_min_effect}: the hint changes nothing here")
 
 
-def _session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig,
-                              auto_tokenizer) -> StageResult:
+def session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
     """A live-session batch: one row per segment rollout. Its hint is the longest usable one among the
     reviews of the segment's turns and of its session (people's and the judge's, as written: a session
     has no reference answer to leak). The teacher sees the segment's exact prompt tokens with the hint
     after the last user message; only the assistant's tokens get a signal."""
+    from transformers import AutoTokenizer
+
     reviews: dict[str, list[dict]] = {}
     for r in lake.read("reviews", batch_id=batch_id).to_pylist():
         reviews.setdefault(r["session_id"], []).append(r)
@@ -203,7 +211,7 @@ def _session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, poli
         "turn_spans", "temperature"]).to_pylist()
     user_texts = sessions.segment_user_texts(lake, rollouts)
     model_dir = resolve_model(policy.model, paths.models)
-    tokenizer = auto_tokenizer.from_pretrained(model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
     created = now_utc()
     rows, todo = [], []
     for ro in rollouts:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import (
     group_advantages,
@@ -19,6 +18,7 @@ from tentalis_pipelines.rewards.scoring import (
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
+from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import opd
 
 
@@ -36,10 +36,21 @@ def build_trajectories(
     With ``w_opd > 0`` each row whose hint the teacher used carries ``opd_signal`` (from
     ``teacher_logprobs``) and the weights; the trainer's per-token advantage is then
     ``w_rl * A_rl + w_opd * opd_signal``. A row is kept when it carries a signal of either kind that
-    has a weight: a group with equal rewards still teaches through its hints."""
-    if sessions.is_sessions_batch(lake, batch_id):
-        return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
-                                                                dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd))
+    has a weight: a group with equal rewards still teaches through its hints.
+
+    The batch's kind builds the rows (``tasks/kinds.py``): :func:`single_turn_trajectories` for a task
+    batch, ``sessions.build_session_trajectories`` for a sessions batch."""
+    return batch_kind(lake, batch_id).trajectories(
+        lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling, overlong_buffer=overlong_buffer,
+        max_completion_length=max_completion_length, advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights)
+
+
+def single_turn_trajectories(
+    lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
+    overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
+    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None,
+) -> StageResult:
+    """A task batch's trajectories: one ``single`` row per rollout (see :func:`build_trajectories`)."""
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     # The active reward version's weights (`tentalis rescore --activate`); v0: the defaults.
