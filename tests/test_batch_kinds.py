@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tentalis_pipelines import pipeline, quality, sessions
+from tentalis_pipelines import quality, sessions
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.quality import CheckOutcome
 from tentalis_pipelines.stages import reviews as stage_reviews
@@ -20,6 +20,11 @@ from tentalis_pipelines.stages import step_scores as stage_step_scores
 from tentalis_pipelines.stages import teacher_logprobs as stage_teacher
 from tentalis_pipelines.stages import trajectories as stage_trajectories
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.reviews import build_reviews
+from tentalis_pipelines.stages.rollouts import build_rollouts
+from tentalis_pipelines.stages.step_scores import build_step_scores
+from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
+from tentalis_pipelines.stages.trajectories import build_trajectories
 from tentalis_pipelines.tasks import kinds
 from tentalis_pipelines.training.trainer import GRPOConfig
 
@@ -111,11 +116,11 @@ def fake(monkeypatch) -> FakeKind:
 
 def test_each_stage_calls_the_method_of_the_kind_it_resolved_once(lake, fake):
     stages = [
-        ("rollouts", lambda: pipeline.build_rollouts(lake, None, "fake-1", None, backend="b")),
-        ("step_scores", lambda: pipeline.build_step_scores(lake, "fake-1", scorer="judge")),
-        ("reviews", lambda: pipeline.build_reviews(lake, "fake-1", "llm")),
-        ("teacher_logprobs", lambda: pipeline.build_teacher_logprobs(lake, None, "fake-1", None, OPD_ON)),
-        ("trajectories", lambda: pipeline.build_trajectories(lake, "fake-1", scale_rewards="batch", w_opd=0.5)),
+        ("rollouts", lambda: build_rollouts(lake, None, "fake-1", None, backend="b")),
+        ("step_scores", lambda: build_step_scores(lake, "fake-1", scorer="judge")),
+        ("reviews", lambda: build_reviews(lake, "fake-1", "llm")),
+        ("teacher_logprobs", lambda: build_teacher_logprobs(lake, None, "fake-1", None, OPD_ON)),
+        ("trajectories", lambda: build_trajectories(lake, "fake-1", scale_rewards="batch", w_opd=0.5)),
     ]
     for method, call in stages:
         asked = fake.asked
@@ -140,15 +145,15 @@ def test_the_quality_checks_ask_the_kind_too(lake, fake):
 def test_what_every_kind_shares_stays_in_the_stage(lake, fake):
     """An unknown manager fails before any kind is asked; with w_opd = 0 no kind runs a teacher pass."""
     with pytest.raises(ValueError, match="unknown manager"):
-        pipeline.build_reviews(lake, "fake-1", "nobody")
-    out = pipeline.build_teacher_logprobs(lake, None, "fake-1", None, GRPOConfig())
+        build_reviews(lake, "fake-1", "nobody")
+    out = build_teacher_logprobs(lake, None, "fake-1", None, GRPOConfig())
     assert out.rows == 0 and "off" in out.metadata["opd"] and fake.calls == [] and fake.asked == 0
 
 
 def test_other_batches_do_not_reach_a_registered_kind(lake, fake, monkeypatch):
     seen = []
     monkeypatch.setattr(stage_step_scores, "score_parsed_steps", lambda lake, batch_id, **kw: seen.append(batch_id) or StageResult(0))
-    pipeline.build_step_scores(lake, "b-tasks")
+    build_step_scores(lake, "b-tasks")
     assert seen == ["b-tasks"] and fake.calls == []
 
 
@@ -183,11 +188,11 @@ def _spy(monkeypatch, module, name, returns):
 def test_each_kind_hands_each_stage_to_its_plain_function(lake, monkeypatch, batch_id, stage, module, target, returns):
     calls = _spy(monkeypatch, module, target, returns)
     run = {
-        "rollouts": lambda: pipeline.build_rollouts(lake, None, batch_id, None),
-        "step_scores": lambda: pipeline.build_step_scores(lake, batch_id),
-        "reviews": lambda: pipeline.build_reviews(lake, batch_id, "verifier"),
-        "teacher_logprobs": lambda: pipeline.build_teacher_logprobs(lake, None, batch_id, None, OPD_ON),
-        "trajectories": lambda: pipeline.build_trajectories(lake, batch_id, w_opd=0.5),
+        "rollouts": lambda: build_rollouts(lake, None, batch_id, None),
+        "step_scores": lambda: build_step_scores(lake, batch_id),
+        "reviews": lambda: build_reviews(lake, batch_id, "verifier"),
+        "teacher_logprobs": lambda: build_teacher_logprobs(lake, None, batch_id, None, OPD_ON),
+        "trajectories": lambda: build_trajectories(lake, batch_id, w_opd=0.5),
         "check_rollouts": lambda: quality.rollouts_per_task(lake, batch_id, 4),
         "check_reviews": lambda: quality.one_review_per_rollout(lake, batch_id),
     }[stage]
