@@ -23,7 +23,7 @@ from tentalis_pipelines.stages.reviews import build_reviews
 from tentalis_pipelines.stages.rollouts import build_rollouts
 from tentalis_pipelines.stages.step_labels import build_step_labels
 from tentalis_pipelines.stages.step_scores import build_step_scores
-from tentalis_pipelines.stages.tasks import build_tasks
+from tentalis_pipelines.stages.tasks import SCREEN_KEY, build_tasks
 from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
 from tentalis_pipelines.stages.trajectories import build_trajectories
 
@@ -66,14 +66,21 @@ def check_result(name: str, outcome: quality.CheckOutcome) -> AssetCheckResult:
 @asset(partitions_def=task_batches, group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("tasks"),
        check_specs=[AssetCheckSpec("no_held_out_items", asset="tasks", blocking=True, description="No task is a held-out gate or benchmark item, exactly or as a near duplicate (normalised text, 13-gram containment, MiniLM embedding); contaminated tasks are quarantined at load, this confirms none remain and fails closed when the benchmark index cannot be built.")])
 def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
-    """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, and prompts
-    longer than `policy.max_prompt_tokens` of the policy's tokenizer, go to `quarantine`."""
+    """The batch's tasks, from its snapshot (inbox file or seeded generator). Malformed lines, prompts
+    longer than `policy.max_prompt_tokens` of the policy's tokenizer, and benchmark items go to `quarantine`;
+    `contamination_screen` names the benchmarks screened against and those skipped (data not installed)."""
     paths = lakehouse.paths()
     lake = lakehouse.lakehouse()
     result = build_tasks(lake, paths, context.partition_key, policy.settings())
     checks = [check_result("no_held_out_items", quality.no_held_out_items(lake, context.partition_key,
                                                                          cache_dir=contamination.default_cache_dir(paths.home)))]
-    return to_materialize_result(result, "tasks", lake, checks)
+    # Which benchmarks the batch was screened against, and which not (their data is not installed) and why.
+    screen = result.metadata.pop(SCREEN_KEY)
+    for name, why in screen["skipped"].items():
+        context.log.warning(f"not screened against {name}: {why}")
+    meta = stage_metadata(result, "tasks", lake)
+    meta[SCREEN_KEY] = MetadataValue.json(screen)
+    return MaterializeResult(metadata=meta, check_results=checks)
 
 
 @asset(partitions_def=task_batches, deps=[tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu", metadata=table_definition_metadata("rollouts"),

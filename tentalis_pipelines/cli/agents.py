@@ -110,11 +110,10 @@ def ingest_nats(
     max_messages: int | None = typer.Option(None, min=1, help="Stop after this many messages are handled."),
     idle_exit: float | None = typer.Option(None, min=0.0, help="Stop after this many seconds without a message."),
     create_stream: bool = typer.Option(True, help="Create the stream when it does not exist."),
-    home: str | None = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis)."),
+    home: str | None = HomeOpt,
 ):
     """Land the seeds' NATS task/result/feedback events in tasks, rollouts and reviews (JetStream durable
     pull consumer; a message is acked only after its row is committed; bad messages are quarantined)."""
-    from tentalis_pipelines.cli.common import home_paths
     from tentalis_pipelines.gateway.bridge import BridgeInputError
     from tentalis_pipelines.gateway.nats_ingest import IngestConfig, run_ingest
     from tentalis_pipelines.lakehouse import Lakehouse

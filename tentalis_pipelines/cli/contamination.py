@@ -19,8 +19,9 @@ def contamination(
     embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings", help="Run the MiniLM tier too (the slowest)."),
     home: str | None = HomeOpt,
 ):
-    """Which lines of FILE are benchmark or held-out items (exact, 13-gram or embedding match). Exits 1
-    when any line matches, 2 when the index cannot be built (the message names the missing file)."""
+    """Which lines of FILE are benchmark or held-out items (exact, 13-gram or embedding match), against every
+    benchmark whose data is installed (the others are named, with why: `tentalis data fetch` installs them).
+    Exits 1 when any line matches, 2 when the index cannot be built (the message names the unusable file)."""
     from tentalis_pipelines import contamination as guard
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
@@ -50,9 +51,12 @@ def contamination(
         raise typer.Exit(2) from None
     matches = index.match([p for _, p in prompts], use_embeddings=embeddings)
     rows = [{"line": n, **m.as_dict()} for (n, _), m in zip(prompts, matches) if m is not None]
+    screen = index.coverage.as_dict()
     if format == "json":
-        sys.stdout.write(json.dumps({"lines": len(prompts), "index": index.counts, "matches": rows}) + "\n")
+        sys.stdout.write(json.dumps({"lines": len(prompts), "index": index.counts, **screen, "matches": rows}) + "\n")
     else:
+        for name, why in screen["skipped"].items():
+            err.print(f"[yellow]not screened against {name}: {why}[/]")
         t = Table(title=f"{len(rows)} of {len(prompts)} line(s) match a benchmark item")
         for c in ("line", "benchmark", "item_id", "tier", "similarity", "item_excerpt"):
             add_column(t, c)

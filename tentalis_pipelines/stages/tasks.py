@@ -12,6 +12,10 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.tasks.batches import batch_manifest, load_batch
 
+# The metadata key of which benchmarks the batch was screened against and which were skipped, and why:
+# ``{"screened": [...], "skipped": {benchmark: why}}`` (see :class:`tentalis_pipelines.contamination.Coverage`).
+SCREEN_KEY = "contamination_screen"
+
 
 class NoValidTasks(ValueError):
     """A batch's file held no line that could become a task."""
@@ -31,17 +35,21 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
     With ``policy``, prompts are capped at ``policy.max_prompt_tokens`` of its tokenizer (without it,
     UTF-8 bytes stand in for tokens: never fewer). A file with no valid line fails here, naming why.
     """
+    # Fail closed on contamination: a task that is a held-out gate item or a benchmark item (exact after
+    # normalisation, a near duplicate by 13-gram containment, or by embedding similarity) is quarantined,
+    # never trained on. The index covers every benchmark whose data is installed, and the batch's metadata
+    # says which were screened and which skipped, and why. If a source is there but unusable, this raises
+    # and nothing lands. Seeded arithmetic batches do collide now and then (2 of 4,784 level-1 prompts of
+    # seeds 1-299 are held-out items).
+    index = contamination.build_index(lake, cache_dir=contamination.default_cache_dir(paths.home))
+    screen = {SCREEN_KEY: index.coverage.as_dict()}
     if sessions.is_sessions_manifest(paths.batches, batch_id):  # live sessions: one chat task per session
-        return StageResult(*sessions.build_session_tasks(lake, paths.batches, batch_id))
+        n, meta = sessions.build_session_tasks(lake, paths.batches, batch_id)
+        return StageResult(n, {**meta, **screen})
     options = {}
     if policy is not None:
         options = {"max_prompt_tokens": policy.max_prompt_tokens, "count_tokens": prompt_token_counter(policy, paths)}
     loaded = load_batch(paths.batches, batch_id, now_utc(), **options)
-    # Fail closed on contamination: a task that is a held-out gate item or a benchmark item (exact after
-    # normalisation, a near duplicate by 13-gram containment, or by embedding similarity) is quarantined,
-    # never trained on. If the index cannot be built, this raises and nothing lands. Seeded arithmetic
-    # batches do collide now and then (2 of 4,784 level-1 prompts of seeds 1-299 are held-out items).
-    index = contamination.build_index(lake, cache_dir=contamination.default_cache_dir(paths.home))
     loaded.tasks, dirty = contamination.screen_tasks(index, loaded.tasks)
     loaded.rejects.extend(contamination.quarantine_row(task, match, batch_id) for task, match in dirty)
     rows = loaded.tasks
@@ -73,6 +81,7 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
             "quarantined_lines": n_bad,
             "contaminated_tasks": len(dirty),
             "contamination": contamination.matches_markdown([(t["task_id"], m) for t, m in dirty]) if dirty else None,
+            **screen,
             "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in rows]),
         },
     )
