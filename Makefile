@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(TENTALIS_HOME)/dagster
 # when `tentalis data fetch` has filled it; without either, the loop runs and skips those benchmarks.
 export TENTALIS_DATA_DIR ?= $(wildcard $(abspath $(CURDIR)/../shared/data))
 
-.PHONY: install run test test-server bench mutants live-learning forensics-experiment lint ui ui-check clean
+.PHONY: install run test test-fast test-server bench mutants live-learning forensics-experiment lint ui ui-check clean
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +31,10 @@ test: install
 	$(BIN)/dg check defs --use-active-venv
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
+
+# The pure unit tests alone (tests/unit: no model, no subprocess, no Dagster run): seconds, for the inner loop.
+test-fast: install
+	$(BIN)/python -m pytest -q tests/unit
 
 # The openai backend against a real llama.cpp server (compiles llama-cpp-python the first time).
 test-server: install

@@ -9,7 +9,7 @@ import json
 import os
 from pathlib import Path
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "definitions.json"
+SNAPSHOT = Path(__file__).resolve().parents[1] / "snapshots" / "definitions.json"
 
 
 def _partitions(node) -> str | None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from table_hashes import assert_unchanged, table_hashes
+from tests.table_hashes import assert_unchanged, table_hashes
 
 from tentalis_pipelines.lakehouse import Lakehouse
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import tomllib
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRODUCT = ("tentalis_pipelines", "assets", "jobs")
 LAB = ("bench", "experiments", "tools", "tests", "scripts")
 PROJECT = PRODUCT + LAB

@@ -29,7 +29,7 @@ from tentalis_pipelines.tasks import kinds
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 NOW = datetime.now(timezone.utc)
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 OPD_ON = GRPOConfig(w_opd=0.5)
 
 

@@ -1,0 +1,39 @@
+"""The fast unit tests: pure functions over rows, Arrow tables and tensors. `make test-fast` runs this
+folder alone (seconds); `make test` runs it with everything else.
+
+What "unit" means here is enforced, not hoped for: a test in this folder that starts a subprocess, builds
+a model (even the tiny random one) or runs a Dagster job fails at once, naming what it did. Such a test
+belongs in ``tests/`` beside the integration tests.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+
+class NotAUnitTest(AssertionError):
+    """A test under tests/unit did something slow; move it to tests/."""
+
+
+def _refuse(what: str):
+    def refuse(*args, **kwargs):
+        raise NotAUnitTest(f"a unit test may not {what}: move this test to tests/ (the integration tests)")
+
+    return refuse
+
+
+@pytest.fixture(autouse=True)
+def _only_pure_work(monkeypatch):
+    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("start a subprocess"))
+    # Only what the test modules already imported can be called: guard those (importing transformers or
+    # dagster here just to guard them would cost the seconds this folder exists to save).
+    if "transformers" in sys.modules:
+        monkeypatch.setattr(sys.modules["transformers"].PreTrainedModel, "__init__", _refuse("build a model"))
+    if "dagster" in sys.modules:
+        from dagster._core.execution import api
+
+        monkeypatch.setattr(api.ExecuteRunWithPlanIterable, "__init__", _refuse("run a Dagster job"))
+    yield
