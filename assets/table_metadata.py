@@ -5,15 +5,17 @@ from __future__ import annotations
 import pyarrow as pa
 from dagster import MetadataValue, TableColumn, TableSchema
 
-from tentalis_pipelines.schemas import SCHEMAS
+from tentalis_pipelines.schemas import SCHEMAS, column_descriptions
 from tentalis_pipelines.settings import Paths
 
 
 def column_schema(table: str) -> TableSchema:
-    """The table's columns as Dagster shows them (name, Arrow type, nullability)."""
+    """The table's columns as Dagster shows them (name, Arrow type, nullability, description)."""
     schema: pa.Schema = SCHEMAS[table]
+    descriptions = column_descriptions(table)
     return TableSchema(columns=[
-        TableColumn(name=f.name, type=str(f.type), constraints=None if f.nullable else _not_null())
+        TableColumn(name=f.name, type=str(f.type), description=descriptions[f.name] or None,
+                    constraints=None if f.nullable else _not_null())
         for f in schema
     ])
 

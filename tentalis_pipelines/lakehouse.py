@@ -171,7 +171,8 @@ def now_utc() -> datetime:
 
 
 def to_table(name: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Table:
-    """Build an Arrow table with the exact schema of ``name`` (columns reordered, types cast)."""
+    """Build an Arrow table with the exact schema of ``name`` as stored (columns reordered, types cast;
+    the column descriptions left out, see ``_schema``)."""
     schema = _schema(name)
     if isinstance(rows, pa.Table):
         missing = [f.name for f in schema if f.name not in rows.column_names]
@@ -188,10 +189,17 @@ def to_table(name: str, rows: Sequence[Mapping[str, Any]] | pa.Table) -> pa.Tabl
 
 
 def _schema(name: str) -> pa.Schema:
+    """The schema that table ``name`` is written and read with: the contract's names, types and
+    nullability without its descriptions. delta-rs would store the descriptions (Arrow field metadata)
+    in the table's schema and then refuse every later write whose descriptions differ ("Cannot merge
+    metadata with different values for key description"): editing one in ``schemas.py`` would break
+    every existing table. So the Delta tables carry none, those written before descriptions existed
+    included, and reads of an empty table and of a written one give the same schema."""
     try:
-        return SCHEMAS[name]
+        schema = SCHEMAS[name]
     except KeyError:
         raise LakehouseError(f"unknown table {name!r}; known tables: {sorted(SCHEMAS)}") from None
+    return pa.schema([pa.field(f.name, f.type, f.nullable) for f in schema])
 
 
 def _partition_by(name: str) -> list[str] | None:

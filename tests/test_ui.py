@@ -209,12 +209,31 @@ def _assert_metadata_shows(page, expect_keys: list[str], inline_images: list[str
     return rows
 
 
-def _assert_table_asset(page, name: str, home: Path, row_count: int) -> None:
-    """Column schema, table name, Delta URI and row count, as the asset page shows them."""
-    from tentalis_pipelines.schemas import SCHEMAS
+def _assert_columns_described(page, name: str) -> dict[str, str]:
+    """The asset page's Columns view lists the table's columns, each with its description from
+    ``schemas.py`` (the view's last cell: "Column name", "Type", "Description"). Returns what it shows.
 
-    columns = [r["key"] for r in _rows(page, "Column name")]
-    assert columns == SCHEMAS[name].names, f"{name}: the page lists columns {columns}"
+    The view may first draw the columns without descriptions and fill them in when the asset's
+    definition arrives: it is read once every row has one, or after 15 s (then the asserts say what is missing)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    from tentalis_pipelines.schemas import SCHEMAS, column_descriptions
+
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(f"(h) => ({_TABLE_ROWS})(h)?.every(r => r.value) ?? false", arg="Column name", timeout=15_000)
+    shown = {r["key"]: r["value"] for r in _rows(page, "Column name")}
+    assert list(shown) == SCHEMAS[name].names, f"{name}: the page lists columns {list(shown)}"
+    undescribed = [c for c, text in shown.items() if not text]
+    assert not undescribed, f"{name}: columns shown without a description: {undescribed}"
+    # Descriptions are Markdown: `code` shows without its backticks.
+    expected = {c: text.replace("`", "") for c, text in column_descriptions(name).items()}
+    assert shown == expected, f"{name}: the page shows descriptions {shown}"
+    return shown
+
+
+def _assert_table_asset(page, name: str, home: Path, row_count: int) -> None:
+    """Column schema (names and descriptions), table name, Delta URI and row count, as the asset page shows them."""
+    _assert_columns_described(page, name)
     storage = _labelled(page, "Storage", containing=f"lakehouse.{name}")
     assert str(home / "lakehouse" / name) in storage, f"{name}: no Delta URI under Storage: {storage!r}"
     assert _labelled(page, "Row count").split() == ["Row", "count", str(row_count)]
@@ -259,6 +278,14 @@ def test_trajectories_page_shows_columns_uri_rows_and_the_reward_plot(tab, state
     assert rows["num_trajectories"]["value"] == str(latest)
     page.locator("tr", has_text="reward_per_policy_version").locator("img").first.scroll_into_view_if_needed()
     _screenshot(page, "ui-trajectories.png")
+
+
+def test_rollouts_page_describes_every_column(tab):
+    """Issue 34: each column's description (Arrow field metadata in schemas.py) shows in the Columns view."""
+    page = tab.goto("/assets/rollouts")
+    shown = _assert_columns_described(page, "rollouts")
+    assert shown["policy_version"] == "checkpoint id that sampled it, or 'base'", shown["policy_version"]
+    page.get_by_text("checkpoint id that sampled it, or 'base'", exact=True).wait_for()  # visible, not only in the DOM
 
 
 def test_checkpoints_page_shows_columns_uri_and_rows(tab, state):

@@ -1,6 +1,6 @@
 """Multi-turn trajectories: an agent session's turns -> training samples with a loss mask.
 
-Plain functions over turn rows (dicts shaped like ``schemas.TurnRow``) and review rows; no Dagster,
+Plain functions over turn rows (dicts shaped like ``schemas.SCHEMAS["turns"]``) and review rows; no Dagster,
 deltalake or DuckDB, so the trainer side runs on a bare GPU machine.
 
 **Tokens.** A turn stores the exact templated prompt the model saw (``prompt_token_ids``) and what it

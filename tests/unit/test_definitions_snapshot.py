@@ -90,7 +90,7 @@ def test_model_work_is_opt_in(monkeypatch):
 def test_every_table_asset_shows_its_columns_and_name():
     """Standard table metadata (issue 12): the UI lists each Delta table's columns before any run."""
     from tentalis_pipelines.definitions import defs
-    from tentalis_pipelines.schemas import SCHEMAS
+    from tentalis_pipelines.schemas import SCHEMAS, column_descriptions
 
     graph = defs.resolve_asset_graph()
     tables = [k for k in graph.get_all_asset_keys() if k.to_user_string() in SCHEMAS]
@@ -100,6 +100,7 @@ def test_every_table_asset_shows_its_columns_and_name():
         meta = graph.get(key).metadata
         columns = [c.name for c in meta["dagster/column_schema"].columns]
         assert columns == SCHEMAS[name].names, name
+        assert {c.name: c.description for c in meta["dagster/column_schema"].columns} == column_descriptions(name), name
         assert meta["dagster/table_name"] == f"lakehouse.{name}"
         # Text, not a path: the asset page's "Storage" renders a path value as an empty link (tests/test_ui.py).
         assert meta["dagster/uri"].text.endswith(f"/lakehouse/{name}"), name
