@@ -24,6 +24,8 @@ from datetime import datetime
 
 import numpy as np
 
+from tentalis_pipelines.statistics import paired_bootstrap
+
 MAX_SKILL_CHARS = 200
 STATUSES = ("candidate", "verified", "retired")
 FAILURE_TYPES = ("no_answer", "length", "format", "wrong_step", "wrong_operation", "other")
@@ -255,17 +257,15 @@ class SkillEffect:
 
 def skill_effect(with_skill: dict[str, bool], without_skill: dict[str, bool], *, seed: int = 0) -> SkillEffect:
     """Gain = mean over the items both runs answered of (right with the skill) - (right without), with a
-    95% paired percentile-bootstrap interval (the gate's ``bootstrap_ci``)."""
-    from tentalis_pipelines.evaluation.benchmarks import bootstrap_ci
-
+    95% paired percentile-bootstrap interval (``statistics.paired_bootstrap``, as the gate computes it)."""
     keys = sorted(set(with_skill) & set(without_skill))
     if not keys:
         raise ValueError("no item was evaluated both with and without the skill")
-    d = np.array([float(with_skill[k]) - float(without_skill[k]) for k in keys])
-    lo, hi = bootstrap_ci(d, seed=seed)
-    return SkillEffect(len(keys), int((d > 0).sum()), int((d < 0).sum()),
-                       float(np.mean([with_skill[k] for k in keys])), float(np.mean([without_skill[k] for k in keys])),
-                       float(d.mean()), lo, hi)
+    w = [float(with_skill[k]) for k in keys]
+    wo = [float(without_skill[k]) for k in keys]
+    gain, lo, hi = paired_bootstrap(w, wo, seed=seed)
+    return SkillEffect(len(keys), sum(a > b for a, b in zip(w, wo)), sum(a < b for a, b in zip(w, wo)),
+                       float(np.mean(w)), float(np.mean(wo)), gain, lo, hi)
 
 
 @dataclass(frozen=True)
