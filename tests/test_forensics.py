@@ -306,7 +306,7 @@ def test_reward_weights_setting_is_validated():
 
     assert parse_weights("") is None and ReviewResource().weights() is None
     assert parse_weights('{"manager": 1}') == RewardWeights(manager=1.0)
-    for bad, msg in (("{", "not JSON"), ("[1]", "JSON object"), ('{"length": 1}', "unknown component"),
+    for bad, msg in (("{", "not valid JSON"), ("[1]", "JSON object"), ('{"length": 1}', "unknown reward component"),
                      ('{"manager": "high"}', "finite number"), ('{"manager": true}', "finite number")):
         with pytest.raises(ValueError, match=msg):
             parse_weights(bad)
