@@ -217,7 +217,7 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0, and no spread claimed
+    lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval
     return BenchmarkSummary(
         benchmark=benchmark,
         n=n,
