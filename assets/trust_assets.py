@@ -19,7 +19,8 @@ from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines.evaluation.plots import agreement_inline_markdown, rescore_inline_markdown
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.rewards.agreement import DriftSettings
-from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
+from tentalis_pipelines.rewards.rescore import RescoreSpec
+from tentalis_pipelines.rewards.scoring import parse_weight_overrides
 from tentalis_pipelines.stages.judge_agreement import build_judge_agreement
 from tentalis_pipelines.stages.rescore import read_version, rescore
 
@@ -47,7 +48,8 @@ def reward_versions(context: AssetExecutionContext, config: RescoreConfig, lakeh
     changes, advantage sign flips; the plot draws both rewards per rollout). Training keeps the active
     version until `tentalis rescore --activate VERSION`."""
     lake = lakehouse.lakehouse()
-    spec = RescoreSpec(version=config.version, weights=parse_weights(config.weights), manager=config.manager,
+    weights = parse_weight_overrides(config.weights, source="reward_versions config 'weights'")
+    spec = RescoreSpec(version=config.version, weights=weights, manager=config.manager,
                        step_scorer=config.step_scorer, rubric=config.rubric or None, rubric_name=config.rubric_name,
                        judge_model=review.judge_model, keep_human=config.keep_human)
     models = lakehouse.paths().models

@@ -14,7 +14,8 @@ import time
 from datetime import datetime, timezone
 
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
+from tentalis_pipelines.rewards.rescore import RescoreSpec
+from tentalis_pipelines.rewards.scoring import parse_weight_overrides
 from tentalis_pipelines.stages.rescore import activate_reward_version, rescore
 from tentalis_pipelines.stages.reviews import build_reviews
 from tentalis_pipelines.stages.step_scores import build_step_scores
@@ -60,7 +61,7 @@ def main() -> None:
     build(lake, args.batches, args.tasks, args.generations)
     n = lake.count("trajectories")
     t0 = time.perf_counter()
-    weights = rescore(lake, RescoreSpec("manager-heavy", weights=parse_weights('{"manager": 1.0, "format": 0.0}')))
+    weights = rescore(lake, RescoreSpec("manager-heavy", weights=parse_weight_overrides('{"manager": 1.0, "format": 0.0}')))
     t1 = time.perf_counter()
     again = rescore(lake, RescoreSpec("verifier-again", manager="verifier", step_scorer="calculator"))
     t2 = time.perf_counter()

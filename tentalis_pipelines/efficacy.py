@@ -12,10 +12,11 @@ subtraction" is a row one can check.
 from __future__ import annotations
 
 import json
-import math
 import re
 from collections import defaultdict
 from collections.abc import Iterable
+
+from tentalis_pipelines.statistics import newcombe_interval
 
 FAMILY_OPS = {"+": "add", "-": "subtract", "*": "multiply", "/": "divide"}
 
@@ -51,25 +52,6 @@ def hint_kind(hint: str) -> str:
     if h.startswith("write each step"):
         return "format"
     return "free_text"
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    if n == 0:
-        return (0.0, 1.0)
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return (max(0.0, c - h), min(1.0, c + h))
-
-
-def newcombe(k1: int, n1: int, k2: int, n2: int) -> tuple[float, float]:
-    """95% interval of p2 - p1 (after minus before), Newcombe's method 10 from Wilson intervals."""
-    p1, p2 = (k1 / n1 if n1 else 0.0), (k2 / n2 if n2 else 0.0)
-    l1, u1 = wilson(k1, n1)
-    l2, u2 = wilson(k2, n2)
-    d = p2 - p1
-    return (d - math.sqrt((p2 - l2) ** 2 + (u1 - p1) ** 2), d + math.sqrt((u2 - p2) ** 2 + (p1 - l1) ** 2))
 
 
 def hint_efficacy(checkpoints: Iterable[dict], trajectories: Iterable[dict], reviews: Iterable[dict], tasks: Iterable[dict],
@@ -113,7 +95,7 @@ def hint_efficacy(checkpoints: Iterable[dict], trajectories: Iterable[dict], rev
         for (manager, kind, f), g in sorted(groups.items()):
             k1, n1 = outcomes.get((g["before"], f), [0, 0])
             k2, n2 = outcomes.get((c["checkpoint_id"], f), [0, 0])
-            lo, hi = newcombe(k1, n1, k2, n2) if n1 and n2 else (None, None)
+            lo, hi = newcombe_interval(k1, n1, k2, n2) if n1 and n2 else (None, None)
             rows.append({
                 "checkpoint_id": c["checkpoint_id"], "before_policy": g["before"], "manager": manager, "hint_kind": kind,
                 "family": f, "hinted_failures": g["n"], "distilled": g["distilled"],

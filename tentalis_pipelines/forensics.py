@@ -30,6 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.statistics import wilson_interval
 
 
 @dataclass(frozen=True)
@@ -161,16 +162,6 @@ def stuffing(chain: pa.Table, *, min_points: int = 3, max_accuracy_slope: float 
     if patterns:
         return Verdict("stuffing", False, f"{'; '.join(patterns)}, but accuracy rises {acc['slope']:+.3f} per policy", evidence)
     return Verdict("stuffing", False, "no length, repetition or format pattern grows", evidence)
-
-
-def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """95% Wilson score interval of a proportion (sensible at small n and at 0 or n successes)."""
-    if n <= 0:
-        raise ValueError("an interval needs at least one observation")
-    p = successes / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return max(0.0, centre - half), min(1.0, centre + half)
 
 
 def judge_vs_verifier(rows: pa.Table, *, min_agreement: float = 0.7, min_n: int = 20) -> Verdict:

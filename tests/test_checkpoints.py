@@ -74,9 +74,9 @@ def test_save_removes_only_temp_folders_of_dead_writers(tmp_path, tiny_model_dir
 def test_extra_files_land_with_the_adapter_and_the_parent_folder_is_synced(tmp_path, tiny_model_dir, monkeypatch):
     model = build_policy(tiny_model_dir, None, GRPOConfig())
     events = []
-    real_replace, real_fsync_dir = os.replace, ckpt._fsync_dir
+    real_replace, real_fsync_dir = os.replace, ckpt.fsync_dir
     monkeypatch.setattr(ckpt.os, "replace", lambda a, b: (events.append(("replace", str(b))), real_replace(a, b))[1])
-    monkeypatch.setattr(ckpt, "_fsync_dir", lambda p: (events.append(("fsync_dir", str(p))), real_fsync_dir(p))[1])
+    monkeypatch.setattr(ckpt, "fsync_dir", lambda p: (events.append(("fsync_dir", str(p))), real_fsync_dir(p))[1])
 
     def write_state(tmp):
         assert not (tmp / ckpt.MARKER).exists()

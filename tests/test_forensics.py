@@ -110,14 +110,6 @@ def judged(pairs: list[tuple[str, float, bool]]) -> pa.Table:
     return pa.table({"judge": [p[0] for p in pairs], "score": [p[1] for p in pairs], "correct": [p[2] for p in pairs]})
 
 
-def test_wilson_interval_by_hand():
-    # 15/20: p = .75, z = 1.96: centre = (.75 + 3.8416/40) / (1 + 3.8416/20) = .84604 / 1.19208 = .70972
-    lo, hi = forensics.wilson_interval(15, 20)
-    half = 1.96 * math.sqrt(0.75 * 0.25 / 20 + 3.8416 / 1600) / (1 + 3.8416 / 20)
-    assert lo == pytest.approx(0.70972 - half, abs=1e-4) and hi == pytest.approx(0.70972 + half, abs=1e-4)
-    assert forensics.wilson_interval(0, 10)[0] == 0.0
-
-
 def test_a_judge_that_pays_wrong_answers_fires_and_an_aligned_one_is_quiet():
     # "lenient" gives 0.9 to every answer; 6 of 30 are right: agreement 20%
     lenient = [("lenient", 0.9, i < 6) for i in range(30)]
@@ -315,7 +307,7 @@ def test_reward_weights_setting_is_validated():
 
     assert parse_weights("") is None and ReviewResource().weights() is None
     assert parse_weights('{"manager": 1}') == RewardWeights(manager=1.0)
-    for bad, msg in (("{", "not JSON"), ("[1]", "JSON object"), ('{"length": 1}', "unknown component"),
+    for bad, msg in (("{", "not valid JSON"), ("[1]", "JSON object"), ('{"length": 1}', "unknown reward component"),
                      ('{"manager": "high"}', "finite number"), ('{"manager": true}', "finite number")):
         with pytest.raises(ValueError, match=msg):
             parse_weights(bad)

@@ -14,7 +14,8 @@ from typer.testing import CliRunner
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.judge import JudgeConfig, JudgePRM
 from tentalis_pipelines.rewards.llm_manager import LLMManager
-from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
+from tentalis_pipelines.rewards.rescore import RescoreSpec
+from tentalis_pipelines.rewards.scoring import parse_weight_overrides
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.human_reviews import import_human_reviews
 from tentalis_pipelines.stages.rescore import (
@@ -63,7 +64,7 @@ def test_the_seed_matches_the_hand_computed_components(lake):
 
 def test_weights_only_rescore_is_exact_and_leaves_trajectories_alone(lake):
     before, version = _traj(lake), lake.table("trajectories").version()
-    res = rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
+    res = rescore(lake, RescoreSpec("v1", weights=parse_weight_overrides(json.dumps(NEW_WEIGHTS))))
     rows = {r["rollout_id"]: r for r in read_version(lake, "v1")}
     ids = ["r0", "r1", "r2"]
     want = {r: hand_reward(*COMPONENTS[r], w=(0.0, 1.0, 0.2, 0.1)) for r in ids}
@@ -93,7 +94,7 @@ def test_weights_only_rescore_is_exact_and_leaves_trajectories_alone(lake):
 def test_unchanged_weights_reproduce_the_pipeline_exactly(lake):
     """The re-score arithmetic is the trajectories stage's: the default weights give back every reward
     and advantage bit for bit."""
-    rescore(lake, RescoreSpec("same", weights=parse_weights('{"math": {"manager": 0.5}}')))
+    rescore(lake, RescoreSpec("same", weights=parse_weight_overrides('{"math": {"manager": 0.5}}')))
     t = _traj(lake)
     for r in read_version(lake, "same"):
         assert (r["reward"], r["advantage"], r["kept"], r["step_advantages"]) == \
@@ -105,14 +106,14 @@ def test_a_version_without_signal_zeroes_the_advantages_and_drops_the_group(lake
     """Every weight 0: rewards all 0, so every advantage goes to exactly 0 (a sign change from - or +)
     and dynamic sampling drops the group (kept 3 -> 0)."""
     zero = {k: 0.0 for k in ("outcome", "format", "process", "manager")}
-    res = rescore(lake, RescoreSpec("flat", weights=parse_weights(json.dumps(zero))), dynamic_sampling=True)
+    res = rescore(lake, RescoreSpec("flat", weights=parse_weight_overrides(json.dumps(zero))), dynamic_sampling=True)
     rows = read_version(lake, "flat")
     assert [(r["reward"], r["advantage"], r["kept"], r["sign_flip"], r["rank"]) for r in rows] == [(0.0, 0.0, False, True, 1)] * 3
     assert (res.metadata["sign_flips"], res.metadata["kept_before"], res.metadata["kept_after"]) == (3, 3, 0)
 
 
 def test_activation_switches_training_and_is_recorded(lake):
-    rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
+    rescore(lake, RescoreSpec("v1", weights=parse_weight_overrides(json.dumps(NEW_WEIGHTS))))
     fresh = {r["rollout_id"]: r["advantage"] for r in untrained_trajectories(lake, "base").to_pylist()}
     assert fresh == pytest.approx(dict(zip(["r0", "r1", "r2"], hand_advantages([1.9, 0.25, 1.35]))))
     row = activate_reward_version(lake, "v1", actor="ana", reason="format matters more than the manager")
@@ -138,9 +139,9 @@ def test_bad_requests_are_refused_with_the_fix(lake):
     with pytest.raises(ValueError, match="unknown reward version 'nope'"):
         activate_reward_version(lake, "nope", actor="a", reason="r")
     with pytest.raises(ValueError, match="unknown reward component 'manger'"):
-        parse_weights('{"manger": 1}')
+        parse_weight_overrides('{"manger": 1}')
     with pytest.raises(ValueError, match="not valid JSON"):
-        parse_weights("{manager: 1}")
+        parse_weight_overrides("{manager: 1}")
     with pytest.raises(ValueError, match="no single-turn trajectories for batch"):
         rescore(lake, RescoreSpec("v1", weights={"*": {"manager": 1.0}}), batches=["b9"])
     with pytest.raises(ValueError, match="needs a manager model"):
@@ -154,7 +155,7 @@ def test_bad_requests_are_refused_with_the_fix(lake):
 
 
 def test_a_version_made_before_the_trajectories_changed_is_not_activated(lake, tmp_path):
-    rescore(lake, RescoreSpec("v1", weights=parse_weights(json.dumps(NEW_WEIGHTS))))
+    rescore(lake, RescoreSpec("v1", weights=parse_weight_overrides(json.dumps(NEW_WEIGHTS))))
     f = tmp_path / "human.jsonl"
     f.write_text(json.dumps({"rollout_id": "r1", "score": 0.9, "critique": "a fair slip"}) + "\n")
     import_human_reviews(lake, f)

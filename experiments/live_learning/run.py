@@ -27,9 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import os
-import random
 import re
 import signal
 import socket
@@ -38,6 +36,8 @@ import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+
+from tentalis_pipelines.statistics import paired_bootstrap, wilson_interval
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -65,26 +65,6 @@ def manager_review(reply: str, reference: int, finished: bool) -> dict:
     if not correct:
         critique += f" And the result is {reference}."
     return {"score": score, "styled": styled, "correct": correct, "critique": critique, "hint": "" if styled else HINT}
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    """Wilson score 95% interval of a proportion k/n."""
-    if n == 0:
-        return 0.0, 1.0
-    p = k / n
-    den = 1 + z * z / n
-    centre = (p + z * z / (2 * n)) / den
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / den
-    return max(0.0, centre - half), min(1.0, centre + half)
-
-
-def paired_bootstrap(now: list[int], base: list[int], reps: int = 10_000, seed: int = 0) -> tuple[float, float, float]:
-    """Mean paired difference (now - base, same items) with a percentile bootstrap 95% interval."""
-    n = len(now)
-    diffs = [a - b for a, b in zip(now, base)]
-    r = random.Random(seed)
-    means = sorted(sum(diffs[r.randrange(n)] for _ in range(n)) / n for _ in range(reps))
-    return sum(diffs) / n, means[int(0.025 * reps)], means[int(0.975 * reps) - 1]
 
 
 # --------------------------------------------------------------------------- the gateway
@@ -342,8 +322,8 @@ def run_rounds(args, gw: Gateway, client, heldout) -> int:
         if rnd == 0:
             base = styled
         k, n = sum(styled), len(styled)
-        lo, hi = wilson(k, n)
-        d, dlo, dhi = paired_bootstrap(styled, base)
+        lo, hi = wilson_interval(k, n)
+        d, dlo, dhi = paired_bootstrap(styled, base, n_boot=10_000)
         row.update(policy_version=version, heldout_n=n, rate=round(k / n, 4), ci_low=round(lo, 4), ci_high=round(hi, 4),
                    diff_vs_round0=round(d, 4), diff_ci_low=round(dlo, 4), diff_ci_high=round(dhi, 4),
                    heldout_correct=round(sum(r["correct"] for r in results) / n, 4), eval_s=round(time.time() - t0, 1),

@@ -93,7 +93,7 @@ def _items(home: Path, checkpoint_id: str, benchmark: str = "arithmetic") -> int
 
 
 def summarize(args) -> None:
-    from tentalis_pipelines.efficacy import wilson
+    from tentalis_pipelines.statistics import wilson_interval
 
     with Path(args.out).open() as fh:
         rows = list(csv.DictReader(fh))
@@ -117,8 +117,8 @@ def summarize(args) -> None:
                 cells.append("")
                 continue
             n = sum(int(r["n"]) for r in rs)
-            k = sum(float(r[key]) * int(r["n"]) for r in rs)
-            lo, hi = wilson(k, n)
+            k = round(sum(float(r[key]) * int(r["n"]) for r in rs))  # accuracies times n: whole counts, up to rounding
+            lo, hi = wilson_interval(k, n)
             pooled[(m, c)] = k / n
             intervals[(m, c)] = (lo, hi)
             seeds = len({r["seed"] for r in rs})

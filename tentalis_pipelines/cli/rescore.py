@@ -44,7 +44,8 @@ def rescore(
     (runs `rescore_job`), or activate a version (`--activate V --reason ...`), or list them (`--list`)."""
     paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.rewards.rescore import RescoreSpec, parse_weights
+    from tentalis_pipelines.rewards.rescore import RescoreSpec
+    from tentalis_pipelines.rewards.scoring import parse_weight_overrides
     from tentalis_pipelines.stages.rescore import activate_reward_version
 
     if format not in ("table", "json"):
@@ -74,7 +75,7 @@ def rescore(
         except UnicodeDecodeError:
             fail(f"rubric file {rubric} is not valid UTF-8: save it as UTF-8 text")
     try:
-        spec = RescoreSpec(version=version, weights=parse_weights(weights), manager=manager, step_scorer=step_scorer,
+        spec = RescoreSpec(version=version, weights=parse_weight_overrides(weights, source="--weights"), manager=manager, step_scorer=step_scorer,
                            rubric=rubric_text, rubric_name=rubric_name or (rubric.stem if rubric else "default"))
     except ValueError as exc:
         fail(str(exc))

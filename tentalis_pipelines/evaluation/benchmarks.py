@@ -25,6 +25,7 @@ from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.steps import last_number, parse_completion
 from tentalis_pipelines.settings import data_dir
+from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
@@ -150,16 +151,6 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
     raise ValueError(f"unknown benchmark {name_or_path!r}: choose one of {BENCHMARKS} or a path to a .jsonl task file")
 
 
-def bootstrap_ci(values: list[float] | np.ndarray, *, n_boot: int = 2000, seed: int = 0, alpha: float = 0.05) -> tuple[float, float]:
-    """Percentile bootstrap interval of the mean."""
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return (0.0, 0.0)
-    rng = np.random.default_rng(seed)
-    means = v[rng.integers(0, v.size, size=(n_boot, v.size))].mean(axis=1)
-    return float(np.quantile(means, alpha / 2)), float(np.quantile(means, 1 - alpha / 2))
-
-
 def evaluate_items(
     backend,
     items: list[BenchItem],
@@ -225,8 +216,8 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
-    lo, hi = bootstrap_ci(correct, seed=seed)
     n = len(results)
+    lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval
     return BenchmarkSummary(
         benchmark=benchmark,
         n=n,
@@ -281,8 +272,7 @@ def gate_decision(candidate: dict[str, bool], incumbent: dict[str, bool], *, see
     paired = sorted(set(candidate) & set(incumbent))
     if not paired:
         return GateDecision(False, 0, 0.0, 0.0, 0.0, 0.0, 0.0, "no items evaluated for both checkpoints")
-    diffs = np.array([float(candidate[k]) - float(incumbent[k]) for k in paired])
-    lo, hi = bootstrap_ci(diffs, seed=seed)
+    diff, lo, hi = paired_bootstrap([float(candidate[k]) for k in paired], [float(incumbent[k]) for k in paired], seed=seed)
     cand = float(np.mean([candidate[k] for k in paired]))
     inc = float(np.mean([incumbent[k] for k in paired]))
     worse = hi < -margin
@@ -292,4 +282,4 @@ def gate_decision(candidate: dict[str, bool], incumbent: dict[str, bool], *, see
         if worse
         else f"promoted: not worse beyond the interval ({cand:.3f} vs {inc:.3f}, 95% CI of the difference [{lo:+.3f}, {hi:+.3f}])"
     )
-    return GateDecision(not worse, len(paired), cand, inc, float(diffs.mean()), lo, hi, reason)
+    return GateDecision(not worse, len(paired), cand, inc, diff, lo, hi, reason)

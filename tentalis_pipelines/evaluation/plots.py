@@ -8,18 +8,35 @@ from collections.abc import Sequence
 from typing import Any
 
 
-def accuracy_plot_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
-    """Accuracy with its 95% interval per checkpoint (in the given order)."""
+def _figure(points: int):
+    """A figure and its axes, wide enough for ``points`` labelled x positions (matplotlib's Agg backend:
+    no display needed)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    return plt.subplots(figsize=(max(4, 1.2 * points + 2), 3.2), dpi=100)
+
+
+def _png(fig) -> bytes:
+    """The figure as PNG bytes; the figure is closed."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    plt.close(fig)
+    return buf.getvalue()
+
+
+def accuracy_plot_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
+    """Accuracy with its 95% interval per checkpoint (in the given order)."""
     labels = [str(r["checkpoint_id"])[-10:] for r in rows]
     acc = [r["accuracy"] for r in rows]
     lo = [max(0.0, r["accuracy"] - r["ci_low"]) for r in rows]
     hi = [max(0.0, r["ci_high"] - r["accuracy"]) for r in rows]
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(rows) + 2), 3.2), dpi=100)
+    fig, ax = _figure(len(rows))
     ax.errorbar(range(len(rows)), acc, yerr=[lo, hi], fmt="o-", capsize=4, label="strict accuracy (95% CI)")
     if rows and "lenient_accuracy" in rows[0]:
         ax.plot(range(len(rows)), [r["lenient_accuracy"] for r in rows], "s--", alpha=0.7, label="lenient accuracy")
@@ -29,11 +46,7 @@ def accuracy_plot_png(rows: Sequence[dict[str, Any]], title: str) -> bytes:
     ax.set_title(title)
     ax.legend(fontsize=8, loc="upper left")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
 
 
 def markdown_image(png: bytes, alt: str = "plot") -> str:
@@ -165,13 +178,8 @@ def reward_per_policy_version(rows: Sequence[dict[str, Any]]) -> list[dict[str, 
 
 def reward_plot_png(summary: Sequence[dict[str, Any]], title: str = "reward per policy version") -> bytes:
     """Mean reward and outcome reward (accuracy) per policy version, from :func:`reward_per_policy_version`."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     xs = range(len(summary))
-    fig, ax = plt.subplots(figsize=(max(4, 1.2 * len(summary) + 2), 3.2), dpi=100)
+    fig, ax = _figure(len(summary))
     ax.plot(xs, [s["reward"] for s in summary], "o-", label="mean reward")
     ax.plot(xs, [s["outcome_reward"] for s in summary], "s--", label="outcome reward (accuracy)")
     ax.set_xticks(list(xs), [f"{_short_label(s['policy_version'])}\nn={s['n']}" for s in summary], fontsize=8)
@@ -179,11 +187,7 @@ def reward_plot_png(summary: Sequence[dict[str, Any]], title: str = "reward per 
     ax.set_title(title)
     ax.legend(fontsize=8, loc="best")
     ax.grid(alpha=0.3)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png")
-    plt.close(fig)
-    return buf.getvalue()
+    return _png(fig)
 
 
 def reward_plots(rows: Sequence[dict[str, Any]]) -> dict[str, str]:

@@ -22,15 +22,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines.files import fsync_dir
+
 log = logging.getLogger(__name__)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class WriteAheadLog:
@@ -59,7 +53,7 @@ class WriteAheadLog:
                 self._active_path = self.folder / f"wal-{self._next_seq:012d}.jsonl"
                 self._next_seq += 1
                 self._active = open(self._active_path, "ab")  # noqa: SIM115 - open across appends until sealed
-                _fsync_dir(self.folder)  # the new file's name is durable before its first record is acknowledged
+                fsync_dir(self.folder)  # the new file's name is durable before its first record is acknowledged
             self._active.write(data)
             self._active.flush()
             os.fsync(self._active.fileno())
@@ -104,7 +98,7 @@ class WriteAheadLog:
     def remove(self, paths: list[Path]) -> None:
         for p in paths:
             p.unlink(missing_ok=True)
-        _fsync_dir(self.folder)
+        fsync_dir(self.folder)
 
     def close(self) -> None:
         self.seal()

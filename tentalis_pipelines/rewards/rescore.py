@@ -15,17 +15,15 @@ import json
 import re
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from tentalis_pipelines.rewards.advantages import group_advantages, process_advantages
-from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, RewardWeights, combine
+from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, WEIGHT_COMPONENTS, RewardWeights, combine
 
 BASELINE = "v0"  # the pipeline's own trajectories, before any re-score is activated
 MANAGERS = ("stored", "verifier", "llm")
 STEP_SCORERS = ("stored", "calculator", "judge")
-WEIGHT_FIELDS = tuple(f.name for f in fields(RewardWeights))
-ENVIRONMENTS = ("math", "code", "chat")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SIGN_EPS = 1e-9
 
@@ -39,48 +37,12 @@ def validate_version(name: str) -> str:
     return name
 
 
-def parse_weights(spec: str | Mapping[str, Any] | None) -> dict[str, dict[str, float]]:
-    """Weight overrides as ``{scope: {component: weight}}``, scope ``*`` (every environment) or an
-    environment. Accepts JSON text or a mapping, either flat (``{"manager": 1.0}``: every environment)
-    or per environment (``{"math": {"manager": 1.0}}``). Components not named keep the row's weights."""
-    if spec is None or spec == "":
-        return {}
-    if isinstance(spec, str):
-        try:
-            spec = json.loads(spec)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"--weights is not valid JSON ({exc.msg}): e.g. '{{\"manager\": 1.0}}' or "
-                             "'{\"math\": {\"format\": 0.0}}'") from None
-    if not isinstance(spec, Mapping):
-        raise ValueError(f"weights must be a JSON object, got {type(spec).__name__}")
-
-    def components(scope: str, obj: Any) -> dict[str, float]:
-        if not isinstance(obj, Mapping):
-            raise ValueError(f"weights for {scope!r} must be an object of {', '.join(WEIGHT_FIELDS)}")
-        out = {}
-        for k, v in obj.items():
-            if k not in WEIGHT_FIELDS:
-                raise ValueError(f"unknown reward component {k!r} in weights: choose from {', '.join(WEIGHT_FIELDS)}")
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or abs(v) == float("inf"):
-                raise ValueError(f"weight {scope}.{k} must be a finite number, got {v!r}")
-            out[k] = float(v)
-        return out
-
-    scopes = set(spec) & (set(ENVIRONMENTS) | {"*"})
-    if not scopes:  # flat: components for every environment (a misspelt component is named by components())
-        return {"*": components("*", spec)} if spec else {}
-    if scopes == set(spec):
-        return {scope: components(scope, obj) for scope, obj in spec.items()}
-    raise ValueError(f"weights mix environments {sorted(scopes)} with other keys {sorted(set(spec) - scopes)}: give either "
-                     f"components ({', '.join(WEIGHT_FIELDS)}) or environments ({', '.join(ENVIRONMENTS)}) mapping to components")
-
-
 def weights_for(overrides: Mapping[str, Mapping[str, float]], environment: str | None, stored: str | None) -> RewardWeights:
     """The weights of one row: its stored weights (else the environment's defaults), then the ``*``
     overrides, then the environment's."""
     base = asdict(DEFAULT_WEIGHTS.get(environment or "math", DEFAULT_WEIGHTS["math"]))
     if stored:
-        base.update({k: float(v) for k, v in json.loads(stored).items() if k in WEIGHT_FIELDS})
+        base.update({k: float(v) for k, v in json.loads(stored).items() if k in WEIGHT_COMPONENTS})
     base.update(overrides.get("*", {}))
     base.update(overrides.get(environment or "math", {}))
     return RewardWeights(**base)

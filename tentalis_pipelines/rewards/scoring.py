@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from typing import Any
 
 from tentalis_pipelines.rewards.steps import ParsedCompletion
 
@@ -55,29 +57,72 @@ class RewardWeights:
         return json.dumps(asdict(self), sort_keys=True)
 
 
-def parse_weights(text: str | None) -> RewardWeights | None:
-    """The ``review.reward_weights`` setting: a JSON object with any of outcome, format, process and
-    manager (the others keep their math defaults), applied to every environment; empty means the
-    per-environment defaults (None). Raises ValueError naming the setting and the fix."""
-    if text is None or not str(text).strip():
-        return None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"review.reward_weights is not JSON ({exc.msg}): write e.g. "
-                         '\'{"outcome": 0, "format": 0, "process": 0, "manager": 1}\'') from None
-    if not isinstance(raw, dict):
-        raise ValueError("review.reward_weights must be a JSON object with outcome, format, process, manager")
-    allowed = set(RewardWeights.__dataclass_fields__)
-    if unknown := sorted(set(raw) - allowed):
-        raise ValueError(f"review.reward_weights: unknown component(s) {unknown}; use {sorted(allowed)}")
-    for k, v in raw.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-            raise ValueError(f"review.reward_weights[{k!r}] must be a finite number, got {v!r}")
-    return RewardWeights(**{k: float(v) for k, v in raw.items()})
-
-
 DEFAULT_WEIGHTS = {"math": RewardWeights(), "code": RewardWeights(format=0.0, process=0.0), "chat": RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)}
+WEIGHT_COMPONENTS = tuple(RewardWeights.__dataclass_fields__)  # outcome, format, process, manager
+ENVIRONMENTS = tuple(DEFAULT_WEIGHTS)  # the environments a weight override may name (math, code, chat)
+
+
+def _weights_error(source: str, problem: str, per_environment: bool) -> ValueError:
+    example = '{"manager": 1.0}' + (' or, per environment, {"math": {"format": 0.0}}' if per_environment else "")
+    return ValueError(f"{source}: {problem}. Fix: give a JSON object of weights for {', '.join(WEIGHT_COMPONENTS)}, "
+                      f"each a number >= 0, e.g. {example}")
+
+
+def parse_weight_overrides(spec: str | Mapping[str, Any] | None, *, source: str = "weights",
+                           per_environment: bool = True) -> dict[str, dict[str, float]]:
+    """The one parser of reward-weight JSON (the ``review.reward_weights`` setting, ``tentalis rescore
+    --weights``, the ``reward_versions`` config): ``{scope: {component: weight}}``, scope ``*`` (every
+    environment) or an environment. ``spec`` is JSON text or a mapping, either flat (``{"manager": 1.0}``:
+    every environment) or, with ``per_environment``, per environment (``{"math": {"manager": 1.0}}``,
+    ``*`` naming every environment); components not named keep their weights from elsewhere. Empty,
+    blank or ``{}``: no override (``{}``).
+
+    Rules: a JSON object; components among outcome, format, process, manager; each weight a finite
+    number of 0 or more (a bool, a string, NaN, an infinity or a negative weight is refused: a negative
+    weight would pay for failing). A bad input raises ValueError "<source>: <what is wrong>. Fix: ...",
+    naming ``source`` (the setting or option the text came from) and showing a valid example."""
+    if spec is None or (isinstance(spec, str) and not spec.strip()):
+        return {}
+    if isinstance(spec, str):
+        try:
+            spec = json.loads(spec)
+        except json.JSONDecodeError as exc:
+            raise _weights_error(source, f"not valid JSON ({exc.msg})", per_environment) from None
+    if not isinstance(spec, Mapping):
+        raise _weights_error(source, f"must be a JSON object, not {type(spec).__name__}", per_environment)
+
+    def components(scope: str, obj: Any) -> dict[str, float]:
+        where = "" if scope == "*" else f" for {scope!r}"
+        if not isinstance(obj, Mapping):
+            raise _weights_error(source, f"the weights{where} must be an object, not {type(obj).__name__}", per_environment)
+        out = {}
+        for k, v in obj.items():
+            if k not in WEIGHT_COMPONENTS:
+                raise _weights_error(source, f"unknown reward component {k!r}{where}", per_environment)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+                raise _weights_error(source, f"weight {k!r}{where} must be a finite number of 0 or more, not {v!r}",
+                                     per_environment)
+            out[k] = float(v)
+        return out
+
+    scopes = set(spec) & (set(ENVIRONMENTS) | {"*"})
+    if not scopes:  # flat: components for every environment (a misspelt component is named by components())
+        return {"*": components("*", spec)} if spec else {}
+    if not per_environment:
+        raise _weights_error(source, f"applies to every environment: name components, not environments {sorted(scopes)}",
+                             per_environment)
+    if scopes == set(spec):
+        return {scope: components(scope, obj) for scope, obj in spec.items()}
+    raise _weights_error(source, f"mixes environments {sorted(scopes)} with other keys {sorted(set(spec) - scopes)}: "
+                         "give either components or environments mapping to components", per_environment)
+
+
+def parse_weights(text: str | None, *, source: str = "review.reward_weights") -> RewardWeights | None:
+    """The ``review.reward_weights`` setting (:func:`parse_weight_overrides`, flat only): the named
+    components' weights for every environment, the others keeping their math defaults; empty (or
+    ``{}``) means the per-environment defaults (None)."""
+    overrides = parse_weight_overrides(text, source=source, per_environment=False)
+    return RewardWeights(**overrides["*"]) if overrides else None
 
 
 def combine(weights: RewardWeights, *, outcome: float, format: float, process: float | None, manager: float) -> float:

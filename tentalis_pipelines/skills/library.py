@@ -19,10 +19,13 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 
 import numpy as np
+
+from tentalis_pipelines.config_fields import config_field
+from tentalis_pipelines.statistics import paired_bootstrap
 
 MAX_SKILL_CHARS = 200
 STATUSES = ("candidate", "verified", "retired")
@@ -255,35 +258,33 @@ class SkillEffect:
 
 def skill_effect(with_skill: dict[str, bool], without_skill: dict[str, bool], *, seed: int = 0) -> SkillEffect:
     """Gain = mean over the items both runs answered of (right with the skill) - (right without), with a
-    95% paired percentile-bootstrap interval (the gate's ``bootstrap_ci``)."""
-    from tentalis_pipelines.evaluation.benchmarks import bootstrap_ci
-
+    95% paired percentile-bootstrap interval (``statistics.paired_bootstrap``, as the gate computes it)."""
     keys = sorted(set(with_skill) & set(without_skill))
     if not keys:
         raise ValueError("no item was evaluated both with and without the skill")
-    d = np.array([float(with_skill[k]) - float(without_skill[k]) for k in keys])
-    lo, hi = bootstrap_ci(d, seed=seed)
-    return SkillEffect(len(keys), int((d > 0).sum()), int((d < 0).sum()),
-                       float(np.mean([with_skill[k] for k in keys])), float(np.mean([without_skill[k] for k in keys])),
-                       float(d.mean()), lo, hi)
+    w = [float(with_skill[k]) for k in keys]
+    wo = [float(without_skill[k]) for k in keys]
+    gain, lo, hi = paired_bootstrap(w, wo, seed=seed)
+    return SkillEffect(len(keys), sum(a > b for a, b in zip(w, wo)), sum(a < b for a, b in zip(w, wo)),
+                       float(np.mean(w)), float(np.mean(wo)), gain, lo, hi)
 
 
 @dataclass(frozen=True)
 class SkillSettings:
     """How skills are distilled and verified (the ``skills`` asset's config mirrors these)."""
 
-    threshold: float = field(default=0.75, metadata={"help": "reviews scored below this are failures to learn from"})
-    merge_cosine: float = field(default=0.9, metadata={"help": "skills at least this similar (cosine) merge into one"})
-    verify_per_cycle: int = field(default=1, metadata={"help": "candidates verified per run (most supported first)"})
-    recheck_per_cycle: int = field(default=1, metadata={"help": "verified skills re-checked per run (oldest measurement first)"})
-    validation_source: str = field(default="arithmetic", metadata={
-        "help": "where the validation items come from: arithmetic (seeded problems) or a dataset (gsm8k: the reserved tail of its "
-                "shuffled train split, never trained on); use the task source the skills are distilled from"})
-    validation_items: int = field(default=32, metadata={"help": "items of the validation set"})
-    validation_seed: int = field(default=2_000_000, metadata={"help": "generator seed of the validation set (not a training or gate seed)"})
-    min_ci_low: float = field(default=0.0, metadata={"help": "verify only when the gain's 95% interval lower end is at least this"})
-    min_net_wins: int = field(default=2, metadata={"help": "verify only when the skill wins on at least this many more items than it loses"})
-    max_new_tokens: int = field(default=96, metadata={"help": "completion length of the validation answers (learn's rollout limit)"})
+    threshold: float = config_field(0.75, "reviews scored below this are failures to learn from")
+    merge_cosine: float = config_field(0.9, "skills at least this similar (cosine) merge into one")
+    verify_per_cycle: int = config_field(1, "candidates verified per run (most supported first)")
+    recheck_per_cycle: int = config_field(1, "verified skills re-checked per run (oldest measurement first)")
+    validation_source: str = config_field(
+        "arithmetic", "where the validation items come from: arithmetic (seeded problems) or a dataset (gsm8k: the reserved tail "
+        "of its shuffled train split, never trained on); use the task source the skills are distilled from")
+    validation_items: int = config_field(32, "items of the validation set")
+    validation_seed: int = config_field(2_000_000, "generator seed of the validation set (not a training or gate seed)")
+    min_ci_low: float = config_field(0.0, "verify only when the gain's 95% interval lower end is at least this")
+    min_net_wins: int = config_field(2, "verify only when the skill wins on at least this many more items than it loses")
+    max_new_tokens: int = config_field(96, "completion length of the validation answers (learn's rollout limit)")
 
     def __post_init__(self):
         if not 0.0 < self.threshold <= 1.0:

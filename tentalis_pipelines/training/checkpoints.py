@@ -59,13 +59,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines.files import fsync_dir, fsync_tree
 from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
+from tentalis_pipelines.settings import env_hours
 
 log = logging.getLogger(__name__)
 
 MARKER = "COMPLETE"
 # A claim from another host cannot be checked for liveness; after this many hours it counts as stale.
-CLAIM_TTL_HOURS = float(os.environ.get("TENTALIS_CLAIM_TTL_HOURS", "24"))
+CLAIM_TTL_HOURS = env_hours("TENTALIS_CLAIM_TTL_HOURS", 24.0)
 # An adapter folder with no row and no claim is only removed once it is this old (a writer that does
 # not claim, e.g. a script calling save_adapter and record_checkpoint, may be between the two).
 ORPHAN_GRACE_S = 600.0
@@ -164,24 +166,6 @@ def pid_alive(pid: int, start: int | None = None) -> bool:
 
 
 # --------------------------------------------------------------------------- adapters
-def _fsync_tree(folder: Path) -> None:
-    for p in sorted(folder.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if p.is_file():
-            with p.open("rb") as fh:
-                os.fsync(fh.fileno())
-        elif p.is_dir():
-            _fsync_dir(p)
-    _fsync_dir(folder)
-
-
-def _fsync_dir(folder: Path) -> None:
-    fd = os.open(folder, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _stale_temp(path: Path) -> bool:
     """A ``.tmp-*`` folder whose writer is gone: a dead pid on this host, or older than the claim TTL
     on another host. Folders of live writers (another trainer saving right now) are left alone."""
@@ -224,12 +208,12 @@ def save_adapter(model, root: Path, checkpoint_id: str, *, extra: Callable[[Path
             extra(tmp)
         files = sorted(str(p.relative_to(tmp)) for p in tmp.rglob("*") if p.is_file())
         (tmp / MARKER).write_text(json.dumps({"files": files}))
-        _fsync_tree(tmp)
+        fsync_tree(tmp)
         os.replace(tmp, final)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    _fsync_dir(root)  # the rename itself survives a power loss only once the parent folder is synced
+    fsync_dir(root)  # the rename itself survives a power loss only once the parent folder is synced
     return final
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from tentalis_pipelines.config_fields import config_field
 from tentalis_pipelines.hardware import autocast, dtype_name, resolve_device, resolve_dtype
 from tentalis_pipelines.training.losses import (
     IMPORTANCE_SAMPLING_LEVELS,
@@ -46,13 +47,6 @@ SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
 
 
-def _f(default, help: str, **kw):
-    """A config field with its help text (shown by the Dagster resource that mirrors the config)."""
-    if isinstance(default, tuple):
-        return field(default_factory=lambda: default, metadata={"help": help}, **kw)
-    return field(default=default, metadata={"help": help}, **kw)
-
-
 @dataclass
 class GRPOConfig:
     """Training settings, named as in TRL's GRPOConfig where the idea is the same. One config for the
@@ -66,50 +60,50 @@ class GRPOConfig:
     sequence-level ratio moves far less than a token's, so 0.2 would never bind).
     """
 
-    loss_type: str = _f("dapo", "grpo | dr_grpo | dapo | cispo | gspo (TRL's names and definitions)")
-    beta: float = _f(0.0, "k3 KL coefficient against the base model (adapter disabled); 0 skips the reference pass")
-    epsilon: float | None = _f(None, "lower clip of the importance ratio (default: 0.2, GSPO's 3e-4 at sequence level)")
-    epsilon_high: float | None = _f(None, "upper clip (default: epsilon, DAPO's 0.28, GSPO's 4e-4)")
-    importance_sampling_level: str | None = _f(None, "token | sequence (default: sequence for gspo, else token)")
-    num_iterations: int = _f(1, "updates per batch of rollouts (TRL's mu)")
-    old_logprobs: str = _f("recompute", "recompute (one pre-update pass) | sampling (the per-token log-probs stored at sampling time)")
-    learning_rate: float = _f(2e-4, "AdamW learning rate of the LoRA parameters")
-    lr_scheduler_type: str = _f("constant", "constant | linear | cosine")
-    warmup_ratio: float = _f(0.0, "warm-up as a fraction of max_steps")
-    warmup_steps: int = _f(0, "warm-up steps (overrides warmup_ratio when > 0)")
-    max_steps: int = _f(0, "horizon of linear/cosine schedules across the whole chain of cycles (0: this call's steps)")
-    weight_decay: float = _f(0.0, "AdamW weight decay")
-    max_grad_norm: float = _f(1.0, "gradient clipping norm")
-    per_step_rows: int = _f(64, "rows per optimizer step (a batch larger than this takes several steps)")
-    micro_batch_tokens: int = _f(4096, "token budget of one forward/backward micro-batch (gradient accumulation)")
-    shuffle: bool = _f(True, "shuffle rows (by seed) before cutting them into steps")
+    loss_type: str = config_field("dapo", "grpo | dr_grpo | dapo | cispo | gspo (TRL's names and definitions)")
+    beta: float = config_field(0.0, "k3 KL coefficient against the base model (adapter disabled); 0 skips the reference pass")
+    epsilon: float | None = config_field(None, "lower clip of the importance ratio (default: 0.2, GSPO's 3e-4 at sequence level)")
+    epsilon_high: float | None = config_field(None, "upper clip (default: epsilon, DAPO's 0.28, GSPO's 4e-4)")
+    importance_sampling_level: str | None = config_field(None, "token | sequence (default: sequence for gspo, else token)")
+    num_iterations: int = config_field(1, "updates per batch of rollouts (TRL's mu)")
+    old_logprobs: str = config_field("recompute", "recompute (one pre-update pass) | sampling (the per-token log-probs stored at sampling time)")
+    learning_rate: float = config_field(2e-4, "AdamW learning rate of the LoRA parameters")
+    lr_scheduler_type: str = config_field("constant", "constant | linear | cosine")
+    warmup_ratio: float = config_field(0.0, "warm-up as a fraction of max_steps")
+    warmup_steps: int = config_field(0, "warm-up steps (overrides warmup_ratio when > 0)")
+    max_steps: int = config_field(0, "horizon of linear/cosine schedules across the whole chain of cycles (0: this call's steps)")
+    weight_decay: float = config_field(0.0, "AdamW weight decay")
+    max_grad_norm: float = config_field(1.0, "gradient clipping norm")
+    per_step_rows: int = config_field(64, "rows per optimizer step (a batch larger than this takes several steps)")
+    micro_batch_tokens: int = config_field(4096, "token budget of one forward/backward micro-batch (gradient accumulation)")
+    shuffle: bool = config_field(True, "shuffle rows (by seed) before cutting them into steps")
     # Rows that share a prompt (a group's samples) run the prompt once and branch from its KV cache:
     # the prompt (system message + worked example) is most of each row's tokens. Gradient checkpointing
     # cannot keep a KV cache, so it switches this off (a documented trade: memory for prefix reuse).
-    share_prompt_prefix: bool = _f(True, "run a group's common prompt once and branch from its KV cache")
-    gradient_checkpointing: bool = _f(False, "recompute activations in the backward pass (less memory, no prefix sharing)")
-    temperature: float = _f(0.8, "sampling temperature of rows that do not carry their own")
-    max_completion_length: int = _f(128, "completion length limit (set from the policy's max_new_tokens)")
-    lora_r: int = _f(16, "LoRA rank")
-    lora_alpha: int = _f(32, "LoRA alpha")
-    lora_dropout: float = _f(0.0, "LoRA dropout")
-    lora_target_modules: tuple[str, ...] = _f(DEFAULT_LORA_TARGETS, "modules that get a LoRA adapter")
-    seed: int = _f(0, "LoRA init and row shuffling")
-    device: str = _f("auto", "auto (CUDA when present) | cpu | cuda[:N]")
-    dtype: str = _f("auto", "auto (bf16 where the hardware computes it natively) | float32 | bfloat16 | float16")
+    share_prompt_prefix: bool = config_field(True, "run a group's common prompt once and branch from its KV cache")
+    gradient_checkpointing: bool = config_field(False, "recompute activations in the backward pass (less memory, no prefix sharing)")
+    temperature: float = config_field(0.8, "sampling temperature of rows that do not carry their own")
+    max_completion_length: int = config_field(128, "completion length limit (set from the policy's max_new_tokens)")
+    lora_r: int = config_field(16, "LoRA rank")
+    lora_alpha: int = config_field(32, "LoRA alpha")
+    lora_dropout: float = config_field(0.0, "LoRA dropout")
+    lora_target_modules: tuple[str, ...] = config_field(DEFAULT_LORA_TARGETS, "modules that get a LoRA adapter")
+    seed: int = config_field(0, "LoRA init and row shuffling")
+    device: str = config_field("auto", "auto (CUDA when present) | cpu | cuda[:N]")
+    dtype: str = config_field("auto", "auto (bf16 where the hardware computes it natively) | float32 | bfloat16 | float16")
     # How trajectories are built for training (used by the `trajectories` stage, not by train_grpo).
-    scale_rewards: str | None = _f(None, "group | none: how advantages are scaled (default: none for dr_grpo, else group)")
-    dynamic_sampling: bool | None = _f(None, "drop groups whose rewards are all equal (default: on for dapo)")
-    overlong_buffer: int | None = _f(None, "DAPO soft overlong punishment window in tokens (default: 1/4 of max for dapo, else 0)")
-    advantage_mode: str = _f("outcome", "outcome (one advantage per sample) | process (DeepSeekMath, per step and token)")
+    scale_rewards: str | None = config_field(None, "group | none: how advantages are scaled (default: none for dr_grpo, else group)")
+    dynamic_sampling: bool | None = config_field(None, "drop groups whose rewards are all equal (default: on for dapo)")
+    overlong_buffer: int | None = config_field(None, "DAPO soft overlong punishment window in tokens (default: 1/4 of max for dapo, else 0)")
+    advantage_mode: str = config_field("outcome", "outcome (one advantage per sample) | process (DeepSeekMath, per step and token)")
     # Hinted on-policy distillation (training/opd.py): per token, A = w_rl * A_rl + w_opd * opd.
-    w_rl: float = _f(1.0, "weight of the RL (group-relative) advantage; 0 = OPD only")
-    w_opd: float = _f(0.0, "weight of the hinted on-policy distillation signal per token; 0 = RL only (OpenClaw-RL's combine: 1)")
-    opd_teacher: str = _f("self", "self (the policy that sampled, given the hint) | a local model folder sharing the policy's tokenizer "
+    w_rl: float = config_field(1.0, "weight of the RL (group-relative) advantage; 0 = OPD only")
+    w_opd: float = config_field(0.0, "weight of the hinted on-policy distillation signal per token; 0 = RL only (OpenClaw-RL's combine: 1)")
+    opd_teacher: str = config_field("self", "self (the policy that sampled, given the hint) | a local model folder sharing the policy's tokenizer "
                           "| an OpenAI-compatible server's URL with prompt log-probs (vLLM, `tentalis serve`; log-probs at temperature 1)")
-    opd_teacher_model: str = _f("", "the model name to request from an opd_teacher server (its key: $TENTALIS_OPD_TEACHER_API_KEY)")
-    opd_clip: float = _f(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
-    opd_min_effect: float = _f(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
+    opd_teacher_model: str = config_field("", "the model name to request from an opd_teacher server (its key: $TENTALIS_OPD_TEACHER_API_KEY)")
+    opd_clip: float = config_field(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
+    opd_min_effect: float = config_field(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:

@@ -100,3 +100,13 @@ def test_reward_plots_give_an_inline_svg_and_the_full_png():
                                              round(plots.PLOT_BOTTOM - 0.8 * (plots.PLOT_BOTTOM - plots.PLOT_TOP))]
     png = base64.b64decode(re.fullmatch(r"!\[[^\]]*\]\(data:image/png;base64,([A-Za-z0-9+/=]+)\)", out["reward_per_policy_version_png"]).group(1))
     assert png.startswith(b"\x89PNG")
+
+
+def test_the_accuracy_plot_is_a_png_and_leaves_no_figure_open():
+    import matplotlib.pyplot as plt
+
+    rows = [{"checkpoint_id": "base", "accuracy": 0.5, "ci_low": 0.25, "ci_high": 0.75, "lenient_accuracy": 0.6},
+            {"checkpoint_id": "ckpt-1", "accuracy": 1.0, "ci_low": 0.5, "ci_high": 1.0, "lenient_accuracy": 1.0}]
+    open_before = len(plt.get_fignums())
+    assert plots.accuracy_plot_png(rows, "arithmetic").startswith(b"\x89PNG")
+    assert len(plt.get_fignums()) == open_before

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.table_hashes import assert_unchanged, table_hashes
 
 from tentalis_pipelines.lakehouse import Lakehouse
+from tests.table_hashes import assert_unchanged, table_hashes
 
 
 def test_table_hashes_see_a_changed_added_or_rewritten_row(tmp_path):

@@ -38,9 +38,7 @@ COPIED = ("tentalis_pipelines", "assets", "jobs", "bench", "experiments", "tools
 
 def load_catalog(only: list[str] | None = None) -> list[dict]:
     mutants = []
-    for path in sorted(CATALOG.glob("*.py")):
-        if path.stem.startswith("_"):  # the package's __init__.py holds no mutants
-            continue
+    for path in sorted(CATALOG.glob("[!_]*.py")):  # not __init__.py
         if only and path.stem not in only:
             continue
         for m in runpy.run_path(str(path))["MUTANTS"]:

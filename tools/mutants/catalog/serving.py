@@ -39,7 +39,7 @@ MUTANTS = [
      "why": "the candidate is compared with the base model instead of what serves: a regression against the incumbent passes"},
     {"id": "temp-folders-of-live-writers-deleted", "file": C, "find": 'return not pid_alive(int(m.group("pid")))',
      "replace": "return True", "tests": TC, "why": "save_adapter deletes another live trainer's temporary folder under it"},
-    {"id": "no-fsync-of-parent-after-rename", "file": C, "find": "    _fsync_dir(root)  # the rename itself",
+    {"id": "no-fsync-of-parent-after-rename", "file": C, "find": "    fsync_dir(root)  # the rename itself",
      "replace": "    pass  # the rename itself", "tests": TC, "why": "the rename is not durable: a power loss can lose a recorded checkpoint"},
     {"id": "abandoned-checkpoints-still-consume", "file": C, "find": "event = 'abandoned' and checkpoint_id is not null",
      "replace": "event = 'abandoned' and checkpoint_id is null", "tests": TC,
