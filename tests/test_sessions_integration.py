@@ -45,47 +45,8 @@ def _evaluate(instance, home, cursor=None, *, launch=True, review=None):
     return result
 
 
-def test_a_reviewed_session_is_cut_once_and_an_unreviewed_one_is_not(instance, home, tok):
-    paths = Paths.from_env(home).ensure()
-    lake = Lakehouse(paths.lakehouse)
-    reviewed, unreviewed = (session_turns(tok, sid, tool_session_script()) for sid in ("s-reviewed", "s-quiet"))
-    active = session_turns(tok, "s-active", tool_session_script(), minutes_ago=0)  # still in use: waits for the settle time
-    for turns in (reviewed, unreviewed, active):
-        land_session(lake, turns)
-    lake.append("reviews", [live_review(reviewed[1]["turn_id"], "s-reviewed", 0.9), live_review("s-active", "s-active", 0.5)])
-
-    first = _evaluate(instance, home)
-    [req] = first.run_requests
-    batch_id = req.partition_key
-    assert batch_id.startswith("sessions-") and req.run_key == batch_id
-    assert instance.get_dynamic_partitions("task_batches") == [batch_id]
-    assert sessions.batch_session_ids(paths.batches, batch_id) == ["s-reviewed"]  # snapshot taken
-
-    # Once: neither the next tick, nor a lost cursor, nor a second review of the same session cuts it again.
-    again = _evaluate(instance, home, cursor=first.cursor)
-    lake.append("reviews", [live_review("s-reviewed", "s-reviewed", 0.4, reviewer="manager-2")])
-    lost = _evaluate(instance, home, cursor=None)
-    assert not again.run_requests and not lost.run_requests
-    assert instance.get_dynamic_partitions("task_batches") == [batch_id]
-
-    # A newly reviewed session becomes the next batch; the unreviewed one never does.
-    lake.append("reviews", [live_review("s-quiet", "s-quiet", 0.1)])
-    third = _evaluate(instance, home, cursor=lost.cursor)
-    [req3] = third.run_requests
-    assert sessions.batch_session_ids(paths.batches, req3.partition_key) == ["s-quiet"]
-    assert "s-active" not in {s for ids in sessions.cut_sessions(paths.batches).values() for s in ids}
 
 
-def test_a_cut_whose_run_never_started_is_requested_again(instance, home, tok):
-    paths = Paths.from_env(home).ensure()
-    lake = Lakehouse(paths.lakehouse)
-    turns = session_turns(tok, "s-1", tool_session_script())
-    land_session(lake, turns)
-    lake.append("reviews", [live_review("s-1", "s-1", 0.9)])
-    first = _evaluate(instance, home, launch=False)  # the daemon died before creating the run
-    batch_id = first.run_requests[0].partition_key
-    again = _evaluate(instance, home, cursor=first.cursor)
-    assert [(r.partition_key, r.run_key) for r in again.run_requests] == [(batch_id, batch_id)]
 
 
 def _single_turn_batch(lake: Lakehouse, tok) -> None:
@@ -194,40 +155,6 @@ class ScriptedJudge:
         return [[Generation(text=self.reply, token_ids=[1], finish_reason="stop", prompt_tokens=1, seconds=0.0)] for _ in prompts]
 
 
-def test_an_unreviewed_session_is_cut_once_after_the_review_wait_and_only_with_a_judge(instance, home, tok, monkeypatch):
-    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "1800")
-    paths = Paths.from_env(home).ensure()
-    lake = Lakehouse(paths.lakehouse)
-    # last turns 3598 s ago (past the 1800 s wait) and 598 s ago (managers still have time to review)
-    old, recent = session_turns(tok, "s-old", tool_session_script()), session_turns(tok, "s-recent", tool_session_script(), minutes_ago=10)
-    reviewed = session_turns(tok, "s-reviewed", tool_session_script())
-    for turns in (old, recent, reviewed):
-        land_session(lake, turns)
-    lake.append("reviews", [live_review("s-reviewed", "s-reviewed", 0.9)])
-    judge = ReviewResource(manager="llm")
-
-    # No judge configured: only the reviewed session is cut; the unreviewed ones wait for a person.
-    first = _evaluate(instance, home)
-    assert [sessions.batch_session_ids(paths.batches, r.partition_key) for r in first.run_requests] == [["s-reviewed"]]
-    again = _evaluate(instance, home, cursor=first.cursor)
-    assert not again.run_requests and "no reviewed session" in again.skip_reason.skip_message
-
-    # With the judge: the session unreviewed past the wait is cut, once; the recent one is not.
-    second = _evaluate(instance, home, cursor=again.cursor, review=judge)
-    [req] = second.run_requests
-    assert req.run_key == req.partition_key and sessions.batch_session_ids(paths.batches, req.partition_key) == ["s-old"]
-    third = _evaluate(instance, home, cursor=second.cursor, review=judge)
-    lost = _evaluate(instance, home, cursor=None, review=judge)
-    assert not third.run_requests and not lost.run_requests
-    assert "unreviewed for 1800 s" in third.skip_reason.skip_message
-    assert len(instance.get_dynamic_partitions("task_batches")) == 2
-    # Once the wait has passed for it too, the recent one follows in a batch of its own.
-    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "300")
-    [req4] = _evaluate(instance, home, cursor=lost.cursor, review=judge).run_requests
-    assert sessions.batch_session_ids(paths.batches, req4.partition_key) == ["s-recent"]
-    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "an hour")
-    with pytest.raises(ValueError, match="TENTALIS_SESSION_REVIEW_WAIT_SECONDS='an hour' is not a number"):
-        _evaluate(instance, home, review=judge)
 
 
 def _judged_batch(home, tok, *, reply: str):
@@ -242,6 +169,47 @@ def _judged_batch(home, tok, *, reply: str):
     sessions.build_session_tasks(lake, paths.batches, batch_id)
     sessions.build_session_rollouts(lake, batch_id)
     return lake, batch_id, ScriptedJudge(reply)
+
+
+
+
+
+
+@pytest.mark.integration
+def test_the_embedded_judge_scores_an_unreviewed_session_through_the_assets(instance, home, tok, tiny_model_dir, embedded_model_dir,
+                                                                             monkeypatch):
+    from tentalis_pipelines.inference.factory import make_backend
+    from tentalis_pipelines.rewards.llm_manager import LLMManager
+
+    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "0")
+    paths = Paths.from_env(home).ensure()
+    (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
+    lake = Lakehouse(paths.lakehouse)
+    quiet = session_turns(tok, "s-quiet", tool_session_script())
+    land_session(lake, quiet)
+    land_session(lake, session_turns(tok, "s-person", tool_session_script("What is 6 * 7?", "Double it.")))
+    lake.append("reviews", [live_review("s-person", "s-person", 0.9)])
+    review = ReviewResource(manager="llm", manager_max_new_tokens=8)  # the judge: the embedded SmolLM2 (the score comes first)
+    [req] = _evaluate(instance, home, review=review).run_requests
+    assert sessions.batch_session_ids(paths.batches, req.partition_key) == ["s-person", "s-quiet"]
+
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "policy": PolicyResource(model=str(tiny_model_dir)),
+                 "review": review, "trainer": TrainerResource()}
+    result = materialize([tasks, rollouts, step_scores, reviews, trajectories], partition_key=req.partition_key, instance=instance,
+                         resources=resources)
+    assert result.success
+    meta = result.asset_materializations_for_node("reviews")[0].metadata
+    assert meta["judge"].value == "SmolLM2-135M-Instruct" and meta["judged_sessions"].value == 1
+    got = {r["session_id"]: r for r in lake.read("reviews", batch_id=req.partition_key).to_pylist()}
+    assert (got["s-quiet"]["manager"], got["s-quiet"]["reviewer"]) == ("judge", "SmolLM2-135M-Instruct")
+    assert (got["s-person"]["manager"], got["s-person"]["score"]) == ("api", 0.9)
+    # The same judge asked directly about the same transcript: the same score, which every turn carries.
+    direct = LLMManager(make_backend("transformers", model_dir=embedded_model_dir), max_new_tokens=8)
+    [(expected, raw)] = direct.review_sessions([sessions.session_transcript(quiet)])
+    assert expected is not None, raw
+    assert got["s-quiet"]["score"] == expected.score and 0.0 <= expected.score <= 1.0
+    tr = {r["task_id"]: r for r in lake.read("trajectories", batch_id=req.partition_key).to_pylist()}
+    assert tr["s-quiet"]["turn_rewards"] == [expected.score] * 3 and tr["s-person"]["turn_rewards"] == [0.9] * 3
 
 
 def test_the_judge_reviews_only_the_unreviewed_session_and_its_turns_get_exactly_its_score(home, tok):
@@ -313,43 +281,6 @@ def test_without_a_judge_or_a_score_the_unreviewed_session_is_skipped_with_the_r
     [q] = [r for r in lake.read("quarantine").to_pylist() if r["stage"] == "reviews"]
     assert q["raw"] == '{"score":  I would rather not say.' and "session s-quiet" in q["error"] and q["batch_id"] == batch_id
     assert [r["manager"] for r in lake.read("reviews", batch_id=batch_id).to_pylist()] == ["api"]
-
-
-@pytest.mark.integration
-def test_the_embedded_judge_scores_an_unreviewed_session_through_the_assets(instance, home, tok, tiny_model_dir, embedded_model_dir,
-                                                                             monkeypatch):
-    from tentalis_pipelines.inference.factory import make_backend
-    from tentalis_pipelines.rewards.llm_manager import LLMManager
-
-    monkeypatch.setenv("TENTALIS_SESSION_REVIEW_WAIT_SECONDS", "0")
-    paths = Paths.from_env(home).ensure()
-    (paths.models / embedded_model_dir.name).symlink_to(embedded_model_dir, target_is_directory=True)
-    lake = Lakehouse(paths.lakehouse)
-    quiet = session_turns(tok, "s-quiet", tool_session_script())
-    land_session(lake, quiet)
-    land_session(lake, session_turns(tok, "s-person", tool_session_script("What is 6 * 7?", "Double it.")))
-    lake.append("reviews", [live_review("s-person", "s-person", 0.9)])
-    review = ReviewResource(manager="llm", manager_max_new_tokens=8)  # the judge: the embedded SmolLM2 (the score comes first)
-    [req] = _evaluate(instance, home, review=review).run_requests
-    assert sessions.batch_session_ids(paths.batches, req.partition_key) == ["s-person", "s-quiet"]
-
-    resources = {"lakehouse": LakehouseResource(home=str(home)), "policy": PolicyResource(model=str(tiny_model_dir)),
-                 "review": review, "trainer": TrainerResource()}
-    result = materialize([tasks, rollouts, step_scores, reviews, trajectories], partition_key=req.partition_key, instance=instance,
-                         resources=resources)
-    assert result.success
-    meta = result.asset_materializations_for_node("reviews")[0].metadata
-    assert meta["judge"].value == "SmolLM2-135M-Instruct" and meta["judged_sessions"].value == 1
-    got = {r["session_id"]: r for r in lake.read("reviews", batch_id=req.partition_key).to_pylist()}
-    assert (got["s-quiet"]["manager"], got["s-quiet"]["reviewer"]) == ("judge", "SmolLM2-135M-Instruct")
-    assert (got["s-person"]["manager"], got["s-person"]["score"]) == ("api", 0.9)
-    # The same judge asked directly about the same transcript: the same score, which every turn carries.
-    direct = LLMManager(make_backend("transformers", model_dir=embedded_model_dir), max_new_tokens=8)
-    [(expected, raw)] = direct.review_sessions([sessions.session_transcript(quiet)])
-    assert expected is not None, raw
-    assert got["s-quiet"]["score"] == expected.score and 0.0 <= expected.score <= 1.0
-    tr = {r["task_id"]: r for r in lake.read("trajectories", batch_id=req.partition_key).to_pylist()}
-    assert tr["s-quiet"]["turn_rewards"] == [expected.score] * 3 and tr["s-person"]["turn_rewards"] == [0.9] * 3
 
 
 def test_turns_added_after_a_cut_are_cut_again_as_a_continuation_once_reviewed(instance, home, tok):

