@@ -18,6 +18,6 @@ MUTANTS = [
      "replace": "start = len(cur.completion_ids) + len(gap) - 1\n", "tests": TM,
      "why": "a later turn's span starts one token early (on the template's last token)"},
     {"id": "multi-turn-rows-trained-as-single", "file": P, "find": 'if t.get("kind") == "multi_turn":',
-     "replace": "if False:", "tests": ["tests/test_sessions.py"],
+     "replace": "if False:", "tests": ["tests/unit/test_sessions.py", "tests/test_sessions_integration.py"],
      "why": "the trainer rebuilds a session as a single-turn row (no mask, no per-turn advantages)"},
 ]

@@ -4,7 +4,7 @@ the pipeline rows."""
 OPD = "tentalis_pipelines/training/opd.py"
 TR = "tentalis_pipelines/stages/trajectories.py"
 P = "tentalis_pipelines/stages/training.py"
-TU = ["tests/test_opd.py"]
+TU = ["tests/unit/test_opd.py", "tests/test_opd_integration.py"]
 TP = ["tests/test_opd_pipeline.py"]
 S = "tentalis_pipelines/sessions.py"
 TL = "tentalis_pipelines/stages/teacher_logprobs.py"

@@ -7,7 +7,7 @@ PR = "tentalis_pipelines/rewards/process.py"
 LM = "tentalis_pipelines/rewards/llm_manager.py"
 PT = "tentalis_pipelines/stages/trajectories.py"
 PS = "tentalis_pipelines/stages/step_scores.py"
-TR = ["tests/test_rewards.py"]
+TR = ["tests/unit/test_rewards.py"]
 
 MUTANTS = [
     {"id": "biased-std", "file": A, "find": "std = g.std(ddof=1) if len(g) > 1 else 0.0", "replace": "std = g.std() if len(g) > 1 else 0.0",

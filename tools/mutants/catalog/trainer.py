@@ -2,7 +2,7 @@
 
 L = "tentalis_pipelines/training/losses.py"
 T = "tentalis_pipelines/training/trainer.py"
-TL = ["tests/test_losses.py"]
+TL = ["tests/unit/test_losses.py", "tests/test_losses_integration.py"]
 TT = ["tests/test_trainer.py"]
 
 MUTANTS = [
