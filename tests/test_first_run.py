@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 from dagster import AssetKey, DagsterInstance
-from jobs.cycle import CycleOptions, run_cycle
+from jobs.runner import CycleOptions, run_cycle
 
 from tentalis_pipelines.definitions import defs
 from tentalis_pipelines.lakehouse import Lakehouse
@@ -27,7 +27,7 @@ def test_a_first_cycle_completes_without_benchmark_data_and_names_what_was_not_s
         monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "empty-data"))
     paths = Paths.from_env(str(home)).ensure()
     resources = {"policy": {"config": {"model": str(tiny_model_dir), "num_generations": 2, "max_new_tokens": 8}},
-                 "bench": {"config": {"limit": 4, "max_new_tokens": 8}},
+                 "benchmark": {"config": {"limit": 4, "max_new_tokens": 8}},
                  # The random tiny model gets every task wrong; the length-paying manager's scores differ within
                  # a group, so the batch carries a learning signal and the cycle trains (the subject here is data).
                  "review": {"config": {"manager": "hackable"}}}

@@ -102,6 +102,28 @@ def _file_batch(home):
 
 
 
+@pytest.mark.parametrize("content", ["not json\n", "", "\n\n", "DIR"], ids=["malformed", "empty", "blank", "a-folder"])
+def test_benchmark_data_that_is_there_but_unusable_fails_closed_naming_the_file_and_the_fix(home, tmp_path, monkeypatch, content):
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
+    data = tmp_path / "data"
+    (data / "math500").mkdir(parents=True)
+    if content == "DIR":
+        (data / "math500" / "test.jsonl").mkdir()
+    else:
+        (data / "math500" / "test.jsonl").write_text(content)
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(data))
+    pattern = re.escape(f"{data}/math500/test.jsonl is there but unusable (") + r".*" + re.escape(
+        "Fix: fetch it again (tentalis data fetch --only math500 --force), or remove it if you do not evaluate on math500")
+    with pytest.raises(ContaminationIndexUnavailable, match=pattern):
+        build_tasks(lake, paths, batch_id)
+    assert not lake.exists("tasks")  # nothing landed unscreened
+    # the check on an already-landed batch fails too (it does not pass for want of an index)
+    lake.write_batch("tasks", batch_id, [{**_task("t0", "What is 2 + 2?"), "batch_id": batch_id}])
+    out = quality.no_held_out_items(lake, batch_id)
+    assert not out.passed and "math500/test.jsonl is there but unusable" in out.description and "Fix:" in out.description
+
+
 def test_an_explicit_benchmark_list_is_required_and_what_it_leaves_out_is_named(home, tmp_path, monkeypatch):
     paths, batch_id, lake = _file_batch(home)
     monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "empty"))
