@@ -30,6 +30,13 @@
 5. records the retraction in ``audit``: who, when, why, what was deleted, which checkpoints, the
    serving pointer before and after.
 
+Killed part-way (SIGKILL, a power loss), a retraction is never half-applied and forgotten: before it
+deletes anything it records its plan (ids and conditions only) in ``audit`` (action
+``retraction_started``); the same command run again finds that intent without a ``retraction`` row after
+it and finishes from the saved plan, even once the rows that named the derived ones are already gone.
+Each step is idempotent (a delete of deleted rows deletes nothing; a checkpoint is marked once per
+retraction), and the ``retraction`` row is written once, at the end.
+
 Run it while no training run is in flight (it refuses while a live training claim exists): a
 running trainer reads the versions that the vacuum deletes.
 """
@@ -53,6 +60,8 @@ from tentalis_pipelines.schemas import BATCH_TABLES
 from tentalis_pipelines.sessions import LIVE_BATCH
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import serving
+
+STARTED = "retraction_started"  # the audit action of a retraction's intent (its plan), recorded before any delete
 
 # A condition: every column equals its value (AND); a table's rows to delete match any condition (OR).
 Condition = Mapping[str, str]
@@ -286,15 +295,40 @@ def retract(lake: Lakehouse, *, reason: str, actor: str, review: str | None = No
     if live:
         raise RetractionError(f"a training run is in flight ({live[0].holder()}): its reads need the versions the vacuum "
                               "deletes. Retract when it has finished")
-    deletes, review_keys, trajectory_ids = plan(lake, review=review, session=session, task=task)
-    kind, target = next((k, v) for k, v in (("review", review), ("session", session), ("task", task)) if v)
-    out = Retraction(kind=kind, target=target, reason=reason, actor=actor, review_keys=review_keys, trajectory_ids=trajectory_ids)
-    out.affected = lineage.checkpoints_using(lake, trajectories=trajectory_ids, reviews=review_keys)
-    out.serving_before = out.serving_after = serving.serving_checkpoint(lake)
+    given = [(k, v) for k, v in (("review", review), ("session", session), ("task", task)) if v]
+    if len(given) != 1:
+        raise RetractionError("give exactly one of --review ID, --session ID, --task ID")
+    kind, target = given[0]
+    subject = f"{kind} {target}"
+    pending = pending_retraction(lake, subject)
+    try:
+        deletes, review_keys, trajectory_ids = plan(lake, review=review, session=session, task=task)
+    except RetractionError:
+        if pending is None:
+            raise
+        deletes, review_keys, trajectory_ids = {}, [], []  # the rows that named it are gone: the saved plan finishes it
+    out = Retraction(kind=kind, target=target, reason=reason, actor=actor)
+    affected = lineage.checkpoints_using(lake, trajectories=trajectory_ids, reviews=review_keys)
+    if pending is not None:
+        saved = json.loads(pending["detail"])
+        for name, conditions in saved["deletes"].items():
+            deletes[name] = _dedupe(list(conditions) + deletes.get(name, []))
+        review_keys = sorted(set(review_keys) | set(saved["review_keys"]))
+        trajectory_ids = sorted(set(trajectory_ids) | set(saved["trajectory_ids"]))
+        affected = {**saved["affected"], **affected}
+        out.serving_before = saved["serving_before"]
+    else:
+        out.serving_before = serving.serving_checkpoint(lake)
+        # The intent first (ids only): killed anywhere after this, the same command again finds it and
+        # finishes the retraction from this plan, even once the rows that named the derived ones are gone.
+        audit.record(lake, actor=actor, action=STARTED, subject=subject, reason=reason,
+                     detail={"deletes": deletes, "review_keys": review_keys, "trajectory_ids": trajectory_ids,
+                             "affected": affected, "serving_before": out.serving_before})
+    out.review_keys, out.trajectory_ids, out.affected = review_keys, trajectory_ids, affected
 
     for name, conditions in deletes.items():
         out.deleted[name], out.vacuumed_files[name] = _delete(lake, name, conditions)
-        if name in lake_schema_names() and name not in BATCH_TABLES and out.deleted[name]:
+        if name in lake_schema_names() and name not in BATCH_TABLES and lake.exists(name) and (out.deleted[name] or pending):
             # Unpartitioned tables keep statistics on every column: their old log commits hold text.
             out.purged_log_files[name] = lake.purge_log_history(name)
     for name, conditions in deletes.items():
@@ -302,19 +336,32 @@ def retract(lake: Lakehouse, *, reason: str, actor: str, review: str | None = No
         if left:
             raise RetractionError(f"{left} retracted rows of {name!r} are still in files on disk after vacuum")
 
-    subject = f"{kind} {target}"
+    already = {r["subject"] for r in audit.rows(lake, action=audit.TAINTED)
+               if r["detail"] and json.loads(r["detail"]).get("retraction") == subject}
     for cid, how in out.affected.items():
-        audit.record(lake, actor=actor, action=audit.TAINTED, subject=cid, from_state=subject, to_state=None, reason=reason,
-                     detail={"how": how, "retraction": subject})
-    if out.serving_before in out.affected:
+        if cid not in already:  # a resumed retraction does not mark a checkpoint twice
+            audit.record(lake, actor=actor, action=audit.TAINTED, subject=cid, from_state=subject, to_state=None, reason=reason,
+                         detail={"how": how, "retraction": subject})
+    out.serving_after = serving.serving_checkpoint(lake)
+    if out.serving_after in out.affected:
         to = _fallback_target(lake, out.affected)
         serving.promote(lake, to, actor=actor, action="retract",
-                        reason=f"retraction of {subject}: {out.serving_before} was trained on it ({out.affected[out.serving_before]}); {reason}")
+                        reason=f"retraction of {subject}: {out.serving_after} was trained on it ({out.affected[out.serving_after]}); {reason}")
         out.serving_after = to
     audit.record(lake, actor=actor, action="retraction", subject=subject, from_state=out.serving_before, to_state=out.serving_after,
                  reason=reason, detail={"deleted": out.deleted, "vacuumed_files": out.vacuumed_files, "affected": out.affected,
-                                        "review_keys": review_keys, "trajectories": len(trajectory_ids)})
+                                        "review_keys": review_keys, "trajectories": len(trajectory_ids),
+                                        "resumed": pending is not None})
     return out
+
+
+def pending_retraction(lake: Lakehouse, subject: str) -> dict[str, Any] | None:
+    """The intent row of a retraction of ``subject`` that began and never finished (killed), or None."""
+    started = audit.rows(lake, action=STARTED, subject=subject)
+    if not started:
+        return None
+    done = audit.rows(lake, action="retraction", subject=subject)
+    return None if done and done[-1]["at"] >= started[-1]["at"] else started[-1]
 
 
 def summary(result: Retraction) -> str:

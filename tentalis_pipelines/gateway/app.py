@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import json
 import logging
 import threading
@@ -576,7 +577,15 @@ def acknowledge(gw: Gateway, session_id: str, tenant: str, rows: list[dict[str, 
         for r in rows:
             r["turn_index"] = index
             records.append({"kind": "turn", "row": r, "session_metadata": landing.dumps(metadata) if metadata else None})
-        gw.wal.append(records)
+        try:
+            gw.wal.append(records)
+        except OSError as exc:  # a full disk, an I/O error: the WAL took the append back; nothing is acknowledged
+            gw.sessions.release_turn(session_id, index)
+            log.error("could not make a turn durable: %s", exc)
+            full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
+            raise APIError(507 if full else 503, "the gateway could not record this turn durably "
+                           f"({'no space left on its disk' if full else 'a storage error'}); it was not recorded, retry later",
+                           type="server_error", code="insufficient_storage" if full else "storage_error") from exc
     gw.sessions.note_turns([r["turn_id"] for r in rows], session_id, tenant)
     gw.flusher.poke()
 
@@ -696,7 +705,11 @@ async def _stream(gw: Gateway, policy, call: Call, request: Request):
                 response = {"text": c.text}
             rows.append(turn_row(call, c.index, response, c.token_ids, c.logprobs, finish, stream=True))
         yield sse_event(chunk(finals))
-        await run_in_threadpool(acknowledge, gw, call.session_id, call.tenant, rows, body.metadata)
+        try:
+            await run_in_threadpool(acknowledge, gw, call.session_id, call.tenant, rows, body.metadata)
+        except APIError as exc:  # not durable: an error event and no [DONE], so the client knows it was not recorded
+            yield sse_event({"error": {"message": redact(exc.message), "type": exc.type, "param": None, "code": exc.code}})
+            return
         if (body.stream_options or {}).get("include_usage"):
             n_out = sum(len(c.token_ids) for c in choices)
             yield sse_event(chunk([], usage={"prompt_tokens": len(call.prompt_ids), "completion_tokens": n_out,

@@ -148,6 +148,14 @@ class SessionRegistry:
             entry[1] += 1
             return index
 
+    def release_turn(self, session_id: str, index: int) -> None:
+        """Give back the index ``next_turn`` reserved for a call that was never recorded (the WAL append
+        failed), so that the session's next turn takes it and its indexes stay without gaps."""
+        with self._lock:
+            entry = self._sessions.get(session_id)
+            if entry is not None and entry[1] == index + 1:
+                entry[1] = index
+
     def note_turns(self, turn_ids: list[str], session_id: str, tenant: str) -> None:
         with self._lock:
             for tid in turn_ids:

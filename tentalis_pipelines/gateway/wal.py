@@ -52,13 +52,32 @@ class WriteAheadLog:
             if self._active is None:
                 self._active_path = self.folder / f"wal-{self._next_seq:012d}.jsonl"
                 self._next_seq += 1
-                self._active = open(self._active_path, "ab")  # noqa: SIM115 - open across appends until sealed
+                self._active = open(self._active_path, "ab", buffering=0)  # noqa: SIM115 - open across appends until sealed
                 fsync_dir(self.folder)  # the new file's name is durable before its first record is acknowledged
-            self._active.write(data)
-            self._active.flush()
-            os.fsync(self._active.fileno())
+            fd = self._active.fileno()
+            start = os.lseek(fd, 0, os.SEEK_END)
+            try:
+                view = memoryview(data)
+                while view:  # unbuffered: a failed write leaves nothing in a buffer to be written later
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            except OSError:
+                self._undo(fd, start)
+                raise
             self._active_records += len(records)
             self.appended += len(records)
+
+    def _undo(self, fd: int, start: int) -> None:
+        """Take back a failed append (ENOSPC, EIO: never acknowledged). The segment is cut back to where the
+        append began, so no part of the record can land later; if even that fails, the segment is sealed,
+        so the torn bytes stay its last line, which ``read`` skips, and later appends go to a new segment."""
+        try:
+            os.ftruncate(fd, start)
+            os.fsync(fd)
+        except OSError:
+            log.exception("could not cut a failed append back out of %s; sealing it", self._active_path)
+            self._active.close()
+            self._active, self._active_path, self._active_records = None, None, 0
 
     @property
     def active_records(self) -> int:
