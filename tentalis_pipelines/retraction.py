@@ -14,7 +14,8 @@
    * ``--task ID``: the task, its rollouts and their step scores, step labels, reviews (and human
      reviews) and trajectories;
 
-   plus ``teacher_logprobs`` rows of the affected rollouts where that table exists;
+   plus ``teacher_logprobs`` rows of the affected rollouts where that table exists, and the skills an
+   LLM distilled from a retracted review (``skills.source = 'llm'``, with their ``skill_decisions``);
 2. deletes them (one Delta delete per table), then vacuums those tables with retention 0, so no file
    on disk holds the rows any more, and checks that by scanning every parquet file left under the
    tables' folders. The log of an unpartitioned table (``human_reviews``, ``turns``, ``sessions``) is cut
@@ -208,8 +209,24 @@ def plan(lake: Lakehouse, *, review: str | None = None, session: str | None = No
         deletes["trajectories"] = [{"batch_id": t["batch_id"], "rollout_id": t["rollout_id"]} for t in trajectories]
         if _optional_table(lake, "teacher_logprobs") is not None:
             deletes["teacher_logprobs"] = [{"rollout_id": t["rollout_id"]} for t in trajectories]
+    for name, conditions in _distilled_skills(lake, {r["rollout_id"] for r in [*gone_reviews, *rollouts_hit]}).items():
+        deletes.setdefault(name, []).extend(conditions)
     deletes = {k: _dedupe(v) for k, v in deletes.items() if v}
     return deletes, sorted({lineage.review_key(r) for r in gone_reviews}), sorted({t["rollout_id"] for t in trajectories})
+
+
+def _distilled_skills(lake: Lakehouse, rollout_ids: set[str]) -> dict[str, list[Condition]]:
+    """The skills an LLM distilled from any of the retracted reviews (``source = 'llm'``: their text is
+    written from the critiques) and their ``skill_decisions`` rows (which copy the text). Template
+    skills keep: their text is a fixed sentence per failure type, nothing of the review's."""
+    if not rollout_ids or not lake.exists("skills"):
+        return {}
+    ids = sorted({s["skill_id"] for s in lake.read("skills").to_pylist()
+                  if s.get("source") == "llm" and rollout_ids & set(s.get("source_review_ids") or ())})
+    out: dict[str, list[Condition]] = {"skills": [{"skill_id": i} for i in ids]} if ids else {}
+    if ids and lake.exists("skill_decisions"):
+        out["skill_decisions"] = [{"skill_id": i} for i in ids]
+    return out
 
 
 def _dedupe(conditions: list[Condition]) -> list[Condition]:

@@ -17,7 +17,7 @@ from tentalis_pipelines.rewards.scoring import (
     format_score,
 )
 from tentalis_pipelines.rewards.steps import parse_completion
-from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
 from tentalis_pipelines.stages.step_scores import step_reward
 from tentalis_pipelines.tasks.kinds import batch_kind
 
@@ -143,6 +143,7 @@ def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
             "by_manager": json.dumps(by_manager),
             "mean_score": round(sum(r["score"] for r in rows) / max(n, 1), 3),
             "preview": markdown_table([{"rollout_id": r["rollout_id"], "manager": r["manager"], "score": r["score"],
-                                        "critique": r["critique"]} for r in rows]),
+                                        "critique_chars": text_length(r["critique"]), "hint_chars": text_length(r.get("hint"))}
+                                       for r in rows]),
         },
     )

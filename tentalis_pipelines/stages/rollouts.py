@@ -11,7 +11,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
 from tentalis_pipelines.stages.skills import skill_retriever
 from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import serving
@@ -102,6 +102,7 @@ def sample_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: Policy
             "tokens_per_second": round(tokens / wall, 1) if wall else 0.0,
             "skills_injected": len({s["skill_id"] for sk in skills for s in sk}),
             "tagged_answer_rate": round(sum(r["parse_mode"] == "tagged" for r in rows) / max(n, 1), 3),
-            "preview": markdown_table([{"task_id": r["task_id"], "completion": r["completion"], "answer": r["answer"]} for r in rows]),
+            "preview": markdown_table([{"task_id": r["task_id"], "rollout_id": r["rollout_id"], "completion_tokens": r["completion_tokens"],
+                                        "parse_mode": r["parse_mode"], "answer_chars": text_length(r["answer"])} for r in rows]),
         },
     )

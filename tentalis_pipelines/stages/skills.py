@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.skills import library
-from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
 
 
 def _embed(texts: list[str]):
@@ -174,7 +174,7 @@ def build_skills(lake: Lakehouse, batch_id: str, settings: library.SkillSettings
             "distil_seconds": round(distil_seconds, 2),
             **timings,
             "skills": markdown_table([{"skill_id": r["skill_id"], "status": r["status"], "support": r["support"], "gain": r["gain"],
-                                       "text": r["text"]} for r in sorted(rows, key=lambda r: -r["support"])]),
+                                       "source": r["source"], "text_chars": text_length(r["text"])} for r in sorted(rows, key=lambda r: -r["support"])]),
             "decisions_table": markdown_table([{"skill_id": d["skill_id"], "kind": d["kind"], "to": d["to_status"], "rule": d["rule"]}
                                                for d in decisions]),
         },

@@ -9,7 +9,7 @@ from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, to_table
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
 from tentalis_pipelines.tasks.batches import batch_manifest, load_batch
 
 # The metadata key of which benchmarks the batch was screened against and which were skipped, and why:
@@ -82,6 +82,7 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
             "contaminated_tasks": len(dirty),
             "contamination": contamination.matches_markdown([(t["task_id"], m) for t, m in dirty]) if dirty else None,
             **screen,
-            "preview": markdown_table([{"task_id": t["task_id"], "prompt": t["prompt"], "reference": t["reference"]} for t in rows]),
+            "preview": markdown_table([{"task_id": t["task_id"], "prompt_chars": text_length(t["prompt"]),
+                                        "reference_chars": text_length(t["reference"])} for t in rows]),
         },
     )

@@ -19,7 +19,7 @@ from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
 from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import opd
@@ -112,7 +112,8 @@ def _result(lake: Lakehouse, batch_id: str, rows: list[dict], config: GRPOConfig
         "opd_rows": len(used),
         "mean_signal": round(sum(r["signal_mean"] for r in used) / len(used), 4) if used else 0.0,
         "teacher": config.opd_teacher,
-        "preview": markdown_table([{"rollout_id": r["rollout_id"], "decision": r["decision"], "hint": r["hint"],
+        "preview": markdown_table([{"rollout_id": r["rollout_id"], "decision": r["decision"], "hint_id": r["hint_id"],
+                                    "hint_chars": text_length(r["hint"]),
                                     "signal_mean": r["signal_mean"]} for r in rows]),
     })
 

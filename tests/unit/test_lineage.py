@@ -322,3 +322,28 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     kinds = [r["kind"] for r in lineage.lineage_rows(m)]
     assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
     assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])
+
+
+def test_retracting_a_review_takes_the_skills_an_llm_distilled_from_it(home):
+    """An LLM-distilled skill's text is written from the critiques it came from: retracting one of
+    them deletes the skill and its decisions (text copies) from disk; a template skill (a fixed
+    sentence per failure type) and skills from other reviews stay."""
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    now = now_utc()
+    said = "SKILL-FROM-RETRACTED-CRITIQUE always carry the tens"
+    lake.write_batch("reviews", "b1", [{"batch_id": "b1", "rollout_id": f"b1-r{i}", "manager": "llm", "score": 0.0,
+                                        "critique": said if i == 0 else "fine", "hint": "", "created_at": now} for i in range(2)])
+    skills = [("sk-llm", said, "llm", ["b1-r0", "b1-r1"]), ("sk-tpl", "Check each step.", "template", ["b1-r0"]),
+              ("sk-other", "Other lesson.", "llm", ["b1-r1"])]
+    lake.append("skills", [{"skill_id": i, "text": t, "failure_type": "wrong_step", "embedding": [0.0], "source_review_ids": src,
+                            "support": len(src), "source": s, "status": "verified", "created_at": now, "updated_at": now}
+                           for i, t, s, src in skills])
+    lake.append("skill_decisions", [{"decision_id": f"d-{i}", "skill_id": i, "text": t, "batch_id": "b1", "kind": "verify",
+                                     "from_status": "candidate", "to_status": "verified", "created_at": now} for i, t, _, _ in skills])
+
+    result = retraction.retract(lake, review="b1/b1-r0/llm", reason="withdrawn", actor="alice")
+    assert result.deleted == {"reviews": 1, "skills": 1, "skill_decisions": 1}
+    assert sorted(r["skill_id"] for r in lake.read("skills").to_pylist()) == ["sk-other", "sk-tpl"]
+    assert sorted(r["skill_id"] for r in lake.read("skill_decisions").to_pylist()) == ["sk-other", "sk-tpl"]
+    leaks = [p for p in Path(lake.root).rglob("*") if p.is_file() and said[:30].encode() in p.read_bytes()]
+    assert leaks == []
