@@ -39,7 +39,7 @@ from tentalis_pipelines.tasks.jsonl import MAX_ID_CHARS, MAX_REFERENCE_CHARS, lo
 from tentalis_pipelines.training.trainer import TrainSample
 
 NOW = datetime(2026, 1, 1, tzinfo=timezone.utc)
-PROPS = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+PROPS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                           HealthCheck.too_slow])
 LONE_SURROGATES = ("\ud800", "\udbff", "\udc80", "\udfff")
 
@@ -226,7 +226,7 @@ def _names_a_field(body, param: str | None, fields: tuple[str, ...]) -> bool:
     return head in fields or (isinstance(body, dict) and head in body)
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(review_bodies | json_values | st.binary(max_size=20))
 def test_no_review_body_makes_a_500_and_none_lands(gateway, body):
     client, lake = gateway
@@ -237,7 +237,7 @@ def test_no_review_body_makes_a_500_and_none_lands(gateway, body):
     assert not lake.exists("reviews")
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.sampled_from(["/v1/chat/completions", "/v1/completions"]), st.data())
 def test_no_completion_body_makes_a_500_and_errors_name_the_field(gateway, path, data):
     client, lake = gateway
@@ -256,7 +256,7 @@ def test_no_completion_body_makes_a_500_and_errors_name_the_field(gateway, path,
     assert not lake.exists("turns")
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(review_bodies)
 def test_a_review_request_is_valid_only_with_a_score_in_zero_one(body):
     try:
