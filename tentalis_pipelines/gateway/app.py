@@ -188,7 +188,7 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
             return error_response(400, f"request body is not valid JSON: {first.get('ctx', {}).get('error', '')}".strip(),
                                    code="invalid_json")
         loc = [str(x) for x in first.get("loc", ()) if x != "body"]
-        param = ".".join(loc) or None
+        param = ".".join(loc) or "body"  # the body itself (not an object): named as /v1/reviews names it
         message = "; ".join(f"{'.'.join(str(x) for x in e.get('loc', ()) if x != 'body') or 'body'}: {e.get('msg')}" for e in errs[:5])
         return error_response(422, message, param=param, code="invalid_value")
 
@@ -341,9 +341,19 @@ async def _json_body(request: Request) -> Any:
     if len(raw) > request.app.state.gateway.cfg.max_body_bytes:
         raise APIError(413, "request body is over the limit", code="request_too_large")
     try:
-        return json.loads(raw or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        body = json.loads(raw or b"null")
+    except RecursionError:
+        raise APIError(400, "request body is not valid JSON: nested too deeply", code="invalid_json") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, an integer of too many digits
         raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    try:  # an unpaired \ud800-\udfff escape decodes to a string no UTF-8 column (or response) can hold
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise APIError(400, "request body is not valid JSON text: it holds an unpaired surrogate escape (\\ud800-\\udfff)",
+                       code="invalid_json") from None
+    except RecursionError:
+        raise APIError(400, "request body is not valid JSON: nested too deeply", code="invalid_json") from None
+    return body
 
 
 # --------------------------------------------------------------------------- completions

@@ -39,6 +39,17 @@ def _has_bad_utf8(text: str) -> bool:
     return any("\udc80" <= ch <= "\udcff" for ch in text)
 
 
+def check_unicode(record: Any) -> None:
+    """Raise TaskRowError when a decoded JSON value holds a lone surrogate (an unpaired ``\\ud800``-``\\udfff``
+    escape is valid JSON syntax but not Unicode text: no UTF-8 column can store it)."""
+    try:
+        json.dumps(record, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise TaskRowError("holds an unpaired surrogate escape (\\ud800-\\udfff): not valid Unicode text") from None
+    except RecursionError:
+        raise TaskRowError("invalid JSON: nested too deeply") from None
+
+
 @dataclass
 class LoadedTasks:
     tasks: list[dict[str, Any]] = field(default_factory=list)
@@ -144,9 +155,10 @@ def load_jsonl_tasks(
     out = LoadedTasks()
     seen: set[str] = set()
     # Undecodable bytes become lone surrogates (not U+FFFD), so the line can be recognised and refused.
-    with path.open("r", encoding="utf-8", errors="surrogateescape") as fh:
+    # Lines end at "\n" only (a lone "\r" is JSON whitespace, not a line break), so line numbers are an editor's.
+    with path.open("r", encoding="utf-8", errors="surrogateescape", newline="\n") as fh:
         for lineno, raw in enumerate(fh, start=1):
-            text = raw.rstrip("\n")
+            text = raw.rstrip("\n").removesuffix("\r")
             if not text.strip():
                 continue
             try:
@@ -159,6 +171,9 @@ def load_jsonl_tasks(
                     raise TaskRowError(f"invalid JSON: {exc.msg} at column {exc.colno}") from None
                 except RecursionError:
                     raise TaskRowError("invalid JSON: nested too deeply") from None
+                except ValueError as exc:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+                    raise TaskRowError(f"invalid JSON: {exc}") from None
+                check_unicode(record)
                 task = parse_task_record(record)
                 # Bytes bound tokens from above, so the tokenizer runs only on prompts that might be too long.
                 n_tokens = utf8_bytes_as_tokens(task["prompt"])
