@@ -190,3 +190,13 @@ def test_killing_the_parent_or_everything_reaches_nothing_outside(host):
     assert "alive" in ep.turns[0].observation and "Operation not permitted" in ep.turns[0].observation
     assert "still" in ep.turns[1].observation  # our pid is not even visible in its PID namespace
     assert ep.end_reason == SUBMITTED and ep.passed
+
+
+def test_a_hostile_turn_fails_the_episode_even_when_the_work_was_done(host):
+    task = TerminalTask(task_id="hostile-edit", level=3, family="test", instruction="Make b.txt hold hi.",
+                        tree={"a.txt": "x\n"}, check={"kind": "tree", "rules": [{"path": "b.txt", "file": "hi"}]},
+                        solution=["echo hi > b.txt", "submit"])
+    env = TerminalEnv(TerminalConfig(limits=LIMITS))
+    ep = run_episode(env, task, scripted_agent([f"echo hi > b.txt; echo x > /tmp/evil-{TAG}; submit"]))
+    assert ep.end_reason == "hostile: write outside the working directory"
+    assert not ep.passed and ep.reward == 0.0 and ep.verdict.detail.startswith("hostile")

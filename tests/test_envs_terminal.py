@@ -28,6 +28,7 @@ from tentalis_pipelines.envs.terminal_tasks import (
     generate_tasks,
     make_task,
     split_counts,
+    verify,
 )
 from tentalis_pipelines.evaluation.sandbox import ShellLimits, ShellResult
 
@@ -110,6 +111,16 @@ def test_tree_rules():
     # a symlink to the right content is not the file
     assert not check_tree({"kind": "tree", "rules": [{"path": "l", "file": "x"}]},
                           {"l": {"type": "symlink", "target": "a.txt"}}).passed
+
+
+def test_verify_reads_the_answer_or_the_tree_by_task_kind():
+    answer_task = make_task(1, 0)
+    edit_task = make_task(3, 0)
+    assert verify(answer_task, answer_task.check["expected"], None).passed
+    assert not verify(answer_task, None, {"x": _f("y")}).passed
+    assert not verify(edit_task, "", None).passed  # the tree could not be read: fail, not pass
+    initial = {p: _f(t) for p, t in edit_task.tree.items()}
+    assert not verify(edit_task, "", initial).passed
 
 
 # --------------------------------------------------------------------------- tasks

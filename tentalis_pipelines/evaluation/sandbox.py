@@ -1185,6 +1185,11 @@ class ShellSession:
     def alive(self) -> bool:
         return not (self._closed or self._dead)
 
+    @property
+    def pid(self) -> int:
+        """The host pid of the session's ``unshare`` (its process group is the session's)."""
+        return self._proc.pid
+
     def run(self, command: str, *, timeout_s: float | None = None) -> ShellResult:
         """Run ``bash -c command`` in the working directory; never raises for what the command does."""
         limit = self.limits.command_timeout_s if timeout_s is None else float(timeout_s)
