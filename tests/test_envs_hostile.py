@@ -109,19 +109,27 @@ def test_fork_bomb_that_returns_at_once_is_killed_with_its_shell(host):
 
 
 @pytest.mark.parametrize("target", ["/tmp/evil-{tag}", "/root/evil-{tag}", "/var/tmp/evil-{tag}", "/dev/shm/evil-{tag}",
-                                    "/evil-{tag}", "../evil-{tag}", "{repo}/evil-{tag}"])
+                                    "/evil-{tag}", "../evil-{tag}"])
 def test_writes_outside_the_tree_are_refused_and_end_the_episode(host, target):
-    path = target.format(tag=TAG, repo=REPO)
-    _, ep, _ = run_hostile([f"echo x > {path}", "echo unreachable"])
+    _, ep, _ = run_hostile([f"echo x > {target.format(tag=TAG)}", "echo unreachable"])
     assert ep.end_reason == "hostile: write outside the working directory", observations(ep)
     assert "Read-only file system" in ep.turns[0].observation and ep.turns_used == 1
+
+
+def test_writing_into_the_repository_is_refused(host):
+    _, ep, _ = run_hostile([f"echo x > {REPO}/evil-{TAG}", "echo unreachable"])
+    obs = ep.turns[0].observation
+    if "Read-only file system" in obs:  # the repository's directory is covered by an empty read-only tmpfs
+        assert ep.end_reason == "hostile: write outside the working directory"
+    else:  # or it lies under a hidden directory (a copy in /tmp): it does not exist in the sandbox at all
+        assert "No such file or directory" in obs, obs
 
 
 def test_touch_mkdir_and_writes_into_the_repository_change_nothing(host):
     _, ep, _ = run_hostile([f"touch /root/evil-{TAG}; mkdir /home/evil-{TAG}; echo x > {REPO}/tests/evil-{TAG}; "
                             f"cp a.txt {REPO}/pyproject.toml; ls {REPO}"], end_on_violation=False)
     obs = ep.turns[0].observation
-    assert obs.count("Read-only file system") >= 2 and "No such file or directory" in obs
+    assert obs.count("Read-only file system") + obs.count("No such file or directory") == 4, obs  # each write refused
     assert "pyproject.toml" not in obs.replace(f"{REPO}/pyproject.toml", "")  # the repository is hidden
 
 
