@@ -127,10 +127,10 @@ def test_writing_into_the_repository_is_refused(host):
 
 def test_touch_mkdir_and_writes_into_the_repository_change_nothing(host):
     _, ep, _ = run_hostile([f"touch /root/evil-{TAG}; mkdir /home/evil-{TAG}; echo x > {REPO}/tests/evil-{TAG}; "
-                            f"cp a.txt {REPO}/pyproject.toml; ls {REPO}"], end_on_violation=False)
+                            f"cp a.txt {REPO}/pyproject.toml", f"ls -A {REPO}"], end_on_violation=False)
     obs = ep.turns[0].observation
     assert obs.count("Read-only file system") + obs.count("No such file or directory") == 4, obs  # each write refused
-    assert "pyproject.toml" not in obs.replace(f"{REPO}/pyproject.toml", "")  # the repository is hidden
+    assert "pyproject.toml" not in ep.turns[1].observation  # the repository is hidden
 
 
 def test_sleep_is_killed_at_the_time_limit_and_the_episode_goes_on(host):
