@@ -169,6 +169,9 @@ def test_episode_becomes_turn_rows_and_one_training_segment():
     schemas.ReviewRow(**review)
     rewards = multiturn.turn_rewards(rows[0]["session_id"], [r["turn_id"] for r in rows], [review])
     assert rewards == {r["turn_id"]: (1.0, "session_review") for r in rows}
+    failed = run_episode(ToyEnv(max_turns=1), TASK, lambda m: ("nope", [10], [-0.5], [1, 2, 3]))
+    assert not failed.passed and episode_review(failed)["score"] == 0.0
+    assert episode_review(failed)["critique"].startswith("turn_limit")
 
 
 def test_episode_ids_differ_between_episodes_of_one_task():
