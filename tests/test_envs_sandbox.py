@@ -13,7 +13,12 @@ from tentalis_pipelines.envs.base import end_kind
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
-from tentalis_pipelines.evaluation.sandbox import ShellLimits, ShellSession, ShellSessionError, shell_tree_parts
+from tentalis_pipelines.evaluation.sandbox import (
+    ShellLimits,
+    ShellSession,
+    ShellSessionError,
+    shell_tree_parts,
+)
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                 reason="the sandbox needs Linux namespaces and root (CI runs as root)")
