@@ -11,6 +11,7 @@ from tentalis_pipelines.envs.base import (
     SUBMITTED,
     TURN_LIMIT,
     Environment,
+    EnvironmentUnavailable,
     Episode,
     Observation,
     StepResult,
@@ -180,3 +181,14 @@ def test_episode_ids_differ_between_episodes_of_one_task():
     # the same task opens with the same messages: one GRPO family
     fa = multiturn.session_family(episode_to_turns(a)[0]["messages"])
     assert fa == multiturn.session_family(episode_to_turns(b)[0]["messages"])
+
+
+def test_an_environment_that_cannot_run_here_fails_loudly():
+    class Unavailable(ToyEnv):
+        def reset(self, task):
+            raise EnvironmentUnavailable("no sandbox on this machine")
+
+    with pytest.raises(EnvironmentUnavailable):
+        run_episode(Unavailable(), TASK, lambda m: "done")
+    with pytest.raises(EnvironmentUnavailable):
+        run_episodes(Unavailable, [TASK], lambda cs: ["done"] * len(cs))

@@ -249,3 +249,16 @@ def test_the_sandbox_limits_reach_the_commands():
     assert "File size limit exceeded" in ep.turns[0].observation or "1048576" in ep.turns[0].observation
     uid, home, pwd = ep.turns[1].observation.splitlines()[:3]
     assert int(uid) >= 3_100_000 and home == pwd
+
+
+def test_no_sandbox_is_an_error_for_the_whole_batch_not_a_failed_episode(monkeypatch):
+    from tentalis_pipelines.envs import terminal
+    from tentalis_pipelines.envs.base import EnvironmentUnavailable
+    from tentalis_pipelines.evaluation.sandbox import SandboxUnavailableError
+
+    def unavailable(*args, **kwargs):
+        raise SandboxUnavailableError("the code sandbox needs root")
+
+    monkeypatch.setattr(terminal, "ShellSession", unavailable)
+    with pytest.raises(EnvironmentUnavailable, match="needs root"):
+        run_episode(TerminalEnv(), ANSWER_TASK, oracle_agent(ANSWER_TASK))

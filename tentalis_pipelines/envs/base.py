@@ -40,6 +40,11 @@ def end_kind(end_reason: str) -> str:
     return end_reason.split(":", 1)[0].strip()
 
 
+class EnvironmentUnavailable(RuntimeError):
+    """The environment cannot run on this machine at all (e.g. no sandbox): raised, never recorded as a
+    failed episode, so that a broken setup fails loudly instead of scoring every episode 0."""
+
+
 @dataclass
 class Observation:
     """What the environment says: messages to append to the conversation (``role`` and ``content``; a

@@ -29,6 +29,7 @@ from tentalis_pipelines.envs.base import (
     TURN_LIMIT,
     AssistantTurn,
     Environment,
+    EnvironmentUnavailable,
     Episode,
     Verdict,
     end_kind,
@@ -96,6 +97,8 @@ class EpisodeRun:
     def start(self) -> None:
         try:
             obs = self.env.reset(self.task)
+        except EnvironmentUnavailable:
+            raise
         except Exception as exc:  # noqa: BLE001 - the batch goes on; the episode records why
             self._fail(f"reset failed: {type(exc).__name__}: {exc}")
             return

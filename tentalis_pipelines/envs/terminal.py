@@ -55,6 +55,7 @@ from tentalis_pipelines.envs.base import (
     SUBMITTED,
     TURN_LIMIT,
     Environment,
+    EnvironmentUnavailable,
     Observation,
     StepResult,
     Verdict,
@@ -63,7 +64,12 @@ from tentalis_pipelines.envs.base import (
     hostile,
 )
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask, verify
-from tentalis_pipelines.evaluation.sandbox import ShellLimits, ShellResult, ShellSession
+from tentalis_pipelines.evaluation.sandbox import (
+    SandboxUnavailableError,
+    ShellLimits,
+    ShellResult,
+    ShellSession,
+)
 
 SYSTEM_PROMPT = (
     "You are a shell agent. You work in a Linux terminal, in a directory that holds the task's files.\n"
@@ -217,8 +223,11 @@ class TerminalEnv(Environment):
         self.close()
         self.task = task if isinstance(task, TerminalTask) else TerminalTask.from_dict(task)
         self._reset_state()
-        self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
-                                    env={"BASH_FUNC_submit%%": submit_function(self._marker)})
+        try:
+            self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
+                                        env={"BASH_FUNC_submit%%": submit_function(self._marker)})
+        except SandboxUnavailableError as exc:
+            raise EnvironmentUnavailable(f"the terminal environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid  # kept after the episode: its processes are findable by uid
         demo = [{**m, "kind": "demonstration"} for m in DEMONSTRATION] if self.config.demonstration else []
         return Observation([
