@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 from dagster import AssetKey, DagsterInstance
-from jobs.runner import CycleOptions, run_cycle
 
+from jobs.runner import CycleOptions, run_cycle
 from tentalis_pipelines.definitions import defs
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths

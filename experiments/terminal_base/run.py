@@ -51,7 +51,6 @@ def main() -> None:
 
     import torch
 
-    from tentalis_pipelines.efficacy import wilson
     from tentalis_pipelines.envs.base import end_kind
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episode
@@ -60,6 +59,7 @@ def main() -> None:
     from tentalis_pipelines.hardware import host_cpu
     from tentalis_pipelines.inference.models import resolve_model
     from tentalis_pipelines.settings import Paths
+    from tentalis_pipelines.statistics import wilson_interval as wilson
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", "1")))
     models_dir = args.models_dir or Paths.from_env().models

@@ -6,8 +6,8 @@ TE = "tentalis_pipelines/envs/terminal.py"
 RU = "tentalis_pipelines/envs/runner.py"
 PO = "tentalis_pipelines/envs/policies.py"
 SB = "tentalis_pipelines/evaluation/sandbox.py"
-TERM = ["tests/test_envs_terminal.py"]
-RUN = ["tests/test_envs_runner.py"]
+TERM = ["tests/unit/test_envs_terminal.py", "tests/test_envs_terminal_integration.py"]
+RUN = ["tests/unit/test_envs_runner.py"]
 HOST = ["tests/test_envs_hostile.py"]
 POL = ["tests/test_envs_policy.py"]
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 
 from tentalis_pipelines import schemas
@@ -154,8 +155,9 @@ def test_demonstration_turns_are_context_not_policy_turns():
 def test_episode_becomes_turn_rows_and_one_training_segment():
     ep = _episode()
     rows = episode_to_turns(ep, temperature=1.0, model="m", policy_version="base")
-    for r in rows:
-        schemas.TurnRow(**r)  # the gateway's turns shape
+    turns_schema = schemas.SCHEMAS["turns"]
+    assert all(set(r) == set(turns_schema.names) for r in rows)  # the gateway's turns shape, every column
+    assert pa.Table.from_pylist(rows, schema=turns_schema).num_rows == 2
     assert [r["turn_index"] for r in rows] == [0, 1] and len({r["session_id"] for r in rows}) == 1
     assert json.loads(rows[1]["messages"])[-1] == {"role": "user", "content": "saw first"}
     segments = multiturn.build_segments(rows[0]["session_id"], rows)
@@ -167,7 +169,9 @@ def test_episode_becomes_turn_rows_and_one_training_segment():
     assert seg.old_logps == [-0.5, -0.7, None, None, -0.1, -0.2, -0.3]
     # the verifier's verdict is the session-level review every turn is rewarded with
     review = episode_review(ep)
-    schemas.ReviewRow(**review)
+    reviews_schema = schemas.SCHEMAS["reviews"]
+    assert set(review) <= set(reviews_schema.names)
+    pa.Table.from_pylist([review], schema=reviews_schema)
     rewards = multiturn.turn_rewards(rows[0]["session_id"], [r["turn_id"] for r in rows], [review])
     assert rewards == {r["turn_id"]: (1.0, "session_review") for r in rows}
     failed = run_episode(ToyEnv(max_turns=1), TASK, lambda m: ("nope", [10], [-0.5], [1, 2, 3]))
