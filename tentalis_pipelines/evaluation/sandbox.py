@@ -79,6 +79,10 @@ from typing import IO
 __all__ = [
     "SandboxResult",
     "SandboxUnavailableError",
+    "ShellLimits",
+    "ShellResult",
+    "ShellSession",
+    "ShellSessionError",
     "build_humaneval_program",
     "check_sandbox",
     "run_batch",
@@ -580,9 +584,9 @@ def _blocking_ancestor(path: str) -> str | None:
 
 
 def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int,
-                      hide_sockets: Sequence[str] = ()) -> None:
-    """Make everything read-only except ``workdir``; hide scratch and home dirs and host Unix sockets;
-    keep Python reachable."""
+                      hide_sockets: Sequence[str] = (), hide_dirs: Sequence[str] = (), inodes: int = 4096) -> None:
+    """Make everything read-only except ``workdir``; hide scratch and home dirs (and ``hide_dirs``) and
+    host Unix sockets; keep Python reachable."""
     # Python must stay importable for the unprivileged uid: its prefixes may sit under a hidden dir
     # (a venv in /tmp) or under a directory closed to other users (pyenv in /root, mode 0700).
     exe_dir = os.path.dirname(os.path.realpath(sys.executable))
@@ -592,7 +596,7 @@ def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int
         if os.path.isdir(p)
     ])
     needed = [p for p in needed if p != "/"]
-    overlays = [os.path.realpath(d) for d in HIDDEN_DIRS if os.path.isdir(d) and not os.path.islink(d)]
+    overlays = [os.path.realpath(d) for d in (*HIDDEN_DIRS, *hide_dirs) if os.path.isdir(d) and not os.path.islink(d)]
     for p in [*needed, workdir]:
         blocker = _blocking_ancestor(p)
         if blocker is not None:
@@ -639,7 +643,7 @@ def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int
     #    (a host directory would let the program fill the host disk); it vanishes with the namespace.
     os.makedirs(workdir, exist_ok=True)
     _mount(libc, "tentalis-sandbox-work", workdir, "tmpfs", MS_NOSUID | MS_NODEV,
-           f"mode=0700,uid={uid},gid={uid},size={max(1, disk_bytes // 1024)}k,nr_inodes=4096")
+           f"mode=0700,uid={uid},gid={uid},size={max(1, disk_bytes // 1024)}k,nr_inodes={int(inodes)}")
     for d in overlays:
         _mount(libc, None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
 
@@ -952,5 +956,585 @@ def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sand
     os._exit(code)
 
 
+
+# --------------------------------------------------------------------------------------------------
+# Shell sessions: one sandbox per agent episode, many bash commands in it.
+# --------------------------------------------------------------------------------------------------
+#
+# An agent environment runs one shell command per turn, and the files a command writes must be there for
+# the next one. A ShellSession is one sandbox (the same namespaces, read-only mounts, hidden dirs, covered
+# Unix sockets and mount check as above) that lives for the whole episode. Its working directory is the
+# same size- and inode-limited tmpfs as a program's (not a host directory: that would let a command fill
+# the host's disk), seeded with the episode's file tree. Inside, the namespace's init is a small server,
+# root in the namespace, that never runs anything it is sent: for each command it forks a child that
+# drops to the session's throwaway uid (no_new_privs, rlimits, no inherited descriptors, /dev/null as
+# stdin) and execs ``bash -c COMMAND`` in the working directory. When that shell exits, or the time limit
+# passes, every process of the uid is killed at once (``kill(-1)`` from a process of that uid, atomic in
+# the kernel, so a fork bomb cannot outrun it) and reaped: nothing a command starts outlives it. The
+# server keeps the first and last ``keep_output_bytes`` of the command's output (stdout and stderr
+# together, as a terminal shows them) and counts the rest, so memory stays bounded whatever it prints.
+# ``snapshot()`` reads the tree back (as root, never following a symlink, with no process of the uid
+# alive) for the host to check; nothing in the tree is executed on the host.
+
+
+@dataclass(frozen=True)
+class ShellLimits:
+    """Limits of a :class:`ShellSession` (per command unless stated)."""
+
+    command_timeout_s: float = DEFAULT_TIMEOUT_S  # wall clock; the CPU limit is one second more
+    memory_mb: int = DEFAULT_MEMORY_MB  # address space of each process
+    max_procs: int = 64  # processes (and threads) of the session's uid at once
+    max_file_mb: int = 4  # largest file a command may write
+    disk_mb: int = 16  # the working directory's size (a tmpfs, for the whole session)
+    max_inodes: int = 2048  # files and directories in the working directory
+    keep_output_bytes: int = 16 * 1024  # of a command's output, the first and the last this many bytes
+    snapshot_max_bytes: int = 8 * 1024 * 1024  # file contents read back by snapshot()
+
+
+@dataclass(frozen=True)
+class ShellResult:
+    """How one command ended. ``head`` + ``tail`` is its output (stdout and stderr interleaved) with
+    ``omitted_bytes`` left out between them; ``exit_code`` is the shell's (128 + N for a signal);
+    ``timed_out``: killed at the time limit; ``process_limit``: it ran into the process limit (a fork
+    bomb); ``killed_processes``: processes it left running, killed when it ended; ``error``: the session
+    itself failed (not the command), and it is closed."""
+
+    exit_code: int | None
+    head: str
+    tail: str
+    output_bytes: int
+    omitted_bytes: int
+    seconds: float
+    timed_out: bool = False
+    process_limit: bool = False
+    killed_processes: int = 0
+    error: str = ""
+
+
+class ShellSessionError(RuntimeError):
+    """The shell session could not start, or died (not something a command did)."""
+
+
+def shell_workdir() -> str:
+    """Where the working directory appears inside a shell session: ``/home/agent`` (``/tmp/agent`` on a
+    host without ``/home``). Both lie under a hidden directory, so creating it touches nothing on the host."""
+    for base in ("/home", "/tmp"):
+        if os.path.isdir(base) and not os.path.islink(base):
+            return f"{base}/agent"
+    raise SandboxUnavailableError("a shell session needs /home or /tmp to exist")
+
+
+def default_hidden_dirs() -> list[str]:
+    """Host directories a shell session hides besides the scratch and home dirs: this project's tree
+    (source, lakehouse, caches) and ``$TENTALIS_HOME``. (The Python installation stays visible, read-only.)"""
+    dirs = [os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))]
+    home = os.environ.get("TENTALIS_HOME")
+    if home:
+        dirs.append(os.path.abspath(home))
+    return [d for d in dirs if d != "/" and os.path.isdir(d)]
+
+
+def _encode_tree(files: dict[str, str | bytes]) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for path, content in files.items():
+        shell_tree_parts(path)  # refuse a bad path here, before anything starts
+        if isinstance(content, bytes):
+            out[path] = {"hex": content.hex()}
+        elif isinstance(content, str):
+            out[path] = content
+        else:
+            raise TypeError(f"content of {path!r} must be str or bytes, not {type(content).__name__}")
+    return out
+
+
+def shell_tree_parts(path: str) -> list[str]:
+    """The components of a relative tree path (``a/b.txt``; ``a/`` names an empty directory);
+    ValueError for an absolute path, ``..``, ``.`` or an empty component."""
+    body = path[:-1] if path.endswith("/") else path
+    parts = body.split("/")
+    if not body or path.startswith("/") or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise ValueError(f"not a relative path inside the tree: {path!r}")
+    return parts
+
+
+class ShellSession:
+    """One sandbox for one agent episode: ``run(command)`` as often as needed, ``snapshot()``, ``close()``.
+
+    ``files`` (relative path -> text or bytes; a path ending in ``/`` is an empty directory) seeds the
+    working directory; ``env`` adds variables to every command's (minimal) environment (an exported bash
+    function is ``BASH_FUNC_name%%``). Raises :class:`SandboxUnavailableError` where the sandbox cannot work and
+    :class:`ShellSessionError` when the session fails to start. Use as a context manager or call
+    :meth:`close`.
+    """
+
+    def __init__(self, files: dict[str, str | bytes], limits: ShellLimits | None = None, *,
+                 hide_dirs: Sequence[str] | None = None, env: dict[str, str] | None = None):
+        check_sandbox()
+        tree = _encode_tree(files)
+        extra_env = {str(k): str(v) for k, v in (env or {}).items()}
+        if any(not k or "=" in k or "\0" in k + v for k, v in extra_env.items()):
+            raise ValueError("environment variable names must be non-empty, without '=' or NUL")
+        self.limits = limits or ShellLimits()
+        self.workdir = shell_workdir()
+        self.uid = _allocate_uid()
+        self._dead = ""
+        self._closed = False
+        self._reply_fd = -1
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the session's server log, closed by close()
+        lim = self.limits
+        reply_r, reply_w = os.pipe()
+        params = {
+            "mode": "shell",
+            "workdir": self.workdir,
+            "uid": self.uid,
+            "reply_fd": reply_w,
+            "bash": shutil.which("bash") or "/bin/bash",
+            "memory_bytes": int(lim.memory_mb) * 1024 * 1024,
+            "max_procs": int(lim.max_procs),
+            "file_bytes": int(lim.max_file_mb) * 1024 * 1024,
+            "disk_bytes": int(lim.disk_mb) * 1024 * 1024,
+            "inodes": int(lim.max_inodes),
+            "keep_bytes": int(lim.keep_output_bytes),
+            "snapshot_max_bytes": int(lim.snapshot_max_bytes),
+            "hide_sockets": host_unix_socket_paths(),
+            "extra_env": extra_env,
+            "hide_dirs": default_hidden_dirs() if hide_dirs is None else [os.path.abspath(d) for d in hide_dirs],
+        }
+        cmd = [
+            shutil.which("unshare") or "unshare",
+            "--mount", "--net", "--pid", "--ipc", "--uts",
+            "--fork", "--kill-child", "--mount-proc", "--propagation", "private",
+            "--",
+            sys.executable, "-I", "-B", os.path.abspath(__file__), json.dumps(params),
+        ]  # fmt: skip
+        try:
+            self._proc = subprocess.Popen(
+                cmd, stdin=subprocess.PIPE, stdout=self._log, stderr=self._log, pass_fds=(reply_w,), cwd="/",
+                env={"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}, start_new_session=True,
+            )
+        except BaseException:
+            os.close(reply_r)
+            os.close(reply_w)
+            self._closed = True
+            _release_uid(self.uid)
+            self._log.close()
+            raise
+        os.close(reply_w)
+        self._reply_fd = reply_r
+        reply = self._request({"op": "init", "files": tree}, timeout_s=60.0)
+        if "ok" not in reply:
+            why = reply.get("error") or self._dead or "no reply"
+            self.close()
+            raise ShellSessionError(f"the shell session did not start: {why}")
+
+    # -- requests ------------------------------------------------------------------------------------
+    def _request(self, message: dict, *, timeout_s: float) -> dict:
+        if self._closed or self._dead:
+            return {"error": self._dead or "the session is closed"}
+        try:
+            assert self._proc.stdin is not None
+            payload = json.dumps(message).encode()
+            self._proc.stdin.write(len(payload).to_bytes(8, "big") + payload)
+            self._proc.stdin.flush()
+            reply = self._read_reply(time.monotonic() + timeout_s)
+        except Exception as exc:  # noqa: BLE001 - a broken pipe, a garbled frame: the session is over
+            reply = None
+            self._dead = f"the shell session failed: {type(exc).__name__}: {exc}"
+        if reply is None:
+            self._dead = self._dead or f"the shell session stopped answering ({self._log_tail()})"
+            self._terminate()
+            return {"error": self._dead}
+        return reply
+
+    def _read_reply(self, deadline: float) -> dict | None:
+        import select
+
+        buf = bytearray()
+        need = 8
+        size = None
+        while len(buf) < need:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return None
+            ready, _, _ = select.select([self._reply_fd], [], [], remaining)
+            if not ready:
+                return None
+            chunk = os.read(self._reply_fd, need - len(buf))
+            if not chunk:
+                return None
+            buf += chunk
+            if size is None and len(buf) >= 8:
+                size = int.from_bytes(buf[:8], "big")
+                if size > 4 * _MAX_MESSAGE_BYTES:
+                    raise ValueError(f"reply of {size} bytes")
+                need = 8 + size
+        message = json.loads(bytes(buf[8:need]).decode("utf-8"))
+        if not isinstance(message, dict):
+            raise ValueError("malformed reply")
+        return message
+
+    def _log_tail(self) -> str:
+        with contextlib.suppress(OSError, ValueError):
+            size = self._log.seek(0, os.SEEK_END)
+            self._log.seek(max(0, size - 2000))
+            return self._log.read().decode("utf-8", errors="replace").strip() or "no output"
+        return "no output"
+
+    # -- the API -------------------------------------------------------------------------------------
+    @property
+    def alive(self) -> bool:
+        return not (self._closed or self._dead)
+
+    @property
+    def pid(self) -> int:
+        """The host pid of the session's ``unshare`` (its process group is the session's)."""
+        return self._proc.pid
+
+    def run(self, command: str, *, timeout_s: float | None = None) -> ShellResult:
+        """Run ``bash -c command`` in the working directory; never raises for what the command does."""
+        limit = self.limits.command_timeout_s if timeout_s is None else float(timeout_s)
+        reply = self._request({"op": "run", "command": command, "timeout_s": limit}, timeout_s=limit + 30.0)
+        if "error" in reply:
+            return ShellResult(None, "", "", 0, 0, 0.0, error=str(reply["error"]))
+        return ShellResult(
+            exit_code=reply.get("exit_code"), head=reply.get("head", ""), tail=reply.get("tail", ""),
+            output_bytes=int(reply.get("output_bytes", 0)), omitted_bytes=int(reply.get("omitted_bytes", 0)),
+            seconds=float(reply.get("seconds", 0.0)), timed_out=bool(reply.get("timed_out")),
+            process_limit=bool(reply.get("process_limit")), killed_processes=int(reply.get("killed", 0)),
+        )
+
+    def snapshot(self) -> dict[str, dict]:
+        """The working directory as it is now: relative path -> entry, where an entry is ``{"type":
+        "file", "text": ..., "mode": ...}`` (``"hex"`` instead of ``"text"`` for bytes that are not
+        UTF-8; ``"truncated": true`` past ``snapshot_max_bytes``), ``{"type": "dir"}``, ``{"type":
+        "symlink", "target": ...}`` or ``{"type": "other"}``. Raises ShellSessionError if the session died."""
+        reply = self._request({"op": "snapshot"}, timeout_s=60.0)
+        if "error" in reply:
+            raise ShellSessionError(str(reply["error"]))
+        return dict(reply["tree"])
+
+    def close(self) -> None:
+        """End the session: every process in it is killed and its working directory vanishes."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(Exception):
+            if not self._dead and self._proc.stdin is not None:
+                payload = json.dumps({"op": "close"}).encode()
+                self._proc.stdin.write(len(payload).to_bytes(8, "big") + payload)
+                self._proc.stdin.flush()
+        with contextlib.suppress(Exception):
+            self._proc.wait(timeout=5)
+        self._terminate()
+        with contextlib.suppress(OSError):
+            if self._reply_fd >= 0:
+                os.close(self._reply_fd)
+        self._reply_fd = -1
+        with contextlib.suppress(Exception):
+            if self._proc.stdin is not None:
+                self._proc.stdin.close()
+        self._log.close()
+        _release_uid(self.uid)
+
+    def _terminate(self) -> None:
+        """Kill whatever is left of the session (its uid's processes, then the process group)."""
+        _kill_uid(self.uid)
+        if self._proc.returncode is None:
+            try:
+                self._proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self._proc.pid, signal.SIGKILL)
+                self._proc.wait()
+        _kill_uid(self.uid)
+
+    def __enter__(self) -> ShellSession:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+# ---- the shell session's server, inside the namespace (standard library only) ------------------------
+
+def _shell_main(params: dict) -> None:  # pragma: no cover - runs in the sandbox child
+    import select
+
+    reply_fd = int(params["reply_fd"])
+    os.umask(0o022)
+
+    def reply(message: dict) -> None:
+        _send(reply_fd, message)
+
+    try:
+        init = _recv(0)  # read first: the host's write of a large tree must not wait for the setup
+        if init is None:
+            os._exit(0)
+        libc = _libc()
+        _setup_filesystem(libc, params["workdir"], int(params["uid"]), int(params["disk_bytes"]),
+                          params.get("hide_sockets", ()), params.get("hide_dirs", ()), int(params["inodes"]))
+        _shell_write_tree(params["workdir"], init.get("files") or {}, int(params["uid"]))
+    except Exception as exc:  # noqa: BLE001 - reported to the host, the session does not start
+        with contextlib.suppress(Exception):
+            reply({"error": f"{type(exc).__name__}: {exc}"})
+        os._exit(3)
+    reply({"ok": True})
+    while True:
+        try:
+            message = _recv(0)
+        except Exception:  # noqa: BLE001 - a garbled request: end the session
+            message = None
+        if message is None or message.get("op") == "close":
+            _shell_kill_all(int(params["uid"]))
+            os._exit(0)
+        try:
+            if message.get("op") == "run":
+                answer = _shell_run(libc, params, str(message["command"]), float(message["timeout_s"]), select)
+            elif message.get("op") == "snapshot":
+                answer = {"tree": _shell_snapshot(params["workdir"], int(params["snapshot_max_bytes"]))}
+            else:
+                answer = {"error": f"unknown request {message.get('op')!r}"}
+        except Exception as exc:  # noqa: BLE001 - the session goes on; the host sees the reason
+            answer = {"error": f"{type(exc).__name__}: {exc}"}
+        reply(answer)
+
+
+def _shell_write_tree(root: str, files: dict, uid: int) -> None:  # pragma: no cover - in the sandbox
+    for rel, content in files.items():
+        parts = shell_tree_parts(rel)
+        is_dir = rel.endswith("/")
+        d = root
+        for part in parts if is_dir else parts[:-1]:
+            d = os.path.join(d, part)
+            if not os.path.isdir(d):
+                os.mkdir(d, 0o755)
+                os.lchown(d, uid, uid)
+        if is_dir:
+            continue
+        data = bytes.fromhex(content["hex"]) if isinstance(content, dict) else str(content).encode("utf-8")
+        path = os.path.join(d, parts[-1])
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        os.lchown(path, uid, uid)
+
+
+def _shell_pids(uid: int, *, zombies: bool = False) -> list[int]:  # pragma: no cover - in the sandbox
+    """Processes of ``uid`` in this PID namespace (its own /proc), zombies left out unless asked."""
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as fh:
+                state, owner = "", -1
+                for line in fh:
+                    if line.startswith("State:"):
+                        state = line.split()[1]
+                    elif line.startswith("Uid:"):
+                        owner = int(line.split()[1])
+                        break
+        except (OSError, ValueError, IndexError):
+            continue
+        if owner == uid and (zombies or state not in ("Z", "X")):
+            out.append(int(entry))
+    return out
+
+
+def _shell_reap(statuses: dict[int, int]) -> None:  # pragma: no cover - in the sandbox
+    """Reap every exited child (as the namespace's init, orphans are ours too)."""
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+        statuses[pid] = status
+
+
+def _shell_kill_all(uid: int, statuses: dict[int, int] | None = None) -> int:  # pragma: no cover
+    """SIGKILL every process of ``uid`` and reap them; how many were alive at first."""
+    statuses = {} if statuses is None else statuses
+    first = None
+    deadline = time.monotonic() + 10.0
+    while time.monotonic() < deadline:
+        alive = _shell_pids(uid)
+        if first is None:
+            first = len(alive)
+        if alive:
+            killer = os.fork()
+            if killer == 0:
+                try:
+                    os.setresgid(uid, uid, uid)
+                    os.setresuid(uid, uid, uid)
+                    os.kill(-1, signal.SIGKILL)  # every process this uid may signal, atomically; not itself
+                finally:
+                    os._exit(0)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(killer, 0)
+        _shell_reap(statuses)
+        if not _shell_pids(uid, zombies=True):
+            break
+        time.sleep(0.002)
+    return first or 0
+
+
+def _shell_exec(libc: ctypes.CDLL, params: dict, command: str, out_fd: int, timeout_s: float) -> None:  # pragma: no cover
+    """The forked child: limits, the uid, then ``bash -c command``. Never returns."""
+    try:
+        os.setsid()
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(out_fd, 2)
+        os.closerange(3, 1 << 20)  # the request and reply pipes never reach the command
+        workdir = params["workdir"]
+        os.chdir(workdir)
+        limits = {
+            resource.RLIMIT_AS: int(params["memory_bytes"]),
+            resource.RLIMIT_NPROC: int(params["max_procs"]),
+            resource.RLIMIT_FSIZE: int(params["file_bytes"]),
+            resource.RLIMIT_NOFILE: 256,
+            resource.RLIMIT_CORE: 0,
+        }
+        for which, value in limits.items():
+            resource.setrlimit(which, (value, value))
+        cpu = max(1, math.ceil(timeout_s)) + 1
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+        _drop_privileges(libc, int(params["uid"]))
+        env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "PWD": workdir,
+               "LANG": "C.UTF-8", "TERM": "dumb", "PAGER": "cat", "USER": "agent", "LOGNAME": "agent",
+               **params.get("extra_env", {})}
+        os.execve(params["bash"], [params["bash"], "-c", command], env)
+    except BaseException:  # noqa: BLE001
+        pass
+    os._exit(127)
+
+
+def _shell_run(libc: ctypes.CDLL, params: dict, command: str, timeout_s: float, select) -> dict:  # pragma: no cover
+    """Run one command to its end or its time limit, then kill what it left; its output kept head and tail."""
+    uid, keep = int(params["uid"]), int(params["keep_bytes"])
+    start = time.monotonic()
+    out_r, out_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        _shell_exec(libc, params, command, out_w, timeout_s)
+    os.close(out_w)
+    head, tail = bytearray(), bytearray()
+    total = 0
+
+    def absorb(chunk: bytes) -> None:
+        nonlocal total
+        total += len(chunk)
+        if len(head) < keep:
+            take = keep - len(head)
+            head.extend(chunk[:take])
+            chunk = chunk[take:]
+        if chunk:
+            tail.extend(chunk)
+            if len(tail) > keep:
+                del tail[: len(tail) - keep]
+
+    pidfd = os.pidfd_open(pid)
+    statuses: dict[int, int] = {}
+    timed_out, reading = False, True
+    try:
+        deadline = start + timeout_s
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                timed_out = True
+                break
+            ready, _, _ = select.select([pidfd, out_r] if reading else [pidfd], [], [], remaining)
+            if out_r in ready:
+                chunk = os.read(out_r, 1 << 16)
+                if chunk:
+                    absorb(chunk)
+                else:
+                    reading = False
+            if pidfd in ready:
+                break
+        if not timed_out:
+            statuses[pid] = os.waitpid(pid, 0)[1]
+        left = len(_shell_pids(uid))
+        killed = _shell_kill_all(uid, statuses)
+        drain_until = time.monotonic() + 2.0
+        while reading and time.monotonic() < drain_until:  # every writer is dead: read to EOF
+            ready, _, _ = select.select([out_r], [], [], max(0.0, drain_until - time.monotonic()))
+            if not ready:
+                break
+            chunk = os.read(out_r, 1 << 16)
+            if not chunk:
+                break
+            absorb(chunk)
+    finally:
+        os.close(pidfd)
+        os.close(out_r)
+    if pid not in statuses:
+        with contextlib.suppress(ChildProcessError):
+            statuses[pid] = os.waitpid(pid, 0)[1]
+    status = statuses.get(pid)
+    exit_code = None
+    if status is not None:
+        code = os.waitstatus_to_exitcode(status)
+        exit_code = 128 - code if code < 0 else code
+    eagain = b"Resource temporarily unavailable" in head or b"Resource temporarily unavailable" in tail
+    return {
+        "exit_code": exit_code,
+        "head": head.decode("utf-8", errors="replace"),
+        "tail": tail.decode("utf-8", errors="replace"),
+        "output_bytes": total,
+        "omitted_bytes": total - len(head) - len(tail),
+        "seconds": time.monotonic() - start,
+        "timed_out": timed_out,
+        "process_limit": eagain or left >= int(params["max_procs"]) - 1,
+        "killed": killed if not timed_out else max(0, killed - 1),
+    }
+
+
+def _shell_snapshot(root: str, max_bytes: int) -> dict:  # pragma: no cover - in the sandbox
+    """The tree under ``root``; no process of the session is alive (each command's end killed them all)."""
+    out: dict[str, dict] = {}
+    budget = max_bytes
+    stack = [""]
+    while stack:
+        rel = stack.pop()
+        with os.scandir(os.path.join(root, rel) if rel else root) as entries:
+            for e in sorted(entries, key=lambda e: e.name):
+                path = f"{rel}/{e.name}" if rel else e.name
+                st = e.stat(follow_symlinks=False)
+                if stat.S_ISDIR(st.st_mode):
+                    out[path] = {"type": "dir", "mode": stat.S_IMODE(st.st_mode)}
+                    stack.append(path)
+                elif stat.S_ISLNK(st.st_mode):
+                    out[path] = {"type": "symlink", "target": os.readlink(e.path)}
+                elif stat.S_ISREG(st.st_mode):
+                    entry: dict[str, object] = {"type": "file", "mode": stat.S_IMODE(st.st_mode), "size": st.st_size}
+                    fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+                    try:
+                        data = os.read(fd, max(0, min(st.st_size, budget))) if budget > 0 else b""
+                    finally:
+                        os.close(fd)
+                    budget -= len(data)
+                    if len(data) < st.st_size:
+                        entry["truncated"] = True
+                    try:
+                        entry["text"] = data.decode("utf-8")
+                    except UnicodeDecodeError:
+                        entry["hex"] = data.hex()
+                    out[path] = entry
+                else:
+                    out[path] = {"type": "other"}
+    return out
+
+
 if __name__ == "__main__":  # pragma: no cover - the sandbox child
-    _child_main(sys.argv)
+    if json.loads(sys.argv[1]).get("mode") == "shell":
+        _shell_main(json.loads(sys.argv[1]))
+    else:
+        _child_main(sys.argv)

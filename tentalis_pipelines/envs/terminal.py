@@ -1,0 +1,316 @@
+"""The terminal environment: the agent's commands run as real ``bash`` in the project's sandbox.
+
+**Action format.** Each assistant turn holds exactly one fenced code block tagged ``bash`` (``sh`` and
+``shell`` are read the same way); its content is the command. The agent finishes with the ``submit``
+command: ``submit ANSWER`` for a question, a bare ``submit`` after file edits. This is mini-swe-agent's
+format (one bash block per turn, a fixed command to finish), chosen for the embedded SmolLM2-135M because
+it asks for nothing that model cannot write: it has seen a great many Markdown code fences in
+pre-training and produces them unprompted, whereas tool calls need a JSON object with the right
+nesting and escaping and a chat template that SmolLM2's (plain ChatML, no ``tools``) does not have.
+A Markdown fence cannot be malformed in a way that hides a command (one regular expression reads it,
+the same one a reader would), the command inside is ordinary shell, and ``submit`` is one word. It is
+a shell function (exported into every command's environment), so it composes with the shell:
+``submit $(wc -l < notes.txt)`` answers in one turn. It prints its arguments after a marker that is
+random per episode, and the environment reads the answer from there; nothing else ends an episode.
+
+The conversation opens with the system prompt and one worked example (a two-turn exchange on a task
+of no generated family: print a file's first line, submit it), then the task. Measured on 18 held-out
+tasks (6 per level), 3 turns each, greedy, SmolLM2-135M-Instruct in bf16: with the system prompt alone
+14 of 54 turns held a bash block (the model answers in prose); with an extra reminder under the task,
+33 of 54; with the worked example, 49 of 50. A demonstration of a task family itself would be copied
+(a count-lines example made the model solve count-lines tasks by rote), so the example is of none.
+
+A turn with no code block or with several is answered with a format message, runs nothing and counts
+as a turn. Observations are the command's output (stdout and stderr together, as a terminal shows
+them) and its exit code, cut to ``observation_chars`` with a visible marker that says how much is
+missing (``[... 12,345 characters truncated ...]``; the beginning and the end are kept).
+
+**Execution.** One :class:`~tentalis_pipelines.evaluation.sandbox.ShellSession` per episode: a fresh copy
+of the task's tree in the session's own size-limited tmpfs (the only writable place), no network, a
+throwaway uid, limits on time per command, memory, processes, file size and disk, the project's tree
+and ``$TENTALIS_HOME`` hidden. Files persist from one command to the next; processes do not (whatever a
+command leaves running is killed when it ends), nor do ``cd`` and variables (each command is a new
+``bash -c``, as in mini-swe-agent).
+
+**Hostile actions.** The sandbox stops them; the environment also ends the episode (end reason
+``hostile: ...``, reward 0) when a command ran into the process limit (a fork bomb), tried to write
+outside its directory (``Read-only file system``) or to reach the network (``Network is unreachable``),
+unless ``end_on_violation`` is off. A command killed at its time limit is reported in the observation
+and the episode goes on; so is a read that was denied.
+
+**Verdict.** At the end (submitted, turn limit), answer tasks compare the submitted answer, edit tasks
+check the final tree, read back from the sandbox as data (never executed). An edit task is checked even
+without ``submit`` (the final state is what counts); an answer task without a submission fails.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from tentalis_pipelines.envs.base import (
+    SUBMITTED,
+    TURN_LIMIT,
+    Environment,
+    EnvironmentUnavailable,
+    Observation,
+    StepResult,
+    Verdict,
+    end_kind,
+    error,
+    hostile,
+)
+from tentalis_pipelines.envs.terminal_tasks import TerminalTask, verify
+from tentalis_pipelines.evaluation.sandbox import (
+    SandboxUnavailableError,
+    ShellLimits,
+    ShellResult,
+    ShellSession,
+)
+
+SYSTEM_PROMPT = (
+    "You are a shell agent. You work in a Linux terminal, in a directory that holds the task's files.\n"
+    "Reply with exactly one bash code block: the one command to run next. For example:\n"
+    "```bash\nls\n```\n"
+    "You will see its output, then reply with the next command.\n"
+    "When you know the answer, submit it:\n"
+    "```bash\nsubmit ANSWER\n```\n"
+    "When the task asks you to change files, make the changes, then run submit on its own."
+)
+
+# One worked example between the system prompt and the task (module doc); its messages are context.
+DEMONSTRATION = (
+    {"role": "user", "content": "What is the first line of the file list.txt? Submit that line."},
+    {"role": "assistant", "content": "```bash\nhead -n 1 list.txt\n```"},
+    {"role": "user", "content": "red apple\n[exit code 0]"},
+    {"role": "assistant", "content": "```bash\nsubmit red apple\n```"},
+)
+
+ACTION_RE = re.compile(r"```(?:bash|sh|shell)[ \t]*\n(.*?)```", re.DOTALL)
+
+# Output that shows the sandbox stopped an attempt to leave the episode's tree (module doc).
+VIOLATIONS = (
+    ("Read-only file system", "write outside the working directory"),
+    ("Network is unreachable", "network access"),
+)
+
+
+@dataclass(frozen=True)
+class TerminalConfig:
+    max_turns: int = 8
+    observation_chars: int = 1000
+    limits: ShellLimits = field(default_factory=lambda: ShellLimits(command_timeout_s=10.0))
+    end_on_violation: bool = True
+    system_prompt: str = SYSTEM_PROMPT
+    demonstration: bool = True  # the worked example (module doc) before the task
+
+
+def parse_action(text: str) -> tuple[str | None, str]:
+    """(the command, "") from an assistant turn, or (None, why not) when it does not hold exactly one
+    non-empty bash block."""
+    blocks = ACTION_RE.findall(text)
+    if len(blocks) == 1 and blocks[0].strip():
+        return blocks[0].strip(), ""
+    if not blocks:
+        why = "no bash code block found"
+    elif len(blocks) > 1:
+        why = f"{len(blocks)} bash code blocks found"
+    else:
+        why = "the bash code block is empty"
+    return None, why
+
+
+def format_error_message(why: str) -> str:
+    return (f"Format error: {why}. Reply with exactly one bash code block holding one command, like\n"
+            "```bash\nls\n```\nTo finish, run submit ANSWER (or submit on its own after changing files).")
+
+
+def truncate_middle(text: str, limit: int) -> str:
+    """``text`` if it fits in ``limit`` characters, else its head and tail around a marker that says how
+    many characters are missing."""
+    if len(text) <= limit:
+        return text
+    head_n = limit // 2
+    tail_n = limit - head_n
+    cut = len(text) - head_n - tail_n
+    return f"{text[:head_n]}\n[... {cut:,} characters truncated ...]\n{text[len(text) - tail_n:]}"
+
+
+def truncate_output(head: str, tail: str, omitted: int, limit: int) -> str:
+    """A command's output for the observation: the sandbox kept ``head`` and ``tail`` and dropped
+    ``omitted`` bytes between them; at most ``limit`` characters of it are shown."""
+    if omitted <= 0:
+        return truncate_middle(head + tail, limit)
+    head_n = limit // 2
+    tail_n = limit - head_n
+    h = head[:head_n]
+    t = tail[len(tail) - tail_n:] if tail_n > 0 else ""
+    cut = (len(head) - len(h)) + omitted + (len(tail) - len(t))
+    return f"{h}\n[... {cut:,} characters truncated ...]\n{t}"
+
+
+def format_observation(result: ShellResult, *, limit: int, timeout_s: float) -> str:
+    text = truncate_output(result.head, result.tail, result.omitted_bytes, limit).rstrip("\n")
+    lines = [text if text.strip() else "(no output)"]
+    if result.timed_out:
+        lines.append(f"[killed: the command ran past the {timeout_s:g} s time limit]")
+    else:
+        lines.append(f"[exit code {result.exit_code}]")
+    if result.process_limit:
+        lines.append("[killed: the command ran into the process limit]")
+    elif result.killed_processes:
+        lines.append(f"[{result.killed_processes} process(es) it left running were killed]")
+    return "\n".join(lines)
+
+
+def violation(result: ShellResult) -> str | None:
+    """Why this command counts as hostile (module doc), or None."""
+    if result.process_limit:
+        return "process limit reached (fork bomb?)"
+    output = result.head + result.tail
+    for needle, what in VIOLATIONS:
+        if needle in output:
+            return what
+    return None
+
+
+def submit_function(marker: str) -> str:
+    """The body of the exported ``submit`` bash function: print the marker and the arguments, then end."""
+    return f"() {{ printf '\\n%s%s\\n' '{marker}' \"$*\"; exit 0; }}"
+
+
+def split_submission(output: str, marker: str) -> tuple[bool, str, str]:
+    """(submitted, answer, output without the submission line)."""
+    at = output.find(marker)
+    if at < 0:
+        return False, "", output
+    rest = output[at + len(marker):]
+    answer, _, after = rest.partition("\n")
+    return True, answer.strip(), (output[:at].rstrip("\n") + "\n" + after).strip("\n")
+
+
+class TerminalEnv(Environment):
+    """One terminal episode at a time: ``reset(task)``, ``step(text)`` until done, ``verify()``, ``close()``."""
+
+    name = "terminal"
+
+    def __init__(self, config: TerminalConfig | None = None, *, hide_dirs: list[str] | None = None):
+        self.config = config or TerminalConfig()
+        self.hide_dirs = hide_dirs
+        self.session: ShellSession | None = None
+        self.task: TerminalTask | None = None
+        self.sandbox_uid: int | None = None
+        self._reset_state()
+
+    @property
+    def max_turns(self) -> int:  # type: ignore[override]
+        return self.config.max_turns
+
+    def _reset_state(self) -> None:
+        self.turn = 0
+        self.done = False
+        self.answer: str | None = None
+        self.end_reason = ""
+        self._tree: dict[str, dict] | None = None
+        self._verdict: Verdict | None = None
+        self._marker = f"@@SUBMIT-{secrets.token_hex(8)}@@"
+
+    def reset(self, task: TerminalTask | dict) -> Observation:
+        """Start an episode on ``task`` (a TerminalTask or its dict): a fresh sandbox with the task's tree."""
+        self.close()
+        self.task = task if isinstance(task, TerminalTask) else TerminalTask.from_dict(task)
+        self._reset_state()
+        try:
+            self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
+                                        env={"BASH_FUNC_submit%%": submit_function(self._marker)})
+        except SandboxUnavailableError as exc:
+            raise EnvironmentUnavailable(f"the terminal environment needs the sandbox: {exc}") from exc
+        self.sandbox_uid = self.session.uid  # kept after the episode: its processes are findable by uid
+        demo = [{**m, "kind": "demonstration"} for m in DEMONSTRATION] if self.config.demonstration else []
+        return Observation([
+            {"role": "system", "content": self.config.system_prompt, "kind": "system"},
+            *demo,
+            {"role": "user", "content": self.task.instruction, "kind": "instruction"},
+        ])
+
+    def step(self, action: str) -> StepResult:
+        if self.done or self.session is None:
+            raise RuntimeError("step() after the episode ended (or before reset)")
+        self.turn += 1
+        t0 = time.perf_counter()
+        info: dict[str, Any] = {"turn": self.turn}
+        command, why = parse_action(action)
+        kind = "observation"
+        if command is None:
+            text, kind = format_error_message(why), "format_error"
+            info["format_error"] = why
+        else:
+            info["command"] = command
+            result = self.session.run(command)
+            info.update(exit_code=result.exit_code, timed_out=result.timed_out, output_bytes=result.output_bytes,
+                        process_limit=result.process_limit, killed_processes=result.killed_processes,
+                        command_seconds=result.seconds)
+            if result.error:
+                text = f"The environment failed: {result.error}"
+                self._finish(error(f"sandbox: {result.error}"))
+            else:
+                submitted, answer, rest_head = split_submission(result.head, self._marker)
+                if not submitted:
+                    submitted, answer, _ = split_submission(result.tail, self._marker)
+                bad = violation(result) if self.config.end_on_violation else None
+                shown = replace(result, head=rest_head) if submitted else result
+                text = format_observation(shown, limit=self.config.observation_chars,
+                                          timeout_s=self.config.limits.command_timeout_s)
+                if bad is not None:
+                    text += f"\n[episode ended: {bad}]"
+                    self._finish(hostile(bad))
+                elif submitted:
+                    self.answer = answer
+                    info["answer"] = answer
+                    self._finish(SUBMITTED)
+        if not self.done and self.turn >= self.config.max_turns:
+            self._finish(TURN_LIMIT)
+        reward = 0.0
+        if self.done:
+            verdict = self.verify()
+            reward = verdict.reward
+            info.update(end_reason=self.end_reason, passed=verdict.passed, detail=verdict.detail)
+        info["env_seconds"] = time.perf_counter() - t0
+        return StepResult(Observation([{"role": "user", "content": text, "kind": kind}]), reward, self.done, info)
+
+    def _finish(self, reason: str) -> None:
+        """The episode is over: read the final tree (edit tasks), then end the sandbox."""
+        self.done = True
+        self.end_reason = reason
+        if self.session is not None and self.session.alive and self.task is not None and self.task.kind == "tree":
+            try:
+                self._tree = self.session.snapshot()
+            except Exception as exc:  # noqa: BLE001 - the environment failed, not the agent
+                self._tree = None
+                self.end_reason = error(f"the final tree could not be read: {exc}")
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def verify(self) -> Verdict:
+        """The final verifier. Before the end it reads the state as it is (a probe, for tools and tests)."""
+        if self.task is None:
+            raise RuntimeError("verify() before reset()")
+        if not self.done:
+            tree = self.session.snapshot() if self.task.kind == "tree" and self.session is not None else None
+            return verify(self.task, self.answer, tree)
+        if self._verdict is None:
+            kind = end_kind(self.end_reason)
+            if kind in ("hostile", "error"):
+                self._verdict = Verdict(False, 0.0, self.end_reason)
+            else:
+                self._verdict = verify(self.task, self.answer, self._tree)
+        return self._verdict
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None

@@ -1,0 +1,41 @@
+"""Every generated terminal task is solvable (its oracle passes) and can be failed (doing nothing fails),
+both through the real sandbox."""
+
+from __future__ import annotations
+
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from tentalis_pipelines.envs.agents import do_nothing_agent, oracle_agent
+from tentalis_pipelines.envs.base import SUBMITTED
+from tentalis_pipelines.envs.runner import run_episode
+from tentalis_pipelines.envs.terminal import TerminalEnv
+from tentalis_pipelines.envs.terminal_tasks import generate_tasks
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                                reason="the sandbox needs Linux namespaces and root (CI runs as root)")
+
+TASKS = generate_tasks()
+
+
+def _both(task):
+    solved = run_episode(TerminalEnv(), task, oracle_agent(task))
+    idle = run_episode(TerminalEnv(), task, do_nothing_agent())
+    return task, solved, idle
+
+
+def test_every_task_is_solved_by_its_oracle_and_failed_by_doing_nothing():
+    assert len(TASKS) >= 200
+    unsolved, passed_idle = [], []
+    with ThreadPoolExecutor(2) as pool:
+        for task, solved, idle in pool.map(_both, TASKS):
+            if not (solved.passed and solved.end_reason == SUBMITTED and solved.reward == 1.0
+                    and solved.turns_used == len(task.solution)):
+                unsolved.append((task.task_id, solved.end_reason, solved.verdict.detail))
+            if idle.passed or idle.reward != 0.0:
+                passed_idle.append(task.task_id)
+    assert unsolved == []
+    assert passed_idle == []
