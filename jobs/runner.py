@@ -25,10 +25,13 @@ from tentalis_pipelines import promotion
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths, data_dir
 from tentalis_pipelines.tasks.batches import (
+    DEFAULT_TERMINAL_MAX_TURNS,
     interrupted_cycle_batch,
     next_generator_seed,
+    next_terminal_seed,
     register_dataset_batch,
     register_generated_batch,
+    register_terminal_batch,
 )
 
 
@@ -50,9 +53,11 @@ class CycleOptions:
     train: bool = True
     resources: dict[str, Any] = field(default_factory=dict)
     trigger: str = "cli"
-    # "arithmetic" (the seeded generator) or a dataset's training split ("gsm8k": consecutive slices of
-    # $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
+    # "arithmetic" (the seeded generator), "terminal" (agent episodes on the terminal generator's training
+    # split, tasks/batches.register_terminal_batch) or a dataset's training split ("gsm8k": consecutive
+    # slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
     task_source: str = "arithmetic"
+    max_turns: int = DEFAULT_TERMINAL_MAX_TURNS  # terminal: the episodes' turn limit
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
     skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
@@ -66,9 +71,17 @@ class JobRun:
 
 
 def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
-                   levels: tuple[int, ...]) -> str:
-    """Snapshot a seeded arithmetic batch, then add its ``task_batches`` partition (in that order, so a
-    partition never exists without its input). Returns the batch id."""
+                   levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int = DEFAULT_TERMINAL_MAX_TURNS) -> str:
+    """Snapshot a seeded arithmetic (or, with ``task_source='terminal'``, terminal) batch, then add its
+    ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
+    the batch id."""
+    if task_source == "terminal":
+        seed = seed if seed is not None else next_terminal_seed(paths.batches)
+        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
+    if task_source != "arithmetic":
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic or terminal")
     seed = seed if seed is not None else next_generator_seed(paths.batches)
     batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
     _ensure_batch_partition(instance, batch_id)
@@ -151,8 +164,9 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
-    elif opts.task_source == "arithmetic":
-        batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels)
+    elif opts.task_source in ("arithmetic", "terminal"):
+        batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
+                                  task_source=opts.task_source, max_turns=opts.max_turns)
     else:
         root = data_dir()
         if root is None:

@@ -89,6 +89,9 @@ SCHEMAS: dict[str, pa.Schema] = {
                 "sessions batches: each assistant turn's [start, end) in completion_token_ids"),
             col("skill_ids", pa.list_(pa.string()),
                 "the verified skills injected into this rollout's prompt (empty when none)"),
+            col("episode", pa.string(),
+                "environment batches: JSON of the agent episode (end_reason, passed, reward, detail, turns, "
+                "max_turns, format_errors, check_kind, level); null otherwise"),
         ],
         metadata={DESCRIPTION: (
             "One sampled answer: G samples per task from the serving policy, or a live session's segment."

@@ -98,6 +98,10 @@ def run(
     max_new_tokens: int = typer.Option(128, min=1, help="Completion length limit."),
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
+                              "the terminal generator's training split; transformers backend)."),
+    levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 1-3)."),
+    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
     benchmark_job and promotion_job (the gate), each a run of its own job."""
@@ -107,9 +111,10 @@ def run(
     backend = check_policy_settings(backend)
     if seed is not None:
         check_seed(seed)
+    check_seeded_source(tasks)
     t0 = time.time()
-    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train,
-                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=tuple(parse_levels(levels)), task_source=tasks,
+                        max_turns=max_turns, resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
     out = _execute_cycle(opts, "learning cycle")
     gate = out["decision"]
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
@@ -117,6 +122,14 @@ def run(
     from tentalis_pipelines.cli.serving import status
 
     status(home=None)
+
+
+SEEDED_SOURCES = ("arithmetic", "terminal")
+
+
+def check_seeded_source(tasks: str) -> None:
+    if tasks not in SEEDED_SOURCES:
+        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}")
 
 
 batch_app = typer.Typer(help="Task batches (the task_batches partitions).")
@@ -129,8 +142,10 @@ def batch_new(
     num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox)."),
+    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
-    """Register a seeded arithmetic batch as a task_batches partition and print its id (for
+    """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
     from dagster import DagsterInstance
 
@@ -139,7 +154,12 @@ def batch_new(
     paths = home_paths(home)
     if seed is not None:
         check_seed(seed)
-    batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels)))
+    check_seeded_source(tasks)
+    try:
+        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels)),
+                                  task_source=tasks, max_turns=max_turns)
+    except ValueError as exc:
+        fail(str(exc))
     typer.echo(batch_id)
 
 
@@ -164,7 +184,9 @@ def learn(
     dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
     seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
-                              "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test)."),
+                              "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
+                              "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark)."),
+    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
@@ -192,8 +214,10 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k"):
-        fail(f"--tasks {tasks!r}: choose arithmetic or gsm8k")
+    if tasks not in ("arithmetic", "gsm8k", "terminal"):
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k or terminal")
+    if tasks == "terminal" and skills:
+        fail("--skills: not built for --tasks terminal yet")
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
@@ -203,7 +227,7 @@ def learn(
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
-                            skills_config=skills_config)
+                            skills_config=skills_config, max_turns=max_turns)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])

@@ -19,6 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from tentalis_pipelines.envs import terminal_tasks
 from tentalis_pipelines.lakehouse import validate_batch_id
 from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
 from tentalis_pipelines.tasks.jsonl import LoadedTasks, load_jsonl_tasks
@@ -235,6 +236,12 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [generated_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif task_source == "terminal":
+        seeds = terminal_batch_seeds(batches_dir)
+        if seeds:
+            top = max(seeds)
+            if seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
+                newest = seeds[top][0]
     else:
         done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
@@ -260,7 +267,113 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
     if manifest["kind"] == "arithmetic":
         tasks = generate_arithmetic(manifest["num_tasks"], seed=manifest["seed"], levels=tuple(manifest["levels"]))
         return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))
+    if manifest["kind"] == TERMINAL_MANIFEST:
+        tasks = terminal_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
+        return LoadedTasks(tasks=terminal_task_rows(batch_id, tasks, created_at, max_turns=int(manifest["max_turns"])))
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
+
+
+# --------------------------------------------------------------------------- terminal (agent) batches
+TERMINAL_MANIFEST = "terminal"
+TERMINAL_SOURCE = "generator:terminal"
+# The terminal benchmark's held-out split: the first ``DEFAULT_TEST_PER_LEVEL`` tasks of each level of
+# this generator seed (``terminal_tasks.generate_tasks``). Training batches never hold one of them.
+TERMINAL_HELD_OUT_SEED = 0
+DEFAULT_TERMINAL_MAX_TURNS = 8
+
+
+def terminal_held_out_tasks(levels: tuple[int, ...] = terminal_tasks.LEVELS) -> list[terminal_tasks.TerminalTask]:
+    """The terminal benchmark's items: the held-out split of :data:`TERMINAL_HELD_OUT_SEED`."""
+    per_level = terminal_tasks.DEFAULT_TEST_PER_LEVEL
+    return terminal_tasks.generate_tasks(per_level, seed=TERMINAL_HELD_OUT_SEED, levels=tuple(levels))
+
+
+def terminal_fingerprint(task: terminal_tasks.TerminalTask) -> str:
+    """What makes two terminal tasks the same task (instruction, initial tree, check), ids aside."""
+    body = json.dumps([task.instruction, task.tree, task.check], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def terminal_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...]) -> list[terminal_tasks.TerminalTask]:
+    """``num_tasks`` training tasks of generator seed ``seed``, levels in turn: task ``k`` of a level is
+    that level's training-split task ``DEFAULT_TEST_PER_LEVEL + k`` (never one of the first
+    ``DEFAULT_TEST_PER_LEVEL``, the held-out split), skipping any that equals a held-out task of the
+    benchmark (same instruction, tree and check), so no benchmark item is ever trained on."""
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    bad = [lv for lv in levels if lv not in terminal_tasks.LEVELS]
+    if bad or not levels:
+        raise ValueError(f"terminal levels must be a non-empty subset of {list(terminal_tasks.LEVELS)}, got {list(levels)}")
+    held_out = {terminal_fingerprint(t) for t in terminal_held_out_tasks()}
+    start = terminal_tasks.DEFAULT_TEST_PER_LEVEL
+    next_index = dict.fromkeys(levels, start)
+    out = []
+    for i in range(num_tasks):
+        level = levels[i % len(levels)]
+        while True:
+            task = terminal_tasks.make_task(level, next_index[level], seed=seed)
+            next_index[level] += 1
+            if task.split == "train" and terminal_fingerprint(task) not in held_out:
+                break
+        out.append(task)
+    return out
+
+
+def terminal_task_rows(batch_id: str, tasks: list[terminal_tasks.TerminalTask], created_at,
+                       max_turns: int = DEFAULT_TERMINAL_MAX_TURNS) -> list[dict]:
+    """The ``tasks`` rows of terminal tasks (``TerminalTask.task_row``; the turn limit in the metadata)."""
+    rows = []
+    for t in tasks:
+        row = t.task_row()
+        meta = {**json.loads(row["metadata"]), "max_turns": int(max_turns)}
+        rows.append({**row, "batch_id": batch_id, "source": TERMINAL_SOURCE, "difficulty": t.level,
+                     "metadata": json.dumps(meta, sort_keys=True), "created_at": created_at})
+    return rows
+
+
+def terminal_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
+    return f"terminal-s{seed}-n{num_tasks}-l{''.join(map(str, levels))}"
+
+
+def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
+                            max_turns: int = DEFAULT_TERMINAL_MAX_TURNS, batch_id: str | None = None) -> str:
+    """Record the parameters of a seeded terminal batch (agent episodes in the sandbox; the batch kind
+    ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training
+    split only (:func:`terminal_training_tasks`)."""
+    check_training_seed(seed)
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
+    terminal_training_tasks(seed, 1, tuple(levels))  # validate the parameters now, not at run time
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    batch_id = validate_batch_id(batch_id or terminal_batch_id(seed, num_tasks, tuple(levels)))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"kind": TERMINAL_MANIFEST, "source": "terminal", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "max_turns": int(max_turns)}
+    path = folder / "manifest.json"
+    if path.exists():
+        existing = json.loads(path.read_text())
+        if existing != manifest:
+            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
+    else:
+        _atomic_write(path, json.dumps(manifest))
+    return batch_id
+
+
+def terminal_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
+    """``{seed: ids of the registered terminal batches with that seed}``."""
+    seeds: dict[int, list[str]] = {}
+    for manifest in Path(batches_dir).glob("*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("kind") == TERMINAL_MANIFEST:
+            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
+    return seeds
+
+
+def next_terminal_seed(batches_dir: Path) -> int:
+    """The smallest seed above every seed of a registered terminal batch (1 for the first)."""
+    return max(terminal_batch_seeds(batches_dir), default=0) + 1
 
 
 # --------------------------------------------------------------------------- dataset slices

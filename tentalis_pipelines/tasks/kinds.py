@@ -14,6 +14,11 @@ The kinds:
   ``tasks`` stage settles from the batch's manifest. G samples per task from the serving policy, step
   scores of the parsed steps, one manager review per rollout, single-turn trajectories with
   group-relative advantages.
+* :class:`EnvironmentBatch` (``ENVIRONMENT``): agent environments (issue #28; the terminal family so
+  far), every task an environment's (``environment = 'terminal'``). G episodes per task with the serving
+  policy, each a multi-turn rollout shaped like a session segment; no step scores; the verifier's
+  verdict as one review per episode; ``multi_turn`` trajectories with the G episodes of a task as the
+  GRPO group (``env_batches.py``).
 * :class:`SessionsBatch` (``SESSIONS``): live sessions that the ``fresh_sessions`` sensor cut
   (``sessions-<hash>``, see ``sessions.py``). Rollouts are built from the turns (never sampled again),
   reviews are the sessions' live reviews (and the judge's), trajectories are ``multi_turn`` rows.
@@ -39,8 +44,9 @@ How a batch's kind is decided: from its ``tasks`` rows (a batch whose every task
 ``tasks`` agrees. The ``tasks`` stage itself runs before those rows exist: it reads the batch's
 manifest (``stages/tasks.py``: ``sessions.is_sessions_manifest``, else ``tasks.batches.load_batch``).
 
-Adding a kind: the agent environments of issue #28 (terminal, BFCL tool calls, mini-SWE). An
-``EnvironmentBatch`` is a task source (a manifest kind that the ``tasks`` stage loads: each task an
+Adding a kind: the agent environments of issue #28 (terminal, BFCL tool calls, mini-SWE). The
+``EnvironmentBatch`` below follows this plan for the terminal family (``env_batches.py``; its step scores
+are none and its teacher log-probs empty so far). An ``EnvironmentBatch`` is a task source (a manifest kind that the ``tasks`` stage loads: each task an
 environment, its initial state and its verifier) plus a rollout kind, and implements:
 
 * ``matches``: the batch's tasks come from an environment (e.g. their ``environment`` or ``source``
@@ -214,11 +220,65 @@ class SessionsBatch(BatchKind):
         return each_session_reviewed(lake, batch_id)
 
 
+class EnvironmentBatch(BatchKind):
+    """Agent episodes in an environment (the terminal family: ``tasks.batches.register_terminal_batch``):
+    G episodes per task with the serving policy, the verifier's verdict as each episode's review,
+    ``multi_turn`` trajectories grouped per task (``env_batches.py``). No step scores; no hinted OPD yet."""
+
+    name = "environment"
+
+    def matches(self, lake: Lakehouse, batch_id: str) -> bool:
+        from tentalis_pipelines import env_batches
+
+        return env_batches.is_environment_batch(lake, batch_id)
+
+    def rollouts(self, lake, paths, batch_id, policy, backend=None):
+        from tentalis_pipelines import env_batches
+
+        return StageResult(*env_batches.build_environment_rollouts(lake, paths, batch_id, policy, backend))
+
+    def step_scores(self, lake, batch_id, *, scorer, judge=None):
+        n = lake.write_batch("step_scores", batch_id, [])  # a command is not a checkable step
+        return StageResult(n, {"num_step_scores": n, "scorer": "none: environment episodes are scored by their verifier"})
+
+    def reviews(self, lake, batch_id, manager, llm_manager):
+        from tentalis_pipelines import env_batches
+
+        n, meta = env_batches.build_environment_reviews(lake, batch_id)
+        if manager != env_batches.VERIFIER:
+            meta["configured_manager"] = f"{manager}: not used (environment episodes are reviewed by their verifier)"
+        return StageResult(n, meta)
+
+    def teacher_logprobs(self, lake, paths, batch_id, policy, config):
+        n = lake.write_batch("teacher_logprobs", batch_id, [])
+        return StageResult(n, {"opd": "not built for environment batches yet: no teacher pass"})
+
+    def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
+                     advantage_mode, w_rl, w_opd, weights):
+        from tentalis_pipelines import env_batches
+
+        return StageResult(*env_batches.build_environment_trajectories(lake, batch_id, scale_rewards=scale_rewards,
+                                                                       dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd))
+
+    def check_rollouts(self, lake, batch_id, num_generations):
+        from tentalis_pipelines import env_batches
+        from tentalis_pipelines.quality import CheckOutcome
+
+        return CheckOutcome(*env_batches.episodes_per_task(lake, batch_id, num_generations))
+
+    def check_reviews(self, lake, batch_id):
+        from tentalis_pipelines import env_batches
+        from tentalis_pipelines.quality import CheckOutcome
+
+        return CheckOutcome(*env_batches.one_review_per_episode(lake, batch_id))
+
+
 TASKS = TaskBatch()
 SESSIONS = SessionsBatch()
+ENVIRONMENT = EnvironmentBatch()
 
 # Asked in order; the first kind that matches is the batch's. ``TASKS`` matches every batch: it stays last.
-KINDS: tuple[BatchKind, ...] = (SESSIONS, TASKS)
+KINDS: tuple[BatchKind, ...] = (SESSIONS, ENVIRONMENT, TASKS)
 
 
 def batch_kind(lake: Lakehouse, batch_id: str) -> BatchKind:

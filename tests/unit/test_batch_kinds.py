@@ -62,7 +62,7 @@ def test_a_lake_without_a_tasks_table_holds_task_batches(tmp_path):
 
 def test_the_kinds_are_tried_in_order_and_the_task_kind_claims_the_rest():
     assert kinds.KINDS[-1] is kinds.TASKS and kinds.SESSIONS in kinds.KINDS
-    assert [k.name for k in kinds.KINDS] == ["sessions", "tasks"]
+    assert [k.name for k in kinds.KINDS] == ["sessions", "environment", "tasks"]
 
 
 # --------------------------------------------------------------------------- dispatch to a registered kind

@@ -1,0 +1,329 @@
+"""Environment batches: agent episodes as a batch's rollouts, the verifier's verdict as their review.
+
+A batch whose tasks come from an agent environment (``environment = 'terminal'``, registered by
+``tasks.batches.register_terminal_batch``) is of the environment batch kind (``tasks/kinds.py``:
+``EnvironmentBatch``), which hands the usual stages to the functions here:
+
+* rollouts: G episodes per task (``reset(task)``, a policy turn and ``step(action)`` up to the turn
+  limit, the final verifier) with :class:`~tentalis_pipelines.envs.policies.ChatPolicy` on the serving
+  policy (the base model or the serving LoRA checkpoint) at the policy's temperature, all episodes of
+  the batch in lock step (``envs.runner.run_episodes``). Each episode lands exactly as a session
+  segment does (``envs.runner.episode_to_turns`` then ``training/multiturn.build_segments``): the
+  prompt token ids, every token after them (assistant turns and, between them, the observations and
+  template tokens), the assistant mask (1 on the sampled tokens only), the turn spans, the sampling
+  log-probs, the finish reason and the policy version. The episode's id is its first rollout's id
+  (one segment per episode with ``ChatPolicy``, which keeps the exact ids); ``steps`` holds the commands
+  run, ``answer`` the submitted answer and ``parse_mode`` ``episode:<end kind>``
+  (``submitted | turn_limit | hostile | error``);
+* step_scores: none (a command is not a checkable equation);
+* reviews: one per episode, the verifier's verdict (:func:`verdict_review`): ``manager = 'verifier'``,
+  score = the verdict's reward, critique = how the episode ended and what the check found, hint = a
+  short generic hint by failure type;
+* trajectories: ``multi_turn`` rows; the G episodes of a task are one GRPO group (reward = the review's
+  score, advantage = (reward - group mean) / (group std + eps)), the advantage on every assistant token
+  of the episode and nothing on the observations.
+
+Hinted OPD is not built for environment batches yet: their ``teacher_logprobs`` rows are empty.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from tentalis_pipelines.envs.base import Episode, end_kind
+from tentalis_pipelines.envs.runner import episode_to_turns
+from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
+from tentalis_pipelines.envs.terminal_tasks import TerminalTask
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.rewards.advantages import group_advantages
+from tentalis_pipelines.rewards.scoring import RewardWeights
+from tentalis_pipelines.training import multiturn
+
+if TYPE_CHECKING:
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.settings import Paths
+
+ENVIRONMENTS = (TERMINAL,)  # the environment families whose batches this module runs
+VERIFIER = "verifier"
+# The reward is the review's score alone (the verifier's verdict).
+WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
+
+HINTS = {
+    "passed": "",
+    "hostile": "Stay inside the working directory: no writes elsewhere, no network access, no endless or forking processes.",
+    "error": "",  # the environment or the policy failed, not the agent: nothing to advise
+    "format": "Reply with exactly one ```bash code block holding one command in every turn.",
+    "turn_limit": "Finish within the turn limit: one command per turn, then run submit ANSWER (or submit after editing files).",
+    "wrong_answer": "Look at the files with a command first, then submit exactly the value the task asks for.",
+    "wrong_tree": "Check the files with ls and cat after each change, and make every change the task asks for before submit.",
+}
+
+
+def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
+    """Whether every task of the batch is an environment's (``environment`` names one of :data:`ENVIRONMENTS`)."""
+    if not lake.exists("tasks"):
+        return False
+    envs = lake.read("tasks", batch_id=batch_id, columns=["environment"]).column("environment").to_pylist()
+    return bool(envs) and all(e in ENVIRONMENTS for e in envs)
+
+
+# --------------------------------------------------------------------------- reviews from verdicts
+def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_errors: int, turns: int) -> str:
+    """``passed``, or why the episode failed: ``hostile``, ``error``, ``format`` (no turn held a command),
+    ``turn_limit`` (no submission), ``wrong_answer`` or ``wrong_tree`` (submitted, the check failed)."""
+    if passed:
+        return "passed"
+    kind = end_kind(end_reason)
+    if kind in ("hostile", "error"):
+        return kind
+    if turns and format_errors >= turns:
+        return "format"
+    if kind == "turn_limit":
+        return "turn_limit"
+    return "wrong_tree" if check_kind == "tree" else "wrong_answer"
+
+
+def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
+                   turns: int, max_turns: int) -> dict[str, Any]:
+    """The verifier's verdict as a review: score = the verdict's reward, critique = how the episode ended
+    and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed)."""
+    why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
+    critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
+                f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
+    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": HINTS[why], "failure": why}
+
+
+def episode_review_fields(episode: Episode, check_kind: str) -> dict[str, Any]:
+    fmt = sum(1 for t in episode.turns if t.action is None)
+    return verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,
+                          end_reason=episode.end_reason, check_kind=check_kind, format_errors=fmt, turns=episode.turns_used,
+                          max_turns=episode.max_turns)
+
+
+# --------------------------------------------------------------------------- rollouts
+def episode_id(batch_id: str, task_id: str, policy_version: str, group_index: int) -> str:
+    """The episode's id: the id its (first) rollout gets, as a task batch's rollout ids are made."""
+    key = f"{batch_id}\x1f{task_id}\x1f{policy_version}\x1f{group_index}"
+    return "r-" + hashlib.sha1(key.encode()).hexdigest()[:16]
+
+
+def segment_rollout_id(episode: str, segment: int) -> str:
+    return episode if segment == 0 else f"{episode}-{segment}"
+
+
+def chat_policy(lake: Lakehouse, paths: Paths, policy: PolicySettings, backend=None):
+    """(policy version, ChatPolicy) of the serving policy: the backend's model when given (a transformers
+    backend), else the policy's model with the serving checkpoint's adapter, as the rollouts stage loads it."""
+    from tentalis_pipelines.envs.policies import ChatPolicy
+    from tentalis_pipelines.inference.models import resolve_model
+    from tentalis_pipelines.training import serving
+
+    version, adapter = serving.serving_policy(lake)
+    kwargs = {"max_new_tokens": policy.max_new_tokens, "temperature": policy.temperature, "top_p": policy.top_p, "seed": policy.seed}
+    if backend is not None and getattr(backend, "model", None) is not None and getattr(backend, "tokenizer", None) is not None:
+        return version, ChatPolicy(backend.model, backend.tokenizer, **kwargs)
+    if policy.backend != "transformers":
+        raise ValueError(f"environment batches run episodes with the transformers backend (the exact token ids of every turn); "
+                         f"the policy's backend is {policy.backend!r}")
+    return version, ChatPolicy.load(resolve_model(policy.model, paths.models), adapter, device=policy.device, dtype=policy.dtype, **kwargs)
+
+
+def make_env(environment: str, max_turns: int):
+    if environment != TERMINAL:
+        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
+    from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
+
+    return TerminalEnv(TerminalConfig(max_turns=max_turns))
+
+
+def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask]]:
+    rows = sorted(lake.read("tasks", batch_id=batch_id).to_pylist(), key=lambda t: t["task_id"])
+    if not rows:
+        raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
+    return [(r, TerminalTask.from_task_row(r)) for r in rows]
+
+
+def episode_record(episode: Episode, task: TerminalTask) -> dict[str, Any]:
+    """What the ``episode`` column of its rollouts holds: how it ended and the verifier's verdict."""
+    return {"environment": episode.environment, "end_reason": episode.end_reason, "passed": bool(episode.verdict.passed),
+            "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
+            "max_turns": episode.max_turns, "format_errors": sum(1 for t in episode.turns if t.action is None),
+            "check_kind": task.kind, "level": task.level}
+
+
+def _transcript(messages: list[dict]) -> str:
+    return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages if isinstance(m, dict))
+
+
+def episode_rollout_rows(batch_id: str, task: TerminalTask, group_index: int, episode: Episode, *, policy_version: str, model: str,
+                         temperature: float, max_tokens: int | None, created_at) -> list[dict]:
+    """An episode's rollout rows (one per segment; one with ``ChatPolicy``), shaped as a sessions batch's."""
+    eid = episode_id(batch_id, task.task_id, policy_version, group_index)
+    turns = episode_to_turns(episode, session_id=eid, model=model, policy_version=policy_version, backend="transformers",
+                             temperature=temperature, max_tokens=max_tokens, created_at=created_at)
+    segments = multiturn.build_segments(eid, turns)
+    answer = next((t.info.get("answer") for t in reversed(episode.turns) if t.info.get("answer") is not None), None)
+    common = {"batch_id": batch_id, "task_id": task.task_id, "group_index": group_index, "policy_version": policy_version,
+              "backend": "transformers", "model": model, "prompt_text": _transcript(json.loads(turns[0]["messages"])) if turns else "",
+              "steps": [t.action if t.action is not None else "" for t in episode.turns], "answer": answer,
+              "parse_mode": f"episode:{end_kind(episode.end_reason)}", "temperature": temperature, "created_at": created_at,
+              "session_id": eid, "episode": json.dumps(episode_record(episode, task), sort_keys=True)}
+    if not segments:  # no turn with tokens (the episode failed before its first turn): a row without tokens
+        return [{**common, "rollout_id": eid, "completion": "", "prompt_tokens": 0, "completion_tokens": 0, "completion_token_ids": [],
+                 "sampling_logprobs": None, "finish_reason": "error", "seconds": 0.0, "prompt_token_ids": [], "assistant_mask": [],
+                 "turn_spans": []}]
+    by_id = {t["turn_id"]: t for t in turns}
+    texts = {f"{eid}-{t.index}": t.text for t in episode.turns}
+    rows = []
+    for seg in segments:
+        seg_turns = [by_id[s.turn_id] for s in seg.spans]
+        rows.append({**common, "rollout_id": segment_rollout_id(eid, seg.segment), "policy_version": seg.policy_version,
+                     "completion": "\n".join(texts[s.turn_id] for s in seg.spans), "prompt_tokens": len(seg.prompt_ids),
+                     "completion_tokens": len(seg.completion_ids), "completion_token_ids": seg.completion_ids,
+                     "sampling_logprobs": seg.old_logps, "finish_reason": seg_turns[-1].get("finish_reason") or "stop",
+                     "seconds": sum((t.get("latency_ms") or 0.0) for t in seg_turns) / 1000.0, "prompt_token_ids": seg.prompt_ids,
+                     "assistant_mask": seg.assistant_mask,
+                     "turn_spans": [{"turn_id": s.turn_id, "turn_index": s.turn_index, "start": s.start, "end": s.end} for s in seg.spans]})
+    return rows
+
+
+def build_environment_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> tuple[int, dict[str, Any]]:
+    """``policy.num_generations`` episodes per task of the batch, in lock step, landed as multi-turn rollouts."""
+    from tentalis_pipelines.envs.runner import run_episodes
+
+    tasks = load_tasks(lake, batch_id)
+    version, chat = chat_policy(lake, paths, policy, backend)
+    runs = [(row, task, g) for row, task in tasks for g in range(policy.num_generations)]
+    by_env: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for i, (row, _, _) in enumerate(runs):
+        by_env[(row["environment"], int(json.loads(row["metadata"]).get("max_turns", 8)))].append(i)
+    t0 = time.perf_counter()
+    episodes: dict[int, Episode] = {}
+    for (environment, max_turns), idx in by_env.items():
+        done = run_episodes(lambda e=environment, m=max_turns: make_env(e, m), [runs[i][1] for i in idx], chat.generate_batch)
+        episodes.update(zip(idx, done))
+    wall = time.perf_counter() - t0
+    created = now_utc()
+    rows = []
+    for i, (_, task, g) in enumerate(runs):
+        ep = episodes[i]
+        if ep.task_id != task.task_id:
+            raise RuntimeError(f"episode of {ep.task_id} came back for {task.task_id}")
+        rows += episode_rollout_rows(batch_id, task, g, ep, policy_version=version, model=policy.model_name,
+                                     temperature=policy.temperature, max_tokens=policy.max_new_tokens, created_at=created)
+    n = lake.write_batch("rollouts", batch_id, rows)
+    eps = [episodes[i] for i in range(len(runs))]
+    ends: dict[str, int] = defaultdict(int)
+    levels: dict[int, list[bool]] = defaultdict(list)
+    for (_, task, _), e in zip(runs, eps):
+        ends[end_kind(e.end_reason)] += 1
+        levels[task.level].append(e.passed)
+    return n, {"num_rollouts": n, "episodes": len(eps), "policy_version": version, "passed": sum(e.passed for e in eps),
+               "success_rate": round(sum(e.passed for e in eps) / max(len(eps), 1), 4),
+               "success_per_level": {str(lv): round(sum(v) / len(v), 4) for lv, v in sorted(levels.items())},
+               "end_reasons": dict(sorted(ends.items())), "turns_mean": round(sum(e.turns_used for e in eps) / max(len(eps), 1), 3),
+               "segments_per_episode": round(n / max(len(eps), 1), 3), "seconds": round(wall, 2),
+               "assistant_tokens": sum(sum(r["assistant_mask"]) for r in rows),
+               "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows)}
+
+
+# --------------------------------------------------------------------------- reviews, trajectories
+def _episodes(lake: Lakehouse, batch_id: str) -> dict[str, dict]:
+    """episode id -> (the task id, group index and episode record of its rollouts), from the rollouts."""
+    out = {}
+    for r in lake.read("rollouts", batch_id=batch_id, columns=["session_id", "task_id", "group_index", "episode"]).to_pylist():
+        out.setdefault(r["session_id"], {"task_id": r["task_id"], "group_index": r["group_index"],
+                                         "episode": json.loads(r["episode"] or "{}")})
+    return out
+
+
+def build_environment_reviews(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
+    """One review per episode: the verifier's verdict (:func:`verdict_review`), ``rollout_id`` = the
+    episode id (= its first rollout's id), ``session_id`` = the episode id."""
+    created = now_utc()
+    rows, failures = [], defaultdict(int)
+    for eid, ep in sorted(_episodes(lake, batch_id).items()):
+        rec = ep["episode"]
+        review = verdict_review(passed=bool(rec.get("passed")), reward=float(rec.get("reward") or 0.0), detail=str(rec.get("detail") or ""),
+                                end_reason=str(rec.get("end_reason") or "error: no episode record"),
+                                check_kind=str(rec.get("check_kind") or "answer"), format_errors=int(rec.get("format_errors") or 0),
+                                turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0))
+        failures[review.pop("failure")] += 1
+        rows.append({"batch_id": batch_id, "rollout_id": eid, **review, "created_at": created, "session_id": eid, "reviewer": VERIFIER,
+                     "rubric": f"{rec.get('environment') or 'env'}-final-state",
+                     "review_id": "verdict-" + hashlib.sha1(f"{batch_id}\x1f{eid}".encode()).hexdigest()[:16]})
+    n = lake.write_batch("reviews", batch_id, rows)
+    return n, {"num_reviews": n, "manager": VERIFIER, "score_mean": round(sum(r["score"] for r in rows) / max(n, 1), 4),
+               "outcomes": dict(sorted(failures.items()))}
+
+
+def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
+                                   w_rl: float = 1.0, w_opd: float = 0.0) -> tuple[int, dict[str, Any]]:
+    """``multi_turn`` rows: the G episodes of a task are its GRPO group (reward = the episode's review
+    score); an episode's advantage is on every assistant token of its rollouts, 0 and masked elsewhere."""
+    scores: dict[str, float] = {}
+    for r in lake.read("reviews", batch_id=batch_id).to_pylist():
+        scores[r["rollout_id"]] = float(r["score"])  # one per episode (the check_reviews check)
+    rollouts = sorted(lake.read("rollouts", batch_id=batch_id).to_pylist(), key=lambda r: (r["task_id"], r["group_index"], r["rollout_id"]))
+    episodes = sorted({(r["task_id"], r["group_index"], r["session_id"]) for r in rollouts if r["session_id"] in scores})
+    adv, signal = group_advantages([t for t, _, _ in episodes], [scores[e] for _, _, e in episodes], scale_rewards=scale_rewards)
+    by_episode = {e: (a, s) for (_, _, e), a, s in zip(episodes, adv, signal)}
+    created = now_utc()
+    rows, skipped = [], []
+    for ro in rollouts:
+        eid = ro["session_id"]
+        spans = ro["turn_spans"] or []
+        if eid not in by_episode or not spans:
+            skipped.append(ro["rollout_id"])
+            continue
+        a, has_signal = by_episode[eid]
+        reward = scores[eid]
+        mask, token_adv = multiturn.segment_token_arrays(len(ro["completion_token_ids"]), spans, {s["turn_id"]: a for s in spans})
+        rows.append({
+            "batch_id": batch_id, "rollout_id": ro["rollout_id"], "task_id": ro["task_id"], "group_index": ro["group_index"],
+            "policy_version": ro["policy_version"], "outcome_reward": reward, "format_reward": 0.0, "process_reward": None,
+            "step_rewards": [], "manager_score": reward, "overlong_penalty": 0.0, "reward": reward, "reward_weights": WEIGHTS.to_json(),
+            "advantage": a, "step_advantages": [], "advantage_mode": "episode",
+            "kept": bool(has_signal) if dynamic_sampling else True, "created_at": created, "opd_signal": None,
+            "w_rl": float(w_rl), "w_opd": float(w_opd), "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
+            "turn_rewards": [reward] * len(spans), "turn_advantages": [a] * len(spans),
+        })
+    n = lake.write_batch("trajectories", batch_id, rows)
+    groups = {t for t, _, _ in episodes}
+    return n, {"num_trajectories": n, "kind": "multi_turn", "episodes": len(episodes), "groups": len(groups),
+               "groups_with_signal": len({t for (t, _, e) in episodes if by_episode[e][1]}), "kept": sum(r["kept"] for r in rows),
+               "skipped_rollouts": ", ".join(skipped[:10]) or None,
+               "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
+
+
+# --------------------------------------------------------------------------- checks
+def episodes_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> tuple[bool, str, dict[str, int]]:
+    """Every task has exactly ``num_generations`` episodes (distinct group indices), and every rollout
+    names a task of the batch."""
+    tasks = set(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
+    groups: dict[str, set[int]] = defaultdict(set)
+    for r in lake.read("rollouts", batch_id=batch_id, columns=["task_id", "group_index"]).to_pylist():
+        groups[r["task_id"]].add(int(r["group_index"]))
+    wrong = sorted(t for t in tasks | set(groups) if t not in tasks or groups.get(t) != set(range(num_generations)))
+    if wrong:
+        return False, f"{len(wrong)} task(s) without exactly {num_generations} episodes: {', '.join(wrong[:5])}", {"tasks": len(tasks),
+                                                                                                                "wrong": len(wrong)}
+    return True, f"{len(tasks)} tasks x {num_generations} episodes", {"tasks": len(tasks)}
+
+
+def one_review_per_episode(lake: Lakehouse, batch_id: str) -> tuple[bool, str, dict[str, int]]:
+    """Every episode has exactly one review (``rollout_id`` = the episode id), and no review is an orphan."""
+    from collections import Counter
+
+    episodes = set(_episodes(lake, batch_id))
+    counts = Counter(r["rollout_id"] for r in lake.read("reviews", batch_id=batch_id, columns=["rollout_id"]).to_pylist())
+    missing, doubled, orphans = sorted(episodes - set(counts)), sorted(e for e, n in counts.items() if n > 1), sorted(set(counts) - episodes)
+    if missing or doubled or orphans:
+        return False, (f"{len(missing)} episode(s) without a review, {len(doubled)} reviewed twice, "
+                       f"{len(orphans)} review(s) of unknown episodes"), {"missing": len(missing), "doubled": len(doubled),
+                                                                            "orphans": len(orphans)}
+    return True, f"{len(episodes)} episodes, one review each", {"episodes": len(episodes)}
