@@ -84,3 +84,21 @@ def test_a_terminal_batch_lands_episodes_reviews_and_multi_turn_trajectories_and
     checkpoints = lake.read("checkpoints").to_pylist()
     [new] = [c for c in checkpoints if c["checkpoint_id"] not in before]
     assert batch_id in new["trained_on"] and new["trajectory_count"] == 4
+
+
+@needs_sandbox
+def test_the_terminal_benchmark_runs_greedy_episodes_on_the_held_out_split(home, tiny_model_dir):
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.stages.evaluation import benchmark_checkpoint
+
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    res, summary = benchmark_checkpoint(lake, paths, PolicySettings(model=str(tiny_model_dir)), "base", "terminal", limit=3,
+                                        max_new_tokens=8)
+    assert (summary.benchmark, summary.n) == ("terminal", 3) and summary.accuracy == 0.0  # a random model solves nothing
+    assert summary.ci_low <= summary.accuracy <= summary.ci_high
+    per_level = res.metadata["success_per_level"]
+    assert sum(v["n"] for v in per_level.values()) == 3 and all(v["success"] == 0.0 and v["ci_high"] > 0 for v in per_level.values())
+    items = lake.read("benchmark_items").to_pylist()
+    assert len(items) == 3 and all("-l" in i["item_id"] and not i["correct"] for i in items)
+    assert all(int(i["item_id"].split("-")[3]) < 30 for i in items)  # the held-out split

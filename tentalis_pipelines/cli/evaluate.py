@@ -22,7 +22,8 @@ from tentalis_pipelines.cli.common import (
 @app.command()
 def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
-    tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | path/to/tasks.jsonl"),
+    tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
+                              "split, one greedy episode per task) | path/to/tasks.jsonl"),
     limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
     seed: int = typer.Option(0, help="Seed of the subset."),
     format: str = typer.Option("table", "--format", "-f", help="table | json"),
@@ -44,14 +45,17 @@ def benchmark(
     policy = PolicySettings(model=model or os.environ.get("TENTALIS_MODEL", "embedded"))
     try:
         with console.status(f"evaluating {checkpoint} on {tasks}..."):
-            _, s = benchmark_checkpoint(Lakehouse(paths.lakehouse), paths, policy, checkpoint, tasks, limit=limit, seed=seed, record=record,
-                                        max_new_tokens=max_new_tokens)
+            res, s = benchmark_checkpoint(Lakehouse(paths.lakehouse), paths, policy, checkpoint, tasks, limit=limit, seed=seed, record=record,
+                                          max_new_tokens=max_new_tokens)
     except (BenchmarkDataMissing, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     out = {"checkpoint": checkpoint, "benchmark": s.benchmark, "n": s.n, "accuracy": s.accuracy,
            "lenient_accuracy": s.lenient_accuracy, "format_rate": s.format_rate, "ci_low": s.ci_low,
            "ci_high": s.ci_high, "seconds": round(s.seconds, 2)}
+    per_level = res.metadata.get("success_per_level")
+    if format == "json" and per_level:
+        out["success_per_level"] = per_level
     if format == "json":
         sys.stdout.write(json.dumps(out) + "\n")
         return
@@ -60,6 +64,8 @@ def benchmark(
         t.add_column(k)
     t.add_row(*[f"{v:.3f}" if isinstance(v, float) else str(v) for v in out.values()])
     console.print(t)
+    for level, v in (per_level or {}).items():
+        console.print(f"  level {level}: {v['success']:.3f} of {v['n']} (95% CI {v['ci_low']:.3f}-{v['ci_high']:.3f})")
 
 
 @app.command("export-curve")

@@ -1,8 +1,11 @@
-"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval and any JSONL task file.
+"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval, the terminal gym's held-out split and
+any JSONL task file.
 
 Each item is answered greedily by a policy; math answers are checked strictly (the answer inside
 ``<answer>`` tags is right) and leniently (the last number in the text is right); code is run against
-its tests in the sandbox (pass@1). Accuracies come with 95% bootstrap intervals, and two checkpoints
+its tests in the sandbox (pass@1); a terminal item is one greedy agent episode in the sandbox
+(``envs/``, up to ``TERMINAL_MAX_TURNS`` turns of ``max_new_tokens`` each), correct when the final
+check passes (accuracy = success rate; the levels' success rates are in the stage's metadata). Accuracies come with 95% bootstrap intervals, and two checkpoints
 are compared on the same items (paired) by the promotion gate.
 """
 
@@ -25,15 +28,16 @@ from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.steps import last_number, parse_completion
 from tentalis_pipelines.settings import data_dir
-from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap
+from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap, wilson_interval
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
-from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE
+from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
-DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384}
+DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 90}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128}  # terminal: per turn
+TERMINAL_MAX_TURNS = 8
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -142,6 +146,10 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
     if name_or_path == "humaneval":
         return "humaneval", _subset(load_humaneval(), limit or DEFAULT_LIMITS["humaneval"], seed)
+    if name_or_path == "terminal":  # the held-out split: the first 30 tasks of each level (never in a training batch)
+        items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
+                           extra={"level": t.level, "task": t.to_dict()}) for t in terminal_held_out_tasks()]
+        return "terminal", _subset(items, limit or DEFAULT_LIMITS["terminal"], seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -164,9 +172,12 @@ def evaluate_items(
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
     by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
-    math_items = [it for it in items if it.environment != "code"]
+    math_items = [it for it in items if it.environment not in ("code", "terminal")]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
+    terminal_items = [it for it in items if it.environment == "terminal"]
+    if terminal_items:
+        out.update(evaluate_terminal_items(backend, terminal_items, max_new_tokens=max_new_tokens))
     if math_items:
         prompts = [render_prompt(backend.tokenizer, it.prompt, skills=[s["text"] for s in by_item[it.item_id]]) for it in math_items]
         gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0))
@@ -194,6 +205,42 @@ def evaluate_items(
             res = sandbox_run(header, code, it.extra["test"], it.extra["entry_point"])
             out[it.item_id] = ItemResult(it, text, res.status, bool(res.passed), bool(res.passed), "```" in text)
     return [out[it.item_id] for it in items]
+
+
+def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
+                            max_turns: int = TERMINAL_MAX_TURNS) -> dict[str, ItemResult]:
+    """One greedy episode per terminal item (``envs.policies.ChatPolicy`` on the backend's model, all
+    episodes in lock step): correct when the final check passes; ``formatted`` when some turn held a
+    command; the completion is the assistant turns, the extracted answer the submitted one."""
+    from tentalis_pipelines.envs.policies import ChatPolicy
+    from tentalis_pipelines.envs.runner import run_episodes
+    from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
+    from tentalis_pipelines.envs.terminal_tasks import TerminalTask
+
+    if getattr(backend, "model", None) is None or getattr(backend, "tokenizer", None) is None:
+        raise ValueError(f"the terminal benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
+    policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
+    tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
+    episodes = run_episodes(lambda: TerminalEnv(TerminalConfig(max_turns=max_turns)), tasks, policy.generate_batch)
+    out = {}
+    for it, ep in zip(items, episodes):
+        answer = next((t.info.get("answer") for t in reversed(ep.turns) if t.info.get("answer") is not None), None)
+        completion = "\n\n".join(t.text for t in ep.turns) + f"\n\n[{ep.end_reason}: {ep.verdict.detail}]"
+        out[it.item_id] = ItemResult(it, completion, answer, ep.passed, ep.passed, any(t.action is not None for t in ep.turns))
+    return out
+
+
+def level_success(results: list[ItemResult]) -> dict[str, dict[str, float]]:
+    """Per level (items with a ``level``): n, success rate and its 95% Wilson interval."""
+    by_level: dict[int, list[bool]] = {}
+    for r in results:
+        if r.item.extra.get("level") is not None:
+            by_level.setdefault(int(r.item.extra["level"]), []).append(bool(r.correct))
+    out = {}
+    for level, ok in sorted(by_level.items()):
+        lo, hi = wilson_interval(sum(ok), len(ok))
+        out[str(level)] = {"n": len(ok), "success": round(sum(ok) / len(ok), 4), "ci_low": round(lo, 4), "ci_high": round(hi, 4)}
+    return out
 
 
 def _code_prompt(tokenizer, prompt: str) -> str:

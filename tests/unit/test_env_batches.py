@@ -154,3 +154,25 @@ def test_the_g_episodes_of_a_task_are_its_group_and_only_assistant_tokens_are_tr
     assert tr[("t1", 0)]["advantage"] == 0.0 and not tr[("t1", 0)]["kept"] and tr[("t0", 1)]["kept"]
     ok, _, _ = env_batches.one_review_per_episode(lake, bid)
     assert ok
+
+
+def test_the_terminal_benchmark_is_the_held_out_split():
+    from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS, level_success, load_benchmark
+
+    assert "terminal" in BENCHMARKS
+    name, items = load_benchmark("terminal")
+    assert name == "terminal" and len(items) == 90
+    assert all(it.environment == "terminal" and it.extra["task"]["split"] == "test" for it in items)
+    assert {it.extra["level"] for it in items} == {1, 2, 3}
+    train = {t.task_id for t in batches.terminal_training_tasks(0, 150, (1, 2, 3))}
+    assert not train & {it.item_id for it in items}
+    _, some = load_benchmark("terminal", limit=6)
+    assert len(some) == 6 and some == load_benchmark("terminal", limit=6)[1]  # a fixed seeded subset
+
+    from tentalis_pipelines.evaluation.benchmarks import ItemResult
+
+    results = [ItemResult(it, "", None, ok, ok, True) for it, ok in zip(items[:3] + items[30:32], [True, False, False, True, True])]
+    per_level = level_success(results)
+    # Level 1: 1 of 3, Wilson 95% [0.0615, 0.7923]; level 2: 2 of 2, [0.3424, 1.0].
+    assert per_level["1"] == {"n": 3, "success": 0.3333, "ci_low": 0.0615, "ci_high": 0.7923}
+    assert per_level["2"]["success"] == 1.0 and per_level["2"]["ci_low"] == pytest.approx(0.3424, abs=1e-4)
