@@ -264,7 +264,10 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval
+    if benchmark == "terminal" and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
+        lo, hi = wilson_interval(int(sum(correct)), n)
+    else:
+        lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval
     return BenchmarkSummary(
         benchmark=benchmark,
         n=n,

@@ -103,7 +103,8 @@ def test_result_lands_one_rollout_per_worker_with_parsed_steps(lake):
                 "temperature": 1.0, "seconds": 1.5, "created_at": DAY2,
                 # live-session columns (tentalis serve): empty for a Bridge result
                 "session_id": None, "prompt_token_ids": None, "assistant_mask": None, "turn_spans": None,
-                "skill_ids": None}  # no prompt of ours: no skills injected
+                "skill_ids": None,  # no prompt of ours: no skills injected
+                "episode": None}  # not an agent episode
     assert row == expected
     version = _version(lake, "rollouts")
     assert land_task_result(lake, {"task_id": "t1", "worker_id": "w1", "result": text, "elapsed_seconds": 1.5}, "acme")["status"] == "unchanged"
