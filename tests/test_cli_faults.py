@@ -22,7 +22,7 @@ from tentalis_pipelines import audit, retraction
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.schemas import SCHEMAS
 from tentalis_pipelines.training import serving
-from tests.unit.test_lineage import REVIEWED, SECRET, copy_home, cycles  # noqa: F401 - cycles is a fixture
+from tests.test_lineage_integration import REVIEWED, SECRET, copy_home, cycles  # noqa: F401 - cycles is a fixture
 
 KILL_AT = Path(__file__).with_name("kill_at.py")
 REASON = "the reviewer withdrew it"

@@ -14,14 +14,16 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
-from tentalis_pipelines import lineage
+from tentalis_pipelines import audit, lineage, promotion, retraction
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.stages.training import train_checkpoint
+from tentalis_pipelines.training import serving
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 PROMPTS = {"b1": "What is 2 + 3?", "b2": "What is 4 + 4?", "b3": "What is 9 - 2?"}
@@ -163,11 +165,152 @@ def _critiques_on_disk(table_dir: Path) -> list[str]:
     return out
 
 
+def test_cli_lineage_prints_versions_and_ids(cycles, monkeypatch):
+    from tentalis_pipelines.cli import app
+
+    c1, c2, c3 = cycles["ids"]
+    monkeypatch.setenv("TENTALIS_HOME", str(cycles["home"]))
+    monkeypatch.setenv("DAGSTER_HOME", str(cycles["home"] / "dagster"))
+    runner = CliRunner()
+    out = runner.invoke(app, ["lineage", c3, "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)
+    assert data["tables"]["reviews"] == 2 and [t["rollout_id"] for t in data["trajectories"]][:1] == ["b3-r0"]
+    out = runner.invoke(app, ["lineage", c2, "--verify"], terminal_width=250)
+    assert out.exit_code == 0, out.output
+    assert "matches" in out.output and "b2-r0" in out.output and REVIEWED in out.output and c1 in out.output
+    out = runner.invoke(app, ["lineage", "ckpt-nope"])
+    assert out.exit_code == 2 and "ckpt-nope" in out.output
 
 
+def test_retracting_a_review_deletes_it_from_disk_and_moves_serving_off_every_checkpoint_that_used_it(cycles, tmp_path, monkeypatch):
+    from tentalis_pipelines.cli import app
+
+    c1, c2, c3 = cycles["ids"]
+    paths, lake = copy_home(cycles["home"], tmp_path / "home")
+    assert serving.serving_checkpoint(lake) == c3
+    assert SECRET in _critiques_on_disk(Path(lake.root) / "reviews")  # the checks below can see it
+    assert len([p for p in Path(lake.root).rglob("*") if p.is_file() and SECRET[:40].encode() in p.read_bytes()]) == 3
+    monkeypatch.setenv("TENTALIS_HOME", str(paths.home))
+    monkeypatch.setenv("DAGSTER_HOME", str(paths.home / "dagster"))
+
+    out = CliRunner().invoke(app, ["retract", "--review", REVIEWED, "--reason", "the reviewer withdrew it: wrong rubric",
+                                   "--actor", "alice", "--json"])
+    assert out.exit_code == 0, out.output
+    result = json.loads(out.output)
+    # b2's review of r0 (and its human_reviews source) goes, with b2's whole group t0: the four
+    # trajectories whose advantages were normalised with that score.
+    assert result["deleted"] == {"human_reviews": 1, "reviews": 1, "trajectories": 4}
+    assert result["affected"] == {c2: "direct", c3: f"inherited from {c2}"}
+    assert (result["serving_before"], result["serving_after"]) == (c3, c1)
+
+    # Gone from every file on disk after vacuum, not only from the current snapshot.
+    for name in ("reviews", "human_reviews"):
+        assert SECRET not in _critiques_on_disk(Path(lake.root) / name), name
+    # Nor in any byte of the lakehouse, Delta logs included (an unpartitioned table's log statistics
+    # held the critique's first 64 characters; the retraction cuts that log to its current version).
+    leaks = [p for p in Path(lake.root).rglob("*") if p.is_file() and SECRET[:40].encode() in p.read_bytes()]
+    assert leaks == [] and result["purged_log_files"]["human_reviews"] > 0
+    assert [r for r in lake.read("trajectories", batch_id="b2").to_pylist()] == []
+    assert sorted(r["rollout_id"] for r in lake.read("reviews", batch_id="b2").to_pylist()) == ["b2-r1", "b2-r2", "b2-r3"]
+    assert len(lake.read("trajectories", batch_id="b1")) == 4  # other batches untouched
+
+    # Serving moved to the newest unaffected checkpoint; the move and the retraction are audited.
+    assert serving.serving_checkpoint(lake) == c1
+    last = serving.serving_history(lake)[-1]
+    assert (last["from_checkpoint"], last["to_checkpoint"], last["action"], last["actor"]) == (c3, c1, "retract", "alice")
+    (row,) = audit.rows(lake, action="retraction")
+    assert (row["actor"], row["subject"], row["from_state"], row["to_state"]) == ("alice", f"review {REVIEWED}", c3, c1)
+    assert row["reason"] == "the reviewer withdrew it: wrong rubric"
+    assert json.loads(row["detail"])["affected"] == {c2: "direct", c3: f"inherited from {c2}"}
+    assert {r["subject"] for r in audit.rows(lake, action=audit.TAINTED)} == {c2, c3}
+    assert [(r["action"], r["from_state"], r["to_state"]) for r in audit.rows(lake, action="retract")] == [("retract", c3, c1)]
+    # A checkpoint trained on retracted data is never served again; c1's lineage still replays, c2's cannot.
+    with pytest.raises(serving.ServingError, match="retracted"):
+        serving.promote(lake, c2, actor="bob", reason="try")
+    assert lineage.replay(lake, c1, cycles["tok"]) == cycles["seen"][0]
+    with pytest.raises(lineage.LineageError, match="vacuumed"):
+        lineage.replay(lake, c2, cycles["tok"])
+    # The same id again: nothing left to retract.
+    with pytest.raises(retraction.RetractionError, match="no review"):
+        retraction.retract(lake, review=REVIEWED, reason="again", actor="alice")
 
 
+def test_retracting_a_task_takes_its_rollouts_scores_reviews_and_trajectories(cycles, tmp_path):
+    _, lake = copy_home(cycles["home"], tmp_path / "home")
+    c1 = cycles["ids"][0]
+    # The on-disk check sees rows in every file, partition values (batch_id is in the folder name) included.
+    assert retraction.remaining_matches(lake, "trajectories", [{"batch_id": "b1", "rollout_id": "b1-r0"}]) == 1
+    assert retraction.remaining_matches(lake, "trajectories", [{"batch_id": "b2", "rollout_id": "b1-r0"}]) == 0
+    # Task t0 of every batch: all three checkpoints trained on it, so serving falls back to the base model.
+    result = retraction.retract(lake, task="t0", reason="the task leaked a benchmark item", actor="bob")
+    assert result.deleted == {"tasks": 3, "step_scores": 12, "step_labels": 0, "human_reviews": 1, "rollouts": 12, "reviews": 12,
+                              "trajectories": 12}
+    assert set(result.affected) == set(cycles["ids"]) and result.affected[c1] == "direct"
+    assert serving.serving_checkpoint(lake) == "base"
+    for name in ("tasks", "rollouts", "step_scores", "reviews", "trajectories"):
+        assert lake.read(name).num_rows == 0 and retraction.remaining_matches(lake, name, [{"task_id": "t0"}, {"batch_id": "b1"}]) == 0
+    with pytest.raises(retraction.RetractionError, match="exactly one"):
+        retraction.retract(lake, task="t0", review="x", reason="r", actor="a")
+    with pytest.raises(retraction.RetractionError, match="reason"):
+        retraction.retract(lake, task="t9", reason=" ", actor="a")
 
 
+def test_every_promotion_rollback_and_gate_decision_is_an_audit_row(cycles, tmp_path):
+    c1, c2, c3 = cycles["ids"]
+    _, lake = copy_home(cycles["home"], tmp_path / "home")
+    # The trainer's three promotions.
+    assert [(r["actor"], r["action"], r["from_state"], r["to_state"]) for r in audit.rows(lake)] == [
+        ("trainer", "promote", "base", c1), ("trainer", "promote", c1, c2), ("trainer", "promote", c2, c3)]
+    serving.rollback(lake, actor="carol", reason="c3 regressed in production")
+    serving.promote(lake, c3, actor="dave", reason="fixed upstream")
+    items = lambda cid, n: [{"checkpoint_id": cid, "benchmark": "arithmetic", "item_id": f"i{k}", "prompt": "", "completion": "",  # noqa: E731
+                             "extracted_answer": "1", "reference": "1", "correct": k < n, "lenient_correct": k < n, "formatted": True,
+                             "created_at": now_utc()} for k in range(40)]
+    lake.replace_where("benchmark_items", {"checkpoint_id": c3, "benchmark": "arithmetic"}, items(c3, 30))
+    lake.replace_where("benchmark_items", {"checkpoint_id": c2, "benchmark": "arithmetic"}, items(c2, 5))
+    incumbent, decision = promotion.decide_promotion(lake, c2, "arithmetic")  # worse than what serves: rejected
+    assert incumbent == c3 and not decision.promote
+    rows = audit.rows(lake)[3:]
+    assert [(r["actor"], r["action"], r["subject"], r["from_state"], r["to_state"]) for r in rows] == [
+        ("carol", "rollback", c2, c3, c2), ("dave", "promote", c3, c2, c3), ("gate", "gate_decision", c2, c3, "reject")]
+    assert rows[0]["reason"] == "c3 regressed in production" and decision.reason in rows[2]["reason"]
+    assert json.loads(rows[2]["detail"])["n_paired"] == 40
+    # A checkpoint a retraction tainted is rejected by the gate even when its benchmark says promote.
+    retraction.retract(lake, review=REVIEWED, reason="withdrawn", actor="alice")  # taints c2 and c3; serving moves to c1
+    lake.replace_where("benchmark_items", {"checkpoint_id": c1, "benchmark": "arithmetic"}, items(c1, 5))
+    incumbent, decision = promotion.decide_promotion(lake, c3, "arithmetic")
+    assert incumbent == c1 and not decision.promote and "retracted" in decision.reason and serving.serving_checkpoint(lake) == c1
+    assert audit.rows(lake)[-1]["to_state"] == "reject"
 
 
+def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_them(home, tiny_model_dir):
+    """Other features add a `skills` table and a `rollouts.skill_ids` column; the manifest records both."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    write_batch(lake, tok, "b1", "base")
+    rollouts = lake.read("rollouts", batch_id="b1")
+    skills = [["sk-1"], ["sk-1", "sk-2"], [], None]
+    column = pa.array(skills, pa.list_(pa.string()))
+    at = rollouts.schema.get_field_index("skill_ids")  # the rollouts schema has the column since skills landed
+    rollouts = rollouts.set_column(at, "skill_ids", column) if at >= 0 else rollouts.append_column("skill_ids", column)
+    write_deltalake(lake.uri("rollouts"), rollouts,
+                    mode="overwrite", predicate="batch_id = 'b1'", schema_mode="merge", partition_by=["batch_id"])
+    write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-1", "sk-2"], "text": ["a", "b"]}))
+    write_deltalake(f"{lake.root}/skills", pa.table({"skill_id": ["sk-3"], "text": ["c"]}), mode="append")
+
+    versions = lineage.table_versions(lake)
+    assert versions == {"tasks": 0, "rollouts": 1, "step_scores": 0, "reviews": 0, "trajectories": 0, "skills": 1}
+    fresh = lineage.order_trajectories(stage_training.untrained_trajectories(lake, "base", versions).to_pylist())
+    samples, by_id = stage_training.build_samples(lake, tok, fresh, versions)
+    m = lineage.build_manifest(lake, checkpoint_id="ckpt-x", parent_id=None, policy_version="base", versions=versions, trajectories=fresh,
+                               rollouts=by_id, samples=samples, config={}, base_model="tiny", model=str(tiny_model_dir))
+    assert m["skills"] == ["sk-1", "sk-2"] and m["tables"]["skills"] == 1
+    assert [r["review_key"] for r in m["hints"]] == ["b1/b1-r0/verifier", "b1/b1-r2/verifier"] and len(m["reviews"]) == 4
+    kinds = [r["kind"] for r in lineage.lineage_rows(m)]
+    assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
+    assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])

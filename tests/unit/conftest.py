@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 # Imported before any test runs: on its first import, Dagster's vendored croniter asks the `file` program
 # about the platform (a subprocess), which the guard below would otherwise blame on whichever test came first.
 import dagster._vendored.croniter  # noqa: F401
 import pytest
+
+HERE = Path(__file__).resolve().parent
 
 
 class NotAUnitTest(AssertionError):
@@ -28,15 +31,32 @@ def _refuse(what: str):
     return refuse
 
 
-@pytest.fixture(autouse=True)
-def _only_pure_work(monkeypatch):
-    monkeypatch.setattr(subprocess.Popen, "__init__", _refuse("start a subprocess"))
-    # Only what the test modules already imported can be called: guard those (importing transformers or
-    # dagster here just to guard them would cost the seconds this folder exists to save).
+def _guards():
+    guards = [(subprocess.Popen, "__init__", _refuse("start a subprocess"))]
+    # Only what the test modules already imported can be called: guard those (importing transformers
+    # here just to guard it would cost the seconds this folder exists to save).
     if "transformers" in sys.modules:
-        monkeypatch.setattr(sys.modules["transformers"].PreTrainedModel, "__init__", _refuse("build a model"))
-    if "dagster" in sys.modules:
-        from dagster._core.execution import api
+        guards.append((sys.modules["transformers"].PreTrainedModel, "__init__", _refuse("build a model")))
+    from dagster._core.execution import api
 
-        monkeypatch.setattr(api.ExecuteRunWithPlanIterable, "__init__", _refuse("run a Dagster job"))
-    yield
+    guards.append((api.ExecuteRunWithPlanIterable, "__init__", _refuse("run a Dagster job")))
+    return guards
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Guard the whole protocol of each test here, its fixtures' setup and teardown included (a
+    module-scoped fixture that trains a model is as slow as a test that does). Pytest calls this hook
+    for every test of the session, so it guards only the tests under this folder."""
+    if HERE not in Path(item.path).parents:
+        yield
+        return
+    saved = []
+    for owner, name, replacement in _guards():
+        saved.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in reversed(saved):
+            setattr(owner, name, original)

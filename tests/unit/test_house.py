@@ -7,6 +7,7 @@ Plain AST walks over the repository's files: no import is executed.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,12 @@ PROJECT = PRODUCT + LAB
 
 def _files(*tops: str) -> list[Path]:
     return sorted(p for top in tops for p in (ROOT / top).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+@functools.cache
+def _tree(path: Path) -> ast.Module:
+    """Each file parsed once for all the checks."""
+    return ast.parse(path.read_text(), str(path))
 
 
 def _module_name(path: Path) -> str:
@@ -50,7 +57,7 @@ def private_imports(path: Path, source: str | None = None) -> list[str]:
     """Every use of another project module's private (``_name``) attribute: ``from m import _x`` and
     ``m._x`` where ``m`` is an imported project module. Dunder names are not private."""
     module = _module_name(path)
-    tree = ast.parse(path.read_text() if source is None else source, str(path))
+    tree = _tree(path) if source is None else ast.parse(source, str(path))
     found = []
     aliases: dict[str, str] = {}
     for line, imported, names in _imports(tree, module):
@@ -82,7 +89,7 @@ def test_no_module_uses_another_modules_private_name():
 def test_the_product_never_imports_the_lab():
     found = []
     for path in _files(*PRODUCT):
-        for line, imported, _ in _imports(ast.parse(path.read_text()), _module_name(path)):
+        for line, imported, _ in _imports(_tree(path), _module_name(path)):
             if _top(imported) in LAB:
                 found.append(f"{path.relative_to(ROOT)}:{line}: imports {imported}")
     assert not found, "\n".join(found)
@@ -94,7 +101,7 @@ def test_the_library_never_imports_its_cli():
         module = _module_name(path)
         if module.startswith("tentalis_pipelines.cli"):
             continue
-        for line, imported, _ in _imports(ast.parse(path.read_text()), module):
+        for line, imported, _ in _imports(_tree(path), module):
             if imported == "tentalis_pipelines.cli" or imported.startswith("tentalis_pipelines.cli."):
                 found.append(f"{path.relative_to(ROOT)}:{line}: imports {imported}")
     assert not found, "\n".join(found)
@@ -103,7 +110,7 @@ def test_the_library_never_imports_its_cli():
 def test_no_test_or_experiment_edits_sys_path():
     found = []
     for path in _files(*PROJECT):
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(_tree(path)):
             if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
                     and node.value.id == "sys" and path != Path(__file__).resolve()):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")

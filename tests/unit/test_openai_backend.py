@@ -75,7 +75,8 @@ class ScriptedServer:
 
         self.httpd = Server(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        # A short poll so shutdown() returns at once (the default 0.5 s would dominate these tests).
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     def __enter__(self) -> ScriptedServer:
         self.thread.start()
