@@ -106,6 +106,7 @@ class TerminalConfig:
     end_on_violation: bool = True
     system_prompt: str = SYSTEM_PROMPT
     demonstration: bool = True  # the worked example (module doc) before the task
+    demonstration_messages: tuple[dict[str, str], ...] = DEMONSTRATION  # which worked example (a variant's)
 
 
 def parse_action(text: str) -> tuple[str | None, str]:
@@ -229,7 +230,8 @@ class TerminalEnv(Environment):
         except SandboxUnavailableError as exc:
             raise EnvironmentUnavailable(f"the terminal environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid  # kept after the episode: its processes are findable by uid
-        demo = [{**m, "kind": "demonstration"} for m in DEMONSTRATION] if self.config.demonstration else []
+        demo = ([{**m, "kind": "demonstration"} for m in self.config.demonstration_messages]
+                if self.config.demonstration else [])
         return Observation([
             {"role": "system", "content": self.config.system_prompt, "kind": "system"},
             *demo,
