@@ -51,3 +51,15 @@ def test_level_0_is_solved_in_one_turn_by_submitting_the_named_commands_output()
         if not (ep.passed and ep.turns_used == 1):
             failed.append((task.task_id, ep.end_reason, ep.verdict.detail))
     assert failed == []
+
+
+def test_the_repeat_notice_follows_a_repeated_command_only_when_asked_for():
+    from tentalis_pipelines.envs.agents import scripted_agent
+    from tentalis_pipelines.envs.terminal import REPEAT_NOTICE, TerminalConfig
+
+    task = next(t for t in TASKS if t.family == "run_cat")
+    for on in (True, False):
+        ep = run_episode(TerminalEnv(TerminalConfig(max_turns=4, repeat_notice=on)), task,
+                         scripted_agent(["cat readme.txt", "cat readme.txt", "ls"]))
+        shown = [m["content"] for m in ep.messages if m.get("kind") == "observation"]
+        assert [REPEAT_NOTICE in s for s in shown[:3]] == [False, on, False]

@@ -59,8 +59,9 @@ TWO_TURN_NAMED_DEMO = (
 )
 SHORT_SYSTEM = ("You are a shell agent. Reply with exactly one bash code block holding one command. "
                 "To answer, run: submit ANSWER")
-VARIANTS = {
+VARIANTS = {  # name: (system prompt, worked example); "repeat_notice" also turns the notice on
     "default": (None, None),
+    "repeat_notice": (None, None),  # the default prompt; a repeated command is told to submit its output
     "named_demo": (None, TWO_TURN_NAMED_DEMO),  # the example is itself a named-command task
     "submit_subst": (SHORT_SYSTEM + "\nTo submit a command's output in one step: submit $(COMMAND)", ONE_TURN_DEMO),
 }
@@ -84,6 +85,8 @@ def main() -> None:
     ap.add_argument("--no-greedy", action="store_true", help="skip the greedy episodes")
     ap.add_argument("--batch", type=int, default=1, help="episodes in lock step (1: one at a time, as before)")
     ap.add_argument("--tag", default="", help="file name suffix: terminal_base_<tag>.csv (default: the 1-3 files)")
+    ap.add_argument("--episodes-tag", default="", help="episodes file suffix (default: --tag); the summary rows are "
+                    "appended to terminal_base_<tag>.csv")
     args = ap.parse_args()
 
     import torch
@@ -111,7 +114,8 @@ def main() -> None:
     system, demo = VARIANTS[args.variant]
     config = TerminalConfig(max_turns=args.max_turns)
     config = replace(config, system_prompt=system or config.system_prompt,
-                     demonstration_messages=demo or config.demonstration_messages)
+                     demonstration_messages=demo or config.demonstration_messages,
+                     repeat_notice=args.variant == "repeat_notice")
     meta = {"model": model_dir.name, "dtype": dtype, "device": args.device, "max_turns": args.max_turns,
             "max_new_tokens": args.max_new_tokens, "variant": args.variant, "commit": commit(), "cpu": cpu["model"],
             "cpu_flags": " ".join(cpu["flags"]), "threads": torch.get_num_threads()}
@@ -139,7 +143,8 @@ def main() -> None:
 
     suffix = f"_{args.tag}" if args.tag else ""
     args.out.mkdir(parents=True, exist_ok=True)
-    with open(args.out / f"terminal_base{suffix}_episodes.csv", "w", newline="") as fh:
+    ep_suffix = f"_{args.episodes_tag}" if args.episodes_tag else suffix
+    with open(args.out / f"terminal_base{ep_suffix}_episodes.csv", "w", newline="") as fh:
         w = csv.writer(fh)
         head = ["task_id", "level", "family", "passed", "end_reason", "turns", "format_errors", "commands"]
         w.writerow((["variant", "mode", "sample"] if args.tag else []) + head)

@@ -109,3 +109,11 @@ def test_levels_parsing_takes_0_for_terminal_only():
     for bad, tasks in (("0", "arithmetic"), ("4", "terminal"), ("x", "terminal")):
         with pytest.raises(typer.Exit):
             parse_levels(bad, tasks)
+
+
+def test_a_repeated_command_gets_the_notice_to_submit_its_output():
+    from tentalis_pipelines.envs.terminal import REPEAT_NOTICE, TerminalConfig, repeat_notice
+
+    assert repeat_notice("wc -l < a.txt", "wc -l < a.txt ") == "\n" + REPEAT_NOTICE
+    assert repeat_notice("wc -l < a.txt", None) == "" and repeat_notice("wc -l < a.txt", "ls") == ""
+    assert TerminalConfig().repeat_notice is False  # opt-in: the default environment is unchanged
