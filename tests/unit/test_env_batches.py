@@ -179,3 +179,5 @@ def test_the_terminal_benchmark_is_the_held_out_split():
     # Level 1: 1 of 3, Wilson 95% [0.0615, 0.7923]; level 2: 2 of 2, [0.3424, 1.0].
     assert per_level["1"] == {"n": 3, "success": 0.3333, "ci_low": 0.0615, "ci_high": 0.7923}
     assert per_level["2"]["success"] == 1.0 and per_level["2"]["ci_low"] == pytest.approx(0.3424, abs=1e-4)
+    level0 = level_success([ItemResult(items[0], "", None, False, False, True)])
+    assert level0 == {"0": {"n": 1, "success": 0.0, "ci_low": 0.0, "ci_high": level0["0"]["ci_high"]}}  # level 0 is kept
