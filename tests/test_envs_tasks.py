@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
@@ -13,12 +14,12 @@ from tentalis_pipelines.envs.agents import do_nothing_agent, oracle_agent
 from tentalis_pipelines.envs.base import SUBMITTED
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalEnv
-from tentalis_pipelines.envs.terminal_tasks import generate_tasks
+from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS, generate_tasks
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                 reason="the sandbox needs Linux namespaces and root (CI runs as root)")
 
-TASKS = generate_tasks()
+TASKS = generate_tasks(levels=ALL_LEVELS)  # level 0 (opt-in) too
 
 
 def _both(task):
@@ -28,7 +29,7 @@ def _both(task):
 
 
 def test_every_task_is_solved_by_its_oracle_and_failed_by_doing_nothing():
-    assert len(TASKS) >= 200
+    assert len(TASKS) >= 280
     unsolved, passed_idle = [], []
     with ThreadPoolExecutor(2) as pool:
         for task, solved, idle in pool.map(_both, TASKS):
@@ -39,3 +40,26 @@ def test_every_task_is_solved_by_its_oracle_and_failed_by_doing_nothing():
                 passed_idle.append(task.task_id)
     assert unsolved == []
     assert passed_idle == []
+
+
+def test_level_0_is_solved_in_one_turn_by_submitting_the_named_commands_output():
+    """``submit $(command)``: the one-turn solution a level-0 instruction invites."""
+    failed = []
+    for task in [t for t in TASKS if t.level == 0]:
+        command = task.instruction.split("`")[1]
+        ep = run_episode(TerminalEnv(), task, oracle_agent(replace(task, solution=[f"submit $({command})"])))
+        if not (ep.passed and ep.turns_used == 1):
+            failed.append((task.task_id, ep.end_reason, ep.verdict.detail))
+    assert failed == []
+
+
+def test_the_repeat_notice_follows_a_repeated_command_only_when_asked_for():
+    from tentalis_pipelines.envs.agents import scripted_agent
+    from tentalis_pipelines.envs.terminal import REPEAT_NOTICE, TerminalConfig
+
+    task = next(t for t in TASKS if t.family == "run_cat")
+    for on in (True, False):
+        ep = run_episode(TerminalEnv(TerminalConfig(max_turns=4, repeat_notice=on)), task,
+                         scripted_agent(["cat readme.txt", "cat readme.txt", "ls"]))
+        shown = [m["content"] for m in ep.messages if m.get("kind") == "observation"]
+        assert [REPEAT_NOTICE in s for s in shown[:3]] == [False, on, False]

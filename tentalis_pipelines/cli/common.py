@@ -129,11 +129,14 @@ def fail(message: str, code: int = 2) -> None:
 
 
 
-def parse_levels(levels: str) -> list[int]:
+def parse_levels(levels: str, tasks: str = "arithmetic") -> list[int]:
+    """``--levels`` for the task source: arithmetic 1-4, terminal 0-3 (level 0: the command is named)."""
+    allowed = (0, 1, 2, 3) if tasks == "terminal" else (1, 2, 3, 4)
     try:
         lv = [int(x) for x in levels.split(",") if x.strip()]
     except ValueError:
         lv = []
-    if not lv or any(level not in (1, 2, 3, 4) for level in lv):
-        fail(f"--levels {levels!r}: give difficulty levels from 1 to 4, comma-separated (e.g. 1 or 1,2)")
+    if not lv or any(level not in allowed for level in lv):
+        fail(f"--levels {levels!r}: give difficulty levels from {allowed[0]} to {allowed[-1]} for --tasks {tasks}, "
+             "comma-separated (e.g. 1 or 1,2)")
     return lv

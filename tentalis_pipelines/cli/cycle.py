@@ -100,7 +100,7 @@ def run(
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
                               "the terminal generator's training split; transformers backend)."),
-    levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 1-3)."),
+    levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
@@ -113,7 +113,7 @@ def run(
         check_seed(seed)
     check_seeded_source(tasks)
     t0 = time.time()
-    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=tuple(parse_levels(levels)), task_source=tasks,
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=tuple(parse_levels(levels, tasks)), task_source=tasks,
                         max_turns=max_turns, resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
     out = _execute_cycle(opts, "learning cycle")
     gate = out["decision"]
@@ -141,7 +141,7 @@ def batch_new(
     home: str | None = HomeOpt,
     num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
-    levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2."),
+    levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox)."),
     max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
@@ -156,7 +156,7 @@ def batch_new(
         check_seed(seed)
     check_seeded_source(tasks)
     try:
-        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels)),
+        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels, tasks)),
                                   task_source=tasks, max_turns=max_turns)
     except ValueError as exc:
         fail(str(exc))
@@ -176,7 +176,7 @@ def learn(
     num_generations: int = typer.Option(8, min=2, help="Samples per task (G; a group needs two to compare)."),
     max_new_tokens: int = typer.Option(96, min=1, help="Completion length limit."),
     gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
-    levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2."),
+    levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
     learning_rate: float | None = typer.Option(None, help="LoRA learning rate (> 0; default: the trainer resource's, 2e-4)."),
     beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
@@ -202,7 +202,7 @@ def learn(
     from tentalis_pipelines.resources import TrainerResource
 
     check_policy_settings()
-    lv = parse_levels(levels)
+    lv = parse_levels(levels, tasks)
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,

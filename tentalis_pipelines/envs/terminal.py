@@ -89,6 +89,11 @@ DEMONSTRATION = (
     {"role": "assistant", "content": "```bash\nsubmit red apple\n```"},
 )
 
+# Said after the output of a command that repeats the previous turn's (``TerminalConfig.repeat_notice``):
+# the embedded model's commonest failure is to run the right command again and again instead of submitting.
+REPEAT_NOTICE = ("[You ran this same command in your last turn and got the same output. If that output "
+                 "answers the task, submit it: submit followed by the output.]")
+
 ACTION_RE = re.compile(r"```(?:bash|sh|shell)[ \t]*\n(.*?)```", re.DOTALL)
 
 # Output that shows the sandbox stopped an attempt to leave the episode's tree (module doc).
@@ -106,6 +111,8 @@ class TerminalConfig:
     end_on_violation: bool = True
     system_prompt: str = SYSTEM_PROMPT
     demonstration: bool = True  # the worked example (module doc) before the task
+    demonstration_messages: tuple[dict[str, str], ...] = DEMONSTRATION  # which worked example (a variant's)
+    repeat_notice: bool = False  # a command identical to the previous turn's gets REPEAT_NOTICE after its output
 
 
 def parse_action(text: str) -> tuple[str | None, str]:
@@ -126,6 +133,11 @@ def parse_action(text: str) -> tuple[str | None, str]:
 def format_error_message(why: str) -> str:
     return (f"Format error: {why}. Reply with exactly one bash code block holding one command, like\n"
             "```bash\nls\n```\nTo finish, run submit ANSWER (or submit on its own after changing files).")
+
+
+def repeat_notice(command: str, previous: str | None) -> str:
+    """The notice after a command that repeats ``previous`` (the last turn's command), else ""."""
+    return "\n" + REPEAT_NOTICE if previous is not None and command.strip() == previous.strip() else ""
 
 
 def truncate_middle(text: str, limit: int) -> str:
@@ -217,6 +229,7 @@ class TerminalEnv(Environment):
         self._tree: dict[str, dict] | None = None
         self._verdict: Verdict | None = None
         self._marker = f"@@SUBMIT-{secrets.token_hex(8)}@@"
+        self._previous_command: str | None = None
 
     def reset(self, task: TerminalTask | dict) -> Observation:
         """Start an episode on ``task`` (a TerminalTask or its dict): a fresh sandbox with the task's tree."""
@@ -229,7 +242,8 @@ class TerminalEnv(Environment):
         except SandboxUnavailableError as exc:
             raise EnvironmentUnavailable(f"the terminal environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid  # kept after the episode: its processes are findable by uid
-        demo = [{**m, "kind": "demonstration"} for m in DEMONSTRATION] if self.config.demonstration else []
+        demo = ([{**m, "kind": "demonstration"} for m in self.config.demonstration_messages]
+                if self.config.demonstration else [])
         return Observation([
             {"role": "system", "content": self.config.system_prompt, "kind": "system"},
             *demo,
@@ -271,6 +285,9 @@ class TerminalEnv(Environment):
                     self.answer = answer
                     info["answer"] = answer
                     self._finish(SUBMITTED)
+                elif self.config.repeat_notice:
+                    text += repeat_notice(command, self._previous_command)
+            self._previous_command = command
         if not self.done and self.turn >= self.config.max_turns:
             self._finish(TURN_LIMIT)
         reward = 0.0

@@ -11,7 +11,12 @@ data (JSON) read by a Python function on the host, never by running anything fro
   "absent": true}``, ``{"path": p, "dir": true}``, ``{"path": p, "entries": [names]}`` (a directory
   holding exactly these names).
 
-Levels: 1, one command (count lines, count matching lines, the line that mentions a word, a field of a
+Levels: 0, the command is named (opt-in, never in the default levels): the instruction gives the exact
+command to run and asks for its output to be submitted (``wc -l < notes.txt``, ``grep -c ERROR app.log``,
+``cut -d, -f3 row.csv``, ``sed -n 4p poem.txt``, ``tail -n 1 queue.txt``, ``cat code.txt``), so an agent
+has only to copy the command into a bash block and submit what it printed (or ``submit $(command)`` in
+one turn): the curriculum's first step for a model that cannot yet choose commands (the embedded 135M
+solves 0% of levels 1-3); 1, one command (count lines, count matching lines, the line that mentions a word, a field of a
 line, the Nth line, the last line); 2, a pipeline or two steps (the most frequent entry, a column's sum,
 files by extension, distinct values, the largest number, a field of the matching record); 3, file edits
 in several steps (rename files, fix a config value, create a directory structure with content, move
@@ -34,7 +39,8 @@ from dataclasses import asdict, dataclass, field
 from tentalis_pipelines.envs.base import Verdict
 
 ENVIRONMENT = "terminal"
-LEVELS = (1, 2, 3)
+LEVELS = (1, 2, 3)  # the default levels (generation, the benchmark's levels 1-3)
+ALL_LEVELS = (0, *LEVELS)  # level 0 is opt-in: ask for it by name (``levels=(0,)``, ``--levels 0``)
 DEFAULT_PER_LEVEL = 80
 DEFAULT_TEST_PER_LEVEL = 30
 
@@ -171,6 +177,56 @@ def _fname(rng: random.Random, choices: list[str]) -> str:
 def _answer(instruction: str, tree: dict, expected: object, look: str) -> tuple[str, dict, dict, list[str]]:
     expected = str(expected)
     return instruction, tree, {"kind": "answer", "expected": expected}, [look, f"submit {expected}"]
+
+
+# level 0 ---------------------------------------------------------------------
+def _named(command: str, what: str, tree: dict, expected: object) -> tuple[str, dict, dict, list[str]]:
+    return _answer(f"Run the command `{command}` and submit {what} with submit.", tree, expected, command)
+
+
+def _run_wc(rng):
+    f = _fname(rng, ["notes.txt", "list.txt", "data.txt", "todo.txt", "words.txt"])
+    lines = _lines_of_words(rng, rng.randint(3, 30))
+    return _named(f"wc -l < {f}", "the number it prints", {f: "\n".join(lines) + "\n"}, len(lines))
+
+
+def _run_grep_count(rng):
+    f = _fname(rng, ["server.log", "app.log", "events.log"])
+    level = rng.choice(["ERROR", "WARN", "INFO"])
+    n = rng.randint(5, 30)
+    lines = [f"{rng.randint(10, 23)}:{rng.randint(10, 59)} {rng.choice(['INFO', 'DEBUG', 'ERROR', 'WARN'])} "
+             f"{rng.choice(WORDS)}" for _ in range(n)]
+    if not any(level in ln for ln in lines):
+        lines[rng.randrange(n)] = f"12:00 {level} {rng.choice(WORDS)}"
+    return _named(f"grep -c {level} {f}", "the number it prints", {f: "\n".join(lines) + "\n"},
+                  sum(level in ln for ln in lines))
+
+
+def _run_cut(rng):
+    f = _fname(rng, ["row.csv", "record.csv", "entry.csv"])
+    fields = [rng.choice(WORDS) if rng.random() < 0.6 else str(rng.randint(1, 999)) for _ in range(rng.randint(3, 7))]
+    k = rng.randint(1, len(fields))
+    return _named(f"cut -d, -f{k} {f}", "the value it prints", {f: ",".join(fields) + "\n"}, fields[k - 1])
+
+
+def _run_sed(rng):
+    f = _fname(rng, ["poem.txt", "story.txt", "lines.txt"])
+    lines = _lines_of_words(rng, rng.randint(5, 20), 1, 3)
+    k = rng.randint(2, len(lines))
+    return _named(f"sed -n {k}p {f}", "the line it prints", {f: "\n".join(lines) + "\n"}, lines[k - 1])
+
+
+def _run_tail(rng):
+    f = _fname(rng, ["queue.txt", "history.txt", "journal.txt"])
+    lines = _lines_of_words(rng, rng.randint(3, 20), 1, 3)
+    return _named(f"tail -n 1 {f}", "the line it prints", {f: "\n".join(lines) + "\n"}, lines[-1])
+
+
+def _run_cat(rng):
+    f = _fname(rng, ["code.txt", "secret.txt", "key.txt", "token.txt"])
+    value = rng.choice([str(rng.randint(100, 99999)), f"{rng.choice(WORDS)}{rng.randint(1, 99)}"])
+    return _named(f"cat {f}", "what it prints", {f: value + "\n", "readme.txt": f"{rng.choice(WORDS)} {rng.choice(WORDS)}\n"},
+                  value)
 
 
 # level 1 ---------------------------------------------------------------------
@@ -401,6 +457,8 @@ def _replace_word(rng):
 
 Generator = Callable[[random.Random], tuple[str, dict, dict, list[str]]]
 FAMILIES: dict[int, dict[str, Generator]] = {
+    0: {"run_wc": _run_wc, "run_grep_count": _run_grep_count, "run_cut": _run_cut, "run_sed": _run_sed,
+        "run_tail": _run_tail, "run_cat": _run_cat},
     1: {"count_lines": _count_lines, "count_matching": _count_matching, "find_line": _find_line,
         "nth_field": _nth_field, "line_n": _line_n, "last_line": _last_line},
     2: {"top_entry": _top_entry, "sum_column": _sum_column, "count_ext": _count_ext, "unique_count": _unique_count,
@@ -424,8 +482,8 @@ def make_task(level: int, index: int, *, seed: int = 0, test_per_level: int = DE
 
 def generate_tasks(per_level: int = DEFAULT_PER_LEVEL, *, seed: int = 0, levels: tuple[int, ...] = LEVELS,
                    test_per_level: int = DEFAULT_TEST_PER_LEVEL) -> list[TerminalTask]:
-    """``per_level`` tasks of each level (default 80 x 3 = 240): the first ``test_per_level`` of each level
-    are the held-out split."""
+    """``per_level`` tasks of each level (default 80 x 3 = 240, levels 1-3; level 0 only when asked for):
+    the first ``test_per_level`` of each level are the held-out split."""
     return [make_task(level, i, seed=seed, test_per_level=test_per_level) for level in levels for i in range(per_level)]
 
 

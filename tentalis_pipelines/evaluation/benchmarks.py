@@ -35,7 +35,7 @@ from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
-DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 90}
+DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120}
 MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128}  # terminal: per turn
 TERMINAL_MAX_TURNS = 8
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
@@ -146,7 +146,7 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
     if name_or_path == "humaneval":
         return "humaneval", _subset(load_humaneval(), limit or DEFAULT_LIMITS["humaneval"], seed)
-    if name_or_path == "terminal":  # the held-out split: the first 30 tasks of each level (never in a training batch)
+    if name_or_path == "terminal":  # the held-out split: the first 30 tasks of levels 0-3 (never in a training batch)
         items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
                            extra={"level": t.level, "task": t.to_dict()}) for t in terminal_held_out_tasks()]
         return "terminal", _subset(items, limit or DEFAULT_LIMITS["terminal"], seed)

@@ -282,8 +282,9 @@ TERMINAL_HELD_OUT_SEED = 0
 DEFAULT_TERMINAL_MAX_TURNS = 8
 
 
-def terminal_held_out_tasks(levels: tuple[int, ...] = terminal_tasks.LEVELS) -> list[terminal_tasks.TerminalTask]:
-    """The terminal benchmark's items: the held-out split of :data:`TERMINAL_HELD_OUT_SEED`."""
+def terminal_held_out_tasks(levels: tuple[int, ...] = terminal_tasks.ALL_LEVELS) -> list[terminal_tasks.TerminalTask]:
+    """The terminal benchmark's items: the held-out split of :data:`TERMINAL_HELD_OUT_SEED`, every level
+    (level 0 included: it is the level a learning run on the embedded model is gated on)."""
     per_level = terminal_tasks.DEFAULT_TEST_PER_LEVEL
     return terminal_tasks.generate_tasks(per_level, seed=TERMINAL_HELD_OUT_SEED, levels=tuple(levels))
 
@@ -301,9 +302,9 @@ def terminal_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...]) 
     benchmark (same instruction, tree and check), so no benchmark item is ever trained on."""
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
-    bad = [lv for lv in levels if lv not in terminal_tasks.LEVELS]
+    bad = [lv for lv in levels if lv not in terminal_tasks.ALL_LEVELS]
     if bad or not levels:
-        raise ValueError(f"terminal levels must be a non-empty subset of {list(terminal_tasks.LEVELS)}, got {list(levels)}")
+        raise ValueError(f"terminal levels must be a non-empty subset of {list(terminal_tasks.ALL_LEVELS)}, got {list(levels)}")
     held_out = {terminal_fingerprint(t) for t in terminal_held_out_tasks()}
     start = terminal_tasks.DEFAULT_TEST_PER_LEVEL
     next_index = dict.fromkeys(levels, start)

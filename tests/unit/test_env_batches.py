@@ -30,6 +30,8 @@ def test_a_terminal_batch_is_registered_once_with_its_parameters(tmp_path):
         batches.register_terminal_batch(tmp_path, seed=batches.HELD_OUT_SEED_BASE, num_tasks=5)
     with pytest.raises(ValueError, match="levels"):
         batches.register_terminal_batch(tmp_path, seed=1, num_tasks=5, levels=(4,))
+    with pytest.raises(ValueError, match="levels"):
+        batches.register_terminal_batch(tmp_path, seed=1, num_tasks=5, levels=(-1,))
     assert batches.next_terminal_seed(tmp_path) == 4
 
 
@@ -52,7 +54,7 @@ def test_the_tasks_of_a_terminal_batch_are_task_rows_of_the_training_split(tmp_p
 @pytest.mark.parametrize("seed", [0, 1, 7])
 def test_no_training_task_is_a_held_out_task(seed):
     held_out = batches.terminal_held_out_tasks()
-    assert len(held_out) == 90 and {t.split for t in held_out} == {"test"}
+    assert len(held_out) == 120 and {t.split for t in held_out} == {"test"}
     fingerprints = {batches.terminal_fingerprint(t) for t in held_out}
     ids = {t.task_id for t in held_out}
     train = batches.terminal_training_tasks(seed, 120, (1, 2, 3))
@@ -161,9 +163,9 @@ def test_the_terminal_benchmark_is_the_held_out_split():
 
     assert "terminal" in BENCHMARKS
     name, items = load_benchmark("terminal")
-    assert name == "terminal" and len(items) == 90
+    assert name == "terminal" and len(items) == 120
     assert all(it.environment == "terminal" and it.extra["task"]["split"] == "test" for it in items)
-    assert {it.extra["level"] for it in items} == {1, 2, 3}
+    assert {it.extra["level"] for it in items} == {0, 1, 2, 3}
     train = {t.task_id for t in batches.terminal_training_tasks(0, 150, (1, 2, 3))}
     assert not train & {it.item_id for it in items}
     _, some = load_benchmark("terminal", limit=6)
@@ -171,8 +173,11 @@ def test_the_terminal_benchmark_is_the_held_out_split():
 
     from tentalis_pipelines.evaluation.benchmarks import ItemResult
 
-    results = [ItemResult(it, "", None, ok, ok, True) for it, ok in zip(items[:3] + items[30:32], [True, False, False, True, True])]
+    results = [ItemResult(it, "", None, ok, ok, True) for it, ok in zip(items[30:33] + items[60:62], [True, False, False, True, True])]  # levels 1, 2
+    assert items[0].extra["level"] == 0 and items[30].extra["level"] == 1
     per_level = level_success(results)
     # Level 1: 1 of 3, Wilson 95% [0.0615, 0.7923]; level 2: 2 of 2, [0.3424, 1.0].
     assert per_level["1"] == {"n": 3, "success": 0.3333, "ci_low": 0.0615, "ci_high": 0.7923}
     assert per_level["2"]["success"] == 1.0 and per_level["2"]["ci_low"] == pytest.approx(0.3424, abs=1e-4)
+    level0 = level_success([ItemResult(items[0], "", None, False, False, True)])
+    assert level0 == {"0": {"n": 1, "success": 0.0, "ci_low": 0.0, "ci_high": level0["0"]["ci_high"]}}  # level 0 is kept
