@@ -17,6 +17,10 @@ from tentalis_pipelines.cli.common import (
     home_paths,
     parse_levels,
 )
+from tentalis_pipelines.tasks.batches import TERMINAL_TEMPERATURE, terminal_max_turns
+
+TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts (default: the task source's recipe: terminal 0.4, "
+                              "else the policy resource's 0.8).")
 
 
 @app.command()
@@ -41,10 +45,12 @@ def init(home: str | None = HomeOpt, model: str = typer.Option("embedded", help=
 
 
 def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=None, backend=None, sampling_seed=None,
-                     skills_top_k=None) -> dict:
+                     skills_top_k=None, temperature=None) -> dict:
     """Run config for the resources: only the fields set here. model and base_url stay unset, so the
     policy resource reads them from $TENTALIS_MODEL / $OPENAI_BASE_URL."""
     policy = {"num_generations": num_generations, "max_new_tokens": max_new_tokens}
+    if temperature is not None:
+        policy["temperature"] = temperature
     if sampling_seed is not None:
         policy["seed"] = sampling_seed
     if skills_top_k:
@@ -101,7 +107,8 @@ def run(
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
                               "the terminal generator's training split; transformers backend)."),
     levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
-    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
+    temperature: float | None = TemperatureOpt,
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
     benchmark_job and promotion_job (the gate), each a run of its own job."""
@@ -113,8 +120,11 @@ def run(
         check_seed(seed)
     check_seeded_source(tasks)
     t0 = time.time()
-    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=tuple(parse_levels(levels, tasks)), task_source=tasks,
-                        max_turns=max_turns, resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
+    lv = tuple(parse_levels(levels, tasks))
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks,
+                        max_turns=max_turns or terminal_max_turns(lv),
+                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend,
+                                                   temperature=recipe_temperature(tasks, temperature)))
     out = _execute_cycle(opts, "learning cycle")
     gate = out["decision"]
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
@@ -125,6 +135,24 @@ def run(
 
 
 SEEDED_SOURCES = ("arithmetic", "terminal")
+
+
+def recipe_temperature(tasks: str, temperature: float | None) -> float | None:
+    """The rollouts' sampling temperature: the one given, else the task source's recipe (terminal:
+    ``TERMINAL_TEMPERATURE``), else None (the policy resource's, 0.8)."""
+    if temperature is not None:
+        if not 0.0 < temperature <= 2.0:
+            fail(f"--temperature {temperature!r}: choose a value in (0, 2]; GRPO needs samples that differ, so not 0")
+        return temperature
+    return TERMINAL_TEMPERATURE if tasks == "terminal" else None
+
+
+def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
+    """The benchmark a learning run is evaluated and gated on: the task source's own held-out split;
+    for terminal tasks of one level, that level's partition (``terminal-l0`` ...)."""
+    if tasks == "terminal" and len(set(levels)) == 1:
+        return f"terminal-l{levels[0]}"
+    return tasks
 
 
 def check_seeded_source(tasks: str) -> None:
@@ -143,7 +171,7 @@ def batch_new(
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox)."),
-    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
@@ -156,8 +184,9 @@ def batch_new(
         check_seed(seed)
     check_seeded_source(tasks)
     try:
-        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=tuple(parse_levels(levels, tasks)),
-                                  task_source=tasks, max_turns=max_turns)
+        lv = tuple(parse_levels(levels, tasks))
+        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv,
+                                  task_source=tasks, max_turns=max_turns or terminal_max_turns(lv))
     except ValueError as exc:
         fail(str(exc))
     typer.echo(batch_id)
@@ -174,7 +203,8 @@ def learn(
     cycles: int = typer.Option(12, min=1, help="Learning cycles to run now."),
     num_tasks: int = typer.Option(8, min=1, help="Tasks per cycle."),
     num_generations: int = typer.Option(8, min=2, help="Samples per task (G; a group needs two to compare)."),
-    max_new_tokens: int = typer.Option(96, min=1, help="Completion length limit."),
+    max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit (terminal: per turn; default: "
+                                              "arithmetic 96, terminal 128)."),
     gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
     levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
@@ -186,7 +216,8 @@ def learn(
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
                               "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark)."),
-    max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
+    temperature: float | None = TemperatureOpt,
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
@@ -218,19 +249,23 @@ def learn(
         fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k or terminal")
     if tasks == "terminal" and skills:
         fail("--skills: not built for --tasks terminal yet")
+    sampling_temperature = recipe_temperature(tasks, temperature)
+    max_new_tokens = max_new_tokens or (128 if tasks == "terminal" else 96)
+    max_turns = max_turns or terminal_max_turns(tuple(lv))
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
-                                     skills_top_k=skills_top_k if skills else None)
-        if tasks != "arithmetic":  # held out and gated on the dataset's own test split
-            resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [tasks], "gate_benchmark": tasks})
+                                     skills_top_k=skills_top_k if skills else None, temperature=sampling_temperature)
+        if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
+            held_out = held_out_benchmark(tasks, tuple(lv))
+            resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
                             skills_config=skills_config, max_turns=max_turns)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
-    console.print(benchmark_history(Lakehouse(paths.lakehouse), tasks)["history"])
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, tuple(lv)))["history"])
     if skills:
         from tentalis_pipelines.cli.skills import print_skills
 

@@ -4,8 +4,10 @@ any JSONL task file.
 Each item is answered greedily by a policy; math answers are checked strictly (the answer inside
 ``<answer>`` tags is right) and leniently (the last number in the text is right); code is run against
 its tests in the sandbox (pass@1); a terminal item is one greedy agent episode in the sandbox
-(``envs/``, up to ``TERMINAL_MAX_TURNS`` turns of ``max_new_tokens`` each), correct when the final
-check passes (accuracy = success rate; the levels' success rates are in the stage's metadata). Accuracies come with 95% bootstrap intervals, and two checkpoints
+(``envs/``, up to ``terminal_max_turns(level)`` turns of ``max_new_tokens`` each), correct when the final
+check passes (accuracy = success rate; the levels' success rates are in the stage's metadata).
+``terminal`` holds every level's held-out tasks; ``terminal-l0`` ... ``terminal-l3`` one level's each
+(the partitions a learning run on one level is evaluated and gated on). Accuracies come with 95% bootstrap intervals, and two checkpoints
 are compared on the same items (paired) by the promotion gate.
 """
 
@@ -23,6 +25,7 @@ from typing import Any
 
 import numpy as np
 
+from tentalis_pipelines.envs import terminal_tasks
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.rewards.math_answers import answers_match
@@ -30,14 +33,17 @@ from tentalis_pipelines.rewards.steps import last_number, parse_completion
 from tentalis_pipelines.settings import data_dir
 from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap, wilson_interval
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
-from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks
+from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks, terminal_max_turns
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
+# One benchmark per terminal level: the held-out split of that level alone.
+TERMINAL_LEVEL_BENCHMARKS = {f"terminal-l{level}": level for level in terminal_tasks.ALL_LEVELS}
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS)
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
-DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128}  # terminal: per turn
-TERMINAL_MAX_TURNS = 8
+DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
+                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # terminal: per turn
+                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}}
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -146,10 +152,13 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
     if name_or_path == "humaneval":
         return "humaneval", _subset(load_humaneval(), limit or DEFAULT_LIMITS["humaneval"], seed)
-    if name_or_path == "terminal":  # the held-out split: the first 30 tasks of levels 0-3 (never in a training batch)
+    if name_or_path == "terminal" or name_or_path in TERMINAL_LEVEL_BENCHMARKS:
+        # the held-out split: the first 30 tasks of each level (never in a training batch), all or one level
+        level = TERMINAL_LEVEL_BENCHMARKS.get(name_or_path)
+        held_out = terminal_held_out_tasks() if level is None else terminal_held_out_tasks((level,))
         items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
-                           extra={"level": t.level, "task": t.to_dict()}) for t in terminal_held_out_tasks()]
-        return "terminal", _subset(items, limit or DEFAULT_LIMITS["terminal"], seed)
+                           extra={"level": t.level, "task": t.to_dict()}) for t in held_out]
+        return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -208,10 +217,11 @@ def evaluate_items(
 
 
 def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
-                            max_turns: int = TERMINAL_MAX_TURNS) -> dict[str, ItemResult]:
+                            max_turns: int | None = None) -> dict[str, ItemResult]:
     """One greedy episode per terminal item (``envs.policies.ChatPolicy`` on the backend's model, all
-    episodes in lock step): correct when the final check passes; ``formatted`` when some turn held a
-    command; the completion is the assistant turns, the extracted answer the submitted one."""
+    episodes of a turn limit in lock step): correct when the final check passes; ``formatted`` when some
+    turn held a command; the completion is the assistant turns, the extracted answer the submitted one.
+    The turn limit is each level's default (``tasks.batches.terminal_max_turns``) unless ``max_turns``."""
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episodes
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
@@ -221,7 +231,14 @@ def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: 
         raise ValueError(f"the terminal benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
     policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
     tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
-    episodes = run_episodes(lambda: TerminalEnv(TerminalConfig(max_turns=max_turns)), tasks, policy.generate_batch)
+    by_limit: dict[int, list[int]] = {}
+    for i, task in enumerate(tasks):
+        by_limit.setdefault(max_turns or terminal_max_turns((task.level,)), []).append(i)
+    episodes: list = [None] * len(items)
+    for limit, idx in sorted(by_limit.items()):
+        done = run_episodes(lambda m=limit: TerminalEnv(TerminalConfig(max_turns=m)), [tasks[i] for i in idx], policy.generate_batch)
+        for i, ep in zip(idx, done):
+            episodes[i] = ep
     out = {}
     for it, ep in zip(items, episodes):
         answer = next((t.info.get("answer") for t in reversed(ep.turns) if t.info.get("answer") is not None), None)
@@ -264,7 +281,7 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    if benchmark == "terminal" and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
+    if benchmark.startswith("terminal") and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
         lo, hi = wilson_interval(int(sum(correct)), n)
     else:
         lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval

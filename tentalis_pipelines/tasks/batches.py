@@ -280,6 +280,19 @@ TERMINAL_SOURCE = "generator:terminal"
 # this generator seed (``terminal_tasks.generate_tasks``). Training batches never hold one of them.
 TERMINAL_HELD_OUT_SEED = 0
 DEFAULT_TERMINAL_MAX_TURNS = 8
+# Level 0 names the command: run it, submit its output. Two turns do it; four leave room for one
+# mistake, and eight only give a looping 135M model more turns to loop in (experiments/terminal_base).
+LEVEL0_MAX_TURNS = 4
+# The recipe's sampling temperature for terminal episodes. SmolLM2-135M at the policy's default 0.8
+# writes noise (3.3% of level-0 episodes pass, 3 of 30 GRPO groups mixed); at 0.4, 22.5% pass and 12 of
+# 30 groups are mixed (experiments/terminal_base, level 0), so GRPO has a signal.
+TERMINAL_TEMPERATURE = 0.4
+
+
+def terminal_max_turns(levels: tuple[int, ...]) -> int:
+    """The default turn limit of an episode on these levels: ``LEVEL0_MAX_TURNS`` when every level is
+    0, else ``DEFAULT_TERMINAL_MAX_TURNS``."""
+    return LEVEL0_MAX_TURNS if levels and all(lv == 0 for lv in levels) else DEFAULT_TERMINAL_MAX_TURNS
 
 
 def terminal_held_out_tasks(levels: tuple[int, ...] = terminal_tasks.ALL_LEVELS) -> list[terminal_tasks.TerminalTask]:
