@@ -117,3 +117,33 @@ def test_a_repeated_command_gets_the_notice_to_submit_its_output():
     assert repeat_notice("wc -l < a.txt", "wc -l < a.txt ") == "\n" + REPEAT_NOTICE
     assert repeat_notice("wc -l < a.txt", None) == "" and repeat_notice("wc -l < a.txt", "ls") == ""
     assert TerminalConfig().repeat_notice is False  # opt-in: the default environment is unchanged
+
+
+def test_each_level_has_its_own_held_out_benchmark_and_turn_limit():
+    from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS, DEFAULT_LIMITS, load_benchmark
+    from tentalis_pipelines.tasks.batches import terminal_max_turns
+
+    _, everything = load_benchmark("terminal")
+    for level in (0, 1, 2, 3):
+        name = f"terminal-l{level}"
+        assert name in BENCHMARKS and DEFAULT_LIMITS[name] == 30
+        got_name, items = load_benchmark(name)
+        assert got_name == name and len(items) == 30 and {it.extra["level"] for it in items} == {level}
+        # the same items as that level's part of the whole benchmark, not a new draw
+        assert [it.item_id for it in items] == [it.item_id for it in everything if it.extra["level"] == level]
+    assert terminal_max_turns((0,)) == 4 and terminal_max_turns((0, 0)) == 4
+    assert terminal_max_turns((0, 1)) == 8 and terminal_max_turns((2,)) == 8
+
+
+def test_a_learning_run_is_gated_on_the_levels_it_trains_at_the_recipe_temperature():
+    import typer
+
+    from tentalis_pipelines.cli.cycle import held_out_benchmark, recipe_temperature
+
+    assert held_out_benchmark("terminal", (0,)) == "terminal-l0" and held_out_benchmark("terminal", (3,)) == "terminal-l3"
+    assert held_out_benchmark("terminal", (0, 1)) == "terminal" and held_out_benchmark("gsm8k", (1,)) == "gsm8k"
+    assert recipe_temperature("terminal", None) == 0.4 and recipe_temperature("arithmetic", None) is None
+    assert recipe_temperature("terminal", 0.7) == 0.7 and recipe_temperature("arithmetic", 1.0) == 1.0
+    for bad in (0.0, -0.1, 2.5):
+        with pytest.raises(typer.Exit):
+            recipe_temperature("terminal", bad)
