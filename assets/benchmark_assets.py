@@ -16,7 +16,7 @@ from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import promotion
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
-from tentalis_pipelines.evaluation.plots import accuracy_inline_markdown
+from tentalis_pipelines.evaluation.plots import accuracy_inline_markdown, level_success_markdown
 from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.stages.evaluation import benchmark_checkpoint
 
@@ -55,6 +55,9 @@ def benchmark_results(
     history = promotion.benchmark_history(lake, benchmark_name)
     meta["accuracy_per_checkpoint"] = MetadataValue.md(history["history"])
     meta.update(accuracy_plots(history, benchmark_name))
+    if res.metadata.get("success_per_level"):  # environment benchmarks: each level's success with its interval
+        meta["success_per_level_plot"] = MetadataValue.md(
+            level_success_markdown(res.metadata["success_per_level"], f"{benchmark_name}: success per level, {checkpoint_id}"))
     return MaterializeResult(metadata=meta)
 
 

@@ -153,6 +153,17 @@ def accuracy_inline_markdown(rows: Sequence[dict[str, Any]], title: str) -> str:
     )
 
 
+def level_success_markdown(per_level: dict[str, dict[str, float]], title: str) -> str:
+    """Success per level (``benchmarks.level_success``: level -> n, success, Wilson interval) as an
+    inline markdown image: one point per level, its 95% interval as whiskers."""
+    levels = sorted(per_level, key=int)
+    return inline_plot_markdown(
+        [f"level {lv} (n={int(per_level[lv]['n'])})" for lv in levels],
+        [("success", "steelblue", [per_level[lv]["success"] for lv in levels])],
+        title=title, intervals=[(per_level[lv]["ci_low"], per_level[lv]["ci_high"]) for lv in levels], ylim=(0.0, 1.0),
+    )
+
+
 def _short_label(version: str) -> str:
     return str(version) if len(str(version)) <= 10 else str(version)[-6:]
 

@@ -91,6 +91,21 @@ def test_accuracy_plot_draws_the_interval_of_each_checkpoint():
     ]
 
 
+def test_level_success_plot_puts_each_level_in_order_with_its_wilson_interval():
+    # Levels arrive as strings and out of order; level 10 must come after level 2 (numeric order).
+    per_level = {"2": {"n": 4, "success": 0.25, "ci_low": 0.0, "ci_high": 0.5},
+                 "0": {"n": 30, "success": 0.5, "ci_low": 0.25, "ci_high": 0.75},
+                 "10": {"n": 2, "success": 1.0, "ci_low": 0.5, "ci_high": 1.0}}
+    svg = _svg(plots.level_success_markdown(per_level, "terminal"))
+    whiskers, line, _ = svg.find(f"{SVG}g").findall(f"{SVG}path")
+    h = plots.PLOT_BOTTOM - plots.PLOT_TOP
+    assert [y for _, y in _points(line)] == [round(plots.PLOT_BOTTOM - v * h) for v in (0.5, 0.25, 1.0)]
+    assert [(int(lo), int(hi)) for _, lo, hi in re.findall(r"M(\d+),(\d+)V(\d+)", whiskers.get("d"))] == [
+        (round(plots.PLOT_BOTTOM - lo * h), round(plots.PLOT_BOTTOM - hi * h)) for lo, hi in ((0.25, 0.75), (0.0, 0.5), (0.5, 1.0))]
+    labels = [t.text for t in svg.findall(f"{SVG}text")]
+    assert "level 0 (n=30)" in labels and "level 10 (n=2)" in labels
+
+
 def test_reward_plots_give_an_inline_svg_and_the_full_png():
     out = plots.reward_plots([_row("base", 0.2, 0.0, 0), _row("ckpt-1", 0.8, 1.0, 5)])
     assert set(out) == {"reward_per_policy_version", "reward_per_policy_version_png"}
