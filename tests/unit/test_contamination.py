@@ -192,13 +192,13 @@ def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path
     out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
     assert out.exit_code == 0 and "clean: no line matches" in out.stdout
     report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval"] and report["skipped"] == {}
+    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval", "terminal"] and report["skipped"] == {}
     # without the benchmark data: screened against the rest, and the skipped ones are named with why
     monkeypatch.delenv("TENTALIS_DATA_DIR")
     out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
     assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
     report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "humaneval"] and set(report["skipped"]) == {"gsm8k", "math500"}
+    assert report["screened"] == ["arithmetic", "humaneval", "terminal"] and set(report["skipped"]) == {"gsm8k", "math500"}
     assert report["matches"] == []
     # a torn file is an error naming it (exit 2)
     torn = tmp_path / "torn"
@@ -209,3 +209,37 @@ def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path
     assert out.exit_code == 2 and "math500/test.jsonlistherebutunusable" in "".join(out.output.split())  # rich wraps anywhere
 
 
+
+
+def test_terminal_tasks_are_screened_as_tasks_exactly_never_by_their_instruction_alone(tmp_path):
+    from tentalis_pipelines.evaluation.benchmarks import load_benchmark
+    from tentalis_pipelines.tasks.batches import terminal_held_out_tasks, terminal_training_tasks
+
+    lake = Lakehouse(tmp_path / "lake")
+    # a checkpoint was evaluated on terminal-l0: its rows hold the instructions alone
+    _, items = load_benchmark("terminal-l0")
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "terminal-l0"}, [
+        {"checkpoint_id": "base", "benchmark": "terminal-l0", "item_id": it.item_id, "prompt": it.prompt, "completion": "",
+         "extracted_answer": None, "reference": it.reference, "correct": False, "lenient_correct": False, "formatted": True,
+         "created_at": now_utc(), "skill_ids": []} for it in items])
+    index = contamination.build_index(lake, benchmarks=("terminal",), cache_dir=tmp_path / "cache")
+    assert index.counts == {"terminal": 120} and index.coverage.screened == ("terminal",)
+    held_out = terminal_held_out_tasks((0,))[0]
+    # the held-out task itself, under another id: caught, exactly
+    twin = {**held_out.task_row(), "task_id": "train-0"}
+    # a training task with the same instruction and another file: not the same task
+    other = next(t for s in range(1, 50) for t in terminal_training_tasks(s, 8, (0,)) if t.instruction == held_out.instruction)
+    assert other.tree != held_out.tree
+    clean, dirty = contamination.screen_tasks(index, [twin, other.task_row()])
+    assert [t["task_id"] for t in clean] == [other.task_id]
+    assert [(t["task_id"], m.name, m.tier) for t, m in dirty] == [("train-0", f"terminal/{held_out.task_id}", "exact")]
+    # the instruction alone (a chat prompt, no environment) does not match a terminal task either
+    assert contamination.screen_tasks(index, [{"task_id": "chat", "prompt": held_out.instruction}])[1] == []
+    # a file tree with one more line is another task (whitespace alone is folded by normalize_text)
+    tree = json.loads(json.dumps(held_out.tree))
+    name = next(iter(tree))
+    tree[name] = {**tree[name], "text": tree[name].get("text", "") + "zebra\n"} if isinstance(tree[name], dict) else str(tree[name]) + "zebra\n"
+    changed = {**twin, "metadata": json.dumps({**json.loads(twin["metadata"]), "tree": tree}, sort_keys=True)}
+    assert contamination.screen_tasks(index, [changed])[1] == []
+    assert contamination.screening_text({"prompt": "p"}) == "p"
+    assert contamination.screening_text({"prompt": "p", "environment": "terminal", "metadata": "not json"}) == "p"
