@@ -67,12 +67,17 @@ def main() -> None:
         curve_rows += curve
         for k, c in enumerate(cycle_stats(lake), 1):
             cycle_rows.append({"seed": seed, "cycle": k, **c, "ends": json.dumps(c["ends"], sort_keys=True)})
+        seen = {t["prompt"] for t in lake.read("tasks", columns=["prompt"]).to_pylist()}
+        held = {it: p for it, p in ((r["item_id"], r["prompt"]) for r in lake.read("benchmark_items", columns=["item_id", "prompt", "benchmark"]).to_pylist()
+                                    if r["benchmark"] == BENCHMARK)}
+        print(f"seed {seed}: {sum(p in seen for p in held.values())} of {len(held)} held-out instructions also appear (with other files) "
+              f"in the {len(seen)} distinct training instructions")
         within = [r for r in curve if r["checkpoint_id"] != "base" and r["minutes"] <= args.minutes]
         last = within[-1] if within else None
         base = item_correctness(lake, "base", BENCHMARK)
         if last is not None:
             final = item_correctness(lake, last["checkpoint_id"], BENCHMARK)
-            pairs += [(seed, item, float(final[item]), float(base[item])) for item in sorted(set(base) & set(final))]
+            pairs += [(seed, item, float(final[item]), float(base[item]), held.get(item) in seen) for item in sorted(set(base) & set(final))]
             print(f"seed {seed}: base {sum(base.values())}/{len(base)}, {last['checkpoint_id']} (cycle {last['cycle']}, "
                   f"{last['minutes']} min) {sum(final.values())}/{len(final)}")
     with (args.out / "terminal_learning_curve.csv").open("w", newline="") as fh:
@@ -83,6 +88,12 @@ def main() -> None:
         w = csv.DictWriter(fh, fieldnames=list(cycle_rows[0]))
         w.writeheader()
         w.writerows(cycle_rows)
+    for label, keep in (("instruction seen in training (other files)", True), ("instruction never seen in training", False)):
+        part = [p for p in pairs if p[4] == keep]
+        if part:
+            d, lo_, hi_ = paired_bootstrap([p[2] for p in part], [p[3] for p in part], seed=0)
+            print(f"  {label}: {len(part)} pairs, base {sum(p[3] for p in part):.0f} -> {sum(p[2] for p in part):.0f}; "
+                  f"difference {d:+.3f} [{lo_:+.3f}, {hi_:+.3f}]")
     if pairs:
         diff, lo, hi = paired_bootstrap([p[2] for p in pairs], [p[3] for p in pairs], seed=0)
         after, before = sum(p[2] for p in pairs), sum(p[3] for p in pairs)
