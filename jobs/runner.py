@@ -24,6 +24,7 @@ from assets.partitions import checkpoint_ids, task_batches
 from tentalis_pipelines import promotion
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths, data_dir
+from tentalis_pipelines.stages.training import fresh_trajectory_count
 from tentalis_pipelines.tasks.batches import (
     DEFAULT_TERMINAL_MAX_TURNS,
     interrupted_cycle_batch,
@@ -181,6 +182,11 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
                            "resumed": resumed is not None}
     if not opts.train:
         return out
+    if fresh_trajectory_count(lake, paths) == 0:  # a batch the policy passes (or fails) alike in every group
+        out["skipped"] = no_signal_note(lake, batch_id)
+        if on_note:
+            on_note(out["skipped"])
+        return out
     before = _checkpoint_ids(lake)
     step("train_job", "training")
     new = [c for c in _checkpoint_ids(lake) if c not in before]
@@ -208,6 +214,16 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         step("promotion_job", f"promotion gate for {checkpoint_id}", run_config=gate_config)
         out["decision"] = next(d for d in promotion.decisions(lake, gate) if d["checkpoint_id"] == checkpoint_id)
     return out
+
+
+def no_signal_note(lake: Lakehouse, batch_id: str) -> str:
+    """Why a cycle trains nothing: the batch's trajectories carry no learning signal (every group's
+    rewards are equal), with their count and mean reward, so a saturated policy reads as one."""
+    rows = lake.read("trajectories", batch_id=batch_id, columns=["reward", "kept"]).to_pylist() if lake.exists("trajectories") else []
+    mean = sum(float(r["reward"]) for r in rows) / len(rows) if rows else 0.0
+    return (f"{batch_id}: nothing to train on, no checkpoint this cycle: none of its {len(rows)} trajectories carries a learning "
+            f"signal (every group's rewards are equal; mean reward {mean:.2f}). A policy that passes every task alike needs "
+            "harder tasks (--levels); one that fails alike, easier tasks, more samples per task or a higher temperature")
 
 
 def settled_batches(lake: Lakehouse, instance: DagsterInstance) -> set[str]:

@@ -53,6 +53,7 @@ def test_a_cycle_measures_an_incumbent_measured_with_other_skills_again_before_t
         return runner.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
 
     monkeypatch.setattr(runner, "run_job", run_job)
+    monkeypatch.setattr(runner, "fresh_trajectory_count", lambda lake, paths: 1)  # the fake rollouts write no trajectories
     opts = runner.CycleOptions(num_tasks=2, seed=1, levels=(1,), resources={
         "benchmark": {"config": {"benchmarks": ["arithmetic"], "gate_benchmark": "arithmetic"}}, "trainer": {"config": {"promotion": "gate"}}})
     with DagsterInstance.ephemeral() as instance:
@@ -86,6 +87,7 @@ def test_a_cycle_resumes_the_batch_an_interrupted_cycle_left(home, tiny_model_di
         return runner.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
 
     monkeypatch.setattr(runner, "run_job", run_job)
+    monkeypatch.setattr(runner, "fresh_trajectory_count", lambda lake, paths: 1)  # the fake rollouts write no trajectories
     opts = runner.CycleOptions(num_tasks=2, levels=(1,), resources={"trainer": {"config": {"promotion": "always"}}})
     notes: list[str] = []
     with DagsterInstance.ephemeral() as instance:
@@ -111,3 +113,43 @@ def test_a_cycle_resumes_the_batch_an_interrupted_cycle_left(home, tiny_model_di
          "advantage_mode": "outcome", "kept": True, "created_at": NOW}])
     with DagsterInstance.ephemeral() as fresh:
         assert runner.settled_batches(lake, fresh) == {"arith-s1-n2-l1", "arith-s2-n2-l1", "arith-s4-n2-l1", "arith-s5-n2-l1"}
+
+
+def _trajectory(batch_id: str, rollout_id: str, reward: float, kept: bool) -> dict:
+    return {"batch_id": batch_id, "rollout_id": rollout_id, "task_id": "t", "group_index": 0, "policy_version": "base",
+            "outcome_reward": reward, "format_reward": 0.0, "process_reward": None, "step_rewards": [], "manager_score": 0.0,
+            "overlong_penalty": 0.0, "reward": reward, "reward_weights": "{}", "advantage": 0.0, "step_advantages": [],
+            "advantage_mode": "outcome", "kept": kept, "created_at": NOW}
+
+
+def test_a_cycle_whose_batch_has_no_learning_signal_trains_nothing_and_says_why(home, monkeypatch):
+    """A saturated policy passes every sample of every task: every group's rewards are equal, no trajectory
+    is kept, and the cycle skips training (no train_job, no checkpoint, no benchmark) with a note instead of
+    failing; the next batch with one kept trajectory trains again."""
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    calls: list[str] = []
+    kept = iter([False, True])
+
+    def run_job(defs, instance, name, *, partition_key=None, run_config=None, tags=None):
+        calls.append(name)
+        if name == "rollout_job":
+            batch, k = str(partition_key), next(kept)
+            lake.write_batch("trajectories", batch, [_trajectory(batch, f"{batch}-r{i}", 1.0 if not k else float(i), k or False)
+                                                     for i in range(4)])
+        if name == "train_job":
+            raise RuntimeError("trained")  # reached only when the batch has a signal
+        return runner.JobRun(name, f"run-{len(calls)}", str(partition_key) if partition_key else None, 0.0)
+
+    monkeypatch.setattr(runner, "run_job", run_job)
+    opts = runner.CycleOptions(num_tasks=2, levels=(1,))
+    notes: list[str] = []
+    with DagsterInstance.ephemeral() as instance:
+        out = runner.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+        assert calls == ["rollout_job"] and out["checkpoint_id"] is None
+        assert out["skipped"] == notes[0]
+        assert notes[0].startswith("arith-s1-n2-l1: nothing to train on, no checkpoint this cycle: none of its 4 trajectories carries")
+        assert "mean reward 1.00" in notes[0] and "harder tasks (--levels)" in notes[0]
+        with pytest.raises(RuntimeError, match="trained"):
+            runner.run_cycle(defs, instance, paths, opts, on_note=notes.append)
+    assert calls == ["rollout_job", "rollout_job", "train_job"] and len(notes) == 1

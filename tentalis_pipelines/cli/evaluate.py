@@ -22,7 +22,7 @@ from tentalis_pipelines.cli.common import (
 @app.command()
 def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
-    tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
+    tasks: str = typer.Option("arithmetic", "--tasks", "--benchmark", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
                               "split, one greedy episode per task; terminal-l0 ... terminal-l3: one level's) | path/to/tasks.jsonl"),
     limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
     seed: int = typer.Option(0, help="Seed of the subset."),
