@@ -112,14 +112,14 @@ def plot(rows: list[dict], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(7, 4))
     for seed in sorted({r["seed"] for r in rows}):
         rs = [r for r in rows if r["seed"] == seed]
-        xs = [r["minutes"] for r in rs]
+        xs = [0.0 if r["checkpoint_id"] == "base" else r["minutes"] for r in rs]  # the base is the start (measured after cycle 1)
         ax.errorbar(xs, [r["accuracy"] for r in rs], yerr=[[r["accuracy"] - r["ci_low"] for r in rs], [r["ci_high"] - r["accuracy"] for r in rs]],
                     marker="o", capsize=3, label=f"seed {seed}")
     ax.set_xlabel("minutes since the run's first batch")
     ax.set_ylabel("held-out success, level 0 (greedy, 30 tasks)")
     ax.set_ylim(0, 1)
     ax.axvline(60, color="grey", ls=":", lw=1)
-    ax.legend()
+    ax.legend(loc="lower right")
     ax.set_title("tentalis learn --tasks terminal --levels 0 (SmolLM2-135M, default recipe)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
