@@ -82,7 +82,9 @@ def main() -> None:
     dtype = str(next(policy.model.parameters()).dtype).replace("torch.", "")
     _, items = load_benchmark("bfcl", args.official, seed=0) if args.official else ("bfcl", [])
     official = [BfclTask.from_dict(it.extra["task"]) for it in items]
-    generated = [t for t in bfcl_held_out_tasks() if int(t.task_id.split("_")[3]) < args.generated_per_level]
+    # levels interleaved (task 0 of levels 1, 2, 3, then task 1, ...): a run cut short still covers each level
+    generated = sorted((t for t in bfcl_held_out_tasks() if int(t.task_id.split("_")[3]) < args.generated_per_level),
+                       key=lambda t: (int(t.task_id.split("_")[3]), t.level))
     rev, cpu = commit(), cpu_name()
     new = not args.out.exists()
     with args.out.open("a", newline="") as fh:

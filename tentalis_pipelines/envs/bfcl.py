@@ -351,7 +351,9 @@ def check(task: BfclTask, decoded: list[list[list[str]]]) -> Verdict:
     """BFCL's ``multi_turn_checker`` on ``decoded`` (per user turn, per step, canonical call texts).
 
     The checker keeps simulator instances in its module's globals under names made of the model name and
-    the task id; a fresh model name per call keeps checks independent, and they are removed afterwards."""
+    the task id, and reuses them when the name comes again; they are removed after each check (so a second
+    check of the same task starts fresh), and a fresh model name per call keeps two checks of one task
+    apart even while both run (threads)."""
     from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
     from bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker import multi_turn_checker
 
