@@ -253,3 +253,17 @@ def test_a_bfcl_batch_that_reproduces_an_official_item_is_refused(home, monkeypa
     assert res.metadata["contaminated_tasks"] == 1
     (q,) = [r for r in lake.read("quarantine").to_pylist() if r["batch_id"] == batch_id]
     assert "matches the benchmark item bfcl/multi_turn_base_42 (exact" in q["error"]
+
+
+def test_a_bfcl_episode_lands_as_a_rollout_row_with_its_calls_and_level():
+    from tentalis_pipelines.env_batches import episode_record, episode_rollout_rows
+
+    task = bfcl_tasks.make_task(3, 0)  # copy_then_sort: 2 user turns
+    ep = run_episode(BfclEnv(), task, _scripted(bfcl.oracle_replies(task)))
+    rec = episode_record(ep, task)
+    assert (rec["environment"], rec["check_kind"], rec["level"], rec["passed"], rec["turns"]) == ("bfcl", "bfcl", 3, True, 4)
+    (row,) = episode_rollout_rows("b1", task, 0, ep, policy_version="base", model="m", temperature=0.0, max_tokens=8,
+                                  created_at=now_utc())
+    assert [json.loads(s) if s else [] for s in row["steps"]] == [task.ground_truth[0], [],
+                                                                   task.ground_truth[1], []]
+    assert row["parse_mode"] == "episode:submitted" and json.loads(row["episode"])["level"] == 3
