@@ -53,8 +53,29 @@ def cpu_name() -> str:
     return platform.processor() or "unknown"
 
 
+def summarize(paths: list[Path]) -> list[dict]:
+    """Per set (official) and level (generated): n, passed, success and its Wilson 95% interval."""
+    from tentalis_pipelines.statistics import wilson_interval
+
+    groups: dict[tuple[str, str], list[int]] = {}
+    for path in paths:
+        if path.exists():
+            with path.open() as fh:
+                for r in csv.DictReader(fh):
+                    key = (r["set"], "official" if r["set"] == "official" else f"level {r['level']}")
+                    groups.setdefault(key, []).append(int(r["passed"]))
+    out = []
+    for (which, part), ok in sorted(groups.items()):
+        lo, hi = wilson_interval(sum(ok), len(ok))
+        out.append({"set": which, "part": part, "n": len(ok), "passed": sum(ok), "success": round(sum(ok) / len(ok), 4),
+                    "ci_low": round(lo, 4), "ci_high": round(hi, 4)})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--summarize", nargs="*", type=Path, default=None,
+                    help="print the summary of these episode CSVs (Wilson 95%% intervals) and write summary.csv; run nothing")
     ap.add_argument("--model", default="embedded")
     ap.add_argument("--models-dir", type=Path, default=None)
     ap.add_argument("--official", type=int, default=16, help="official items (seeded subset of multi_turn_base; 200 = all)")
@@ -65,6 +86,15 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=HERE / "episodes.csv")
     args = ap.parse_args()
+    if args.summarize is not None:
+        rows = summarize(args.summarize or [HERE / "episodes.csv", HERE / "episodes_generated.csv"])
+        with (HERE / "summary.csv").open("w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["set", "part", "n", "passed", "success", "ci_low", "ci_high"])
+            w.writeheader()
+            w.writerows(rows)
+        for r in rows:
+            print(json.dumps(r))
+        return
 
     import torch
 

@@ -267,3 +267,13 @@ def test_a_bfcl_episode_lands_as_a_rollout_row_with_its_calls_and_level():
     assert [json.loads(s) if s else [] for s in row["steps"]] == [task.ground_truth[0], [],
                                                                    task.ground_truth[1], []]
     assert row["parse_mode"] == "episode:submitted" and json.loads(row["episode"])["level"] == 3
+
+
+def test_the_cli_takes_bfcl_levels_1_to_3():
+    import typer
+
+    from tentalis_pipelines.cli.common import parse_levels
+
+    assert parse_levels("1,3", "bfcl") == [1, 3]
+    with pytest.raises(typer.Exit):
+        parse_levels("0", "bfcl")
