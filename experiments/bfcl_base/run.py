@@ -117,12 +117,15 @@ def main() -> None:
                        key=lambda t: (int(t.task_id.split("_")[3]), t.level))
     rev, cpu = commit(), cpu_name()
     new = not args.out.exists()
+    done = set() if new else {r["task_id"] for r in csv.DictReader(args.out.open())}  # a rerun resumes
     with args.out.open("a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         if new:
             w.writeheader()
         for which, tasks in (("official", official), ("generated", generated)):
             for task in tasks:
+                if task.task_id in done:
+                    continue
                 t0 = time.perf_counter()
                 ep = run_episode(BfclEnv(BfclConfig(max_steps_per_turn=args.max_steps)), task, policy)
                 first = ep.turns[0].prompt_token_ids if ep.turns and ep.turns[0].prompt_token_ids else None
