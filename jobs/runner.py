@@ -28,8 +28,10 @@ from tentalis_pipelines.stages.training import fresh_trajectory_count
 from tentalis_pipelines.tasks.batches import (
     DEFAULT_TERMINAL_MAX_TURNS,
     interrupted_cycle_batch,
+    next_bfcl_seed,
     next_generator_seed,
     next_terminal_seed,
+    register_bfcl_batch,
     register_dataset_batch,
     register_generated_batch,
     register_terminal_batch,
@@ -81,8 +83,13 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
         batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
+    if task_source == "bfcl":  # generated tool-calling tasks on BFCL's simulators; max_turns: steps per user turn
+        seed = seed if seed is not None else next_bfcl_seed(paths.batches)
+        batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
     if task_source != "arithmetic":
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic or terminal")
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal or bfcl")
     seed = seed if seed is not None else next_generator_seed(paths.batches)
     batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
     _ensure_batch_partition(instance, batch_id)
@@ -165,7 +172,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
-    elif opts.task_source in ("arithmetic", "terminal"):
+    elif opts.task_source in ("arithmetic", "terminal", "bfcl"):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
                                   task_source=opts.task_source, max_turns=opts.max_turns)
     else:

@@ -1,7 +1,8 @@
 """The contamination guard: no benchmark or held-out item may enter a training batch.
 
 An index holds every item the project evaluates on: the held-out arithmetic gate set (seed 1,000,000),
-GSM8K test and MATH-500 from ``$TENTALIS_DATA_DIR``, HumanEval from its package, and every prompt in the
+GSM8K test and MATH-500 from ``$TENTALIS_DATA_DIR``, HumanEval from its package, BFCL's official
+``multi_turn_base`` from the ``bfcl-eval`` wheel (its user turns joined), and every prompt in the
 ``benchmark_items`` table (whatever a checkpoint was ever benchmarked on). A task is matched against it
 in three tiers, cheapest first; the first tier that fires names the item:
 
@@ -42,7 +43,7 @@ skipped and why (the tasks asset shows it), and ``tentalis data fetch`` installs
 Fail closed where a source is there but unusable: a data file that cannot be read, holds a malformed line
 or no item, or the embedding weights absent raise :class:`ContaminationIndexUnavailable` naming the file
 and the fix; the tasks stage then lands nothing and the check fails. ``$TENTALIS_CONTAMINATION_BENCHMARKS``
-(comma-separated, from ``arithmetic,gsm8k,math500,humaneval,terminal``) names the guarded benchmarks explicitly:
+(comma-separated, from ``arithmetic,gsm8k,math500,humaneval,terminal,bfcl``) names the guarded benchmarks explicitly:
 those it lists are required (a missing file fails closed too), those it leaves out are skipped.
 """
 
@@ -65,7 +66,7 @@ import numpy as np
 
 from tentalis_pipelines.lakehouse import Lakehouse
 
-GUARDED_BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
+GUARDED_BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", "bfcl")
 DATA_BENCHMARKS = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 CHAR_N = 13
 # Calibrated on the shared data (README, "Contamination guard"; tests/test_contamination.py): of 500 GSM8K
@@ -281,6 +282,24 @@ def static_items(benchmarks: Sequence[str], data_root: Path | None, *, required:
             items += [ReferenceItem(name, it.item_id, it.prompt) for it in loaded]
             st = path.stat()
             prints.append(f"{path}:{st.st_size}:{st.st_mtime_ns}")
+        elif name == "bfcl":
+            # BFCL's official multi_turn_base items (their user turns joined, as a BFCL task's prompt is)
+            # ship in the bfcl-eval wheel: screened when it is installed, skipped (named) when not.
+            from tentalis_pipelines.envs.bfcl import BfclUnavailable, load_official
+
+            try:
+                official = load_official()
+            except BfclUnavailable as exc:
+                if name in required:
+                    raise _required_missing(name, str(exc)) from None
+                skipped[name] = str(exc)
+                continue
+            except Exception as exc:  # noqa: BLE001 - installed but unreadable: fail closed
+                raise ContaminationIndexUnavailable(
+                    f"contamination index: BFCL's multi_turn_base cannot be read ({exc}). Fix: pip install --no-deps "
+                    "--force-reinstall bfcl-eval==2026.3.23, or pip uninstall bfcl-eval if you do not evaluate on it") from None
+            items += [ReferenceItem("bfcl", t.task_id, t.prompt) for t in official]
+            prints.append(f"bfcl:{len(official)}")
         elif name == "humaneval":
             try:
                 loaded = load_humaneval()

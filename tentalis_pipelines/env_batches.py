@@ -35,6 +35,8 @@ from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
 from tentalis_pipelines.envs.base import Episode, end_kind
+from tentalis_pipelines.envs.bfcl import ENVIRONMENT as BFCL
+from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.envs.runner import episode_to_turns
 from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from tentalis_pipelines.policy import PolicySettings
     from tentalis_pipelines.settings import Paths
 
-ENVIRONMENTS = (TERMINAL,)  # the environment families whose batches this module runs
+ENVIRONMENTS = (TERMINAL, BFCL)  # the environment families whose batches this module runs
 VERIFIER = "verifier"
 # The reward is the review's score alone (the verifier's verdict).
 WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
@@ -60,6 +62,13 @@ HINTS = {
     "turn_limit": "Finish within the turn limit: one command per turn, then run submit ANSWER (or submit after editing files).",
     "wrong_answer": "Look at the files with a command first, then submit exactly the value the task asks for.",
     "wrong_tree": "Check the files with ls and cat after each change, and make every change the task asks for before submit.",
+}
+# BFCL episodes (check kind "bfcl"): a reply without calls ends a user turn, so "format" means no call at all.
+BFCL_HINTS = {
+    **HINTS,
+    "format": "Reply with a Python list of calls to the listed functions, like [cd(folder='docs'), ls()], with keyword arguments.",
+    "turn_limit": "When the user's request is done, reply without calls to end the turn; do not repeat the same calls.",
+    "wrong_calls": "Make every call the request needs, with the exact names and values the user gave, before ending the turn.",
 }
 
 
@@ -84,6 +93,8 @@ def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_error
         return "format"
     if kind == "turn_limit":
         return "turn_limit"
+    if check_kind == "bfcl":
+        return "wrong_calls"
     return "wrong_tree" if check_kind == "tree" else "wrong_answer"
 
 
@@ -94,7 +105,8 @@ def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str,
     why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
     critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
                 f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
-    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": HINTS[why], "failure": why}
+    hints = BFCL_HINTS if check_kind == "bfcl" else HINTS
+    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hints[why], "failure": why}
 
 
 def episode_review_fields(episode: Episode, check_kind: str) -> dict[str, Any]:
@@ -132,22 +144,44 @@ def chat_policy(lake: Lakehouse, paths: Paths, policy: PolicySettings, backend=N
     return version, ChatPolicy.load(resolve_model(policy.model, paths.models), adapter, device=policy.device, dtype=policy.dtype, **kwargs)
 
 
-def make_env(environment: str, max_turns: int):
-    if environment != TERMINAL:
-        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
+def _terminal_env(max_turns: int):
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 
     return TerminalEnv(TerminalConfig(max_turns=max_turns))
 
 
-def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask]]:
+def _bfcl_env(max_turns: int):
+    from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv
+
+    # max_turns: the replies with calls allowed per user turn (BFCL's step limit; past it, a force-quit).
+    return BfclEnv(BfclConfig(max_steps_per_turn=max_turns))
+
+
+# environment -> (make the environment from the task row's turn limit, the task from its row)
+FAMILIES: dict[str, tuple[Any, Any]] = {
+    TERMINAL: (_terminal_env, TerminalTask.from_task_row),
+    BFCL: (_bfcl_env, BfclTask.from_task_row),
+}
+
+
+def make_env(environment: str, max_turns: int):
+    if environment not in FAMILIES:
+        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
+    return FAMILIES[environment][0](max_turns)
+
+
+def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask | BfclTask]]:
     rows = sorted(lake.read("tasks", batch_id=batch_id).to_pylist(), key=lambda t: t["task_id"])
     if not rows:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
-    return [(r, TerminalTask.from_task_row(r)) for r in rows]
+    for r in rows:
+        if r.get("environment") not in FAMILIES:
+            raise ValueError(f"task {r.get('task_id')!r} of batch {batch_id!r}: no environment {r.get('environment')!r}; "
+                             f"known: {', '.join(ENVIRONMENTS)}")
+    return [(r, FAMILIES[r["environment"]][1](r)) for r in rows]
 
 
-def episode_record(episode: Episode, task: TerminalTask) -> dict[str, Any]:
+def episode_record(episode: Episode, task: TerminalTask | BfclTask) -> dict[str, Any]:
     """What the ``episode`` column of its rollouts holds: how it ended and the verifier's verdict."""
     return {"environment": episode.environment, "end_reason": episode.end_reason, "passed": bool(episode.verdict.passed),
             "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
@@ -159,7 +193,7 @@ def _transcript(messages: list[dict]) -> str:
     return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages if isinstance(m, dict))
 
 
-def episode_rollout_rows(batch_id: str, task: TerminalTask, group_index: int, episode: Episode, *, policy_version: str, model: str,
+def episode_rollout_rows(batch_id: str, task: TerminalTask | BfclTask, group_index: int, episode: Episode, *, policy_version: str, model: str,
                          temperature: float, max_tokens: int | None, created_at) -> list[dict]:
     """An episode's rollout rows (one per segment; one with ``ChatPolicy``), shaped as a sessions batch's."""
     eid = episode_id(batch_id, task.task_id, policy_version, group_index)

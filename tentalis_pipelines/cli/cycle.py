@@ -105,9 +105,11 @@ def run(
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
-                              "the terminal generator's training split; transformers backend)."),
+                              "the terminal generator's training split; transformers backend) | bfcl (tool-calling episodes on BFCL's "
+                              "simulators: generated tasks, levels 1-3)."),
     levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+                                         "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
@@ -134,7 +136,7 @@ def run(
     status(home=None)
 
 
-SEEDED_SOURCES = ("arithmetic", "terminal")
+SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl")
 
 
 def recipe_temperature(tasks: str, temperature: float | None) -> float | None:
@@ -170,8 +172,10 @@ def batch_new(
     num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
-    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox) | bfcl "
+                       "(tool-calling episodes on BFCL's simulators)."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+                                         "--tasks bfcl: replies with calls per user turn (default 8)."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
@@ -215,8 +219,10 @@ def learn(
     seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
-                              "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8)."),
+                              "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | bfcl "
+                              "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker)."),
+    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+                                         "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
@@ -245,12 +251,12 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal"):
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k or terminal")
-    if tasks == "terminal" and skills:
-        fail("--skills: not built for --tasks terminal yet")
+    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl"):
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal or bfcl")
+    if tasks in ("terminal", "bfcl") and skills:
+        fail(f"--skills: not built for --tasks {tasks} yet")
     sampling_temperature = recipe_temperature(tasks, temperature)
-    max_new_tokens = max_new_tokens or (128 if tasks == "terminal" else 96)
+    max_new_tokens = max_new_tokens or (128 if tasks in ("terminal", "bfcl") else 96)
     max_turns = max_turns or terminal_max_turns(tuple(lv))
     t0 = time.time()
     for k in range(1, cycles + 1):

@@ -38,12 +38,14 @@ from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 # One benchmark per terminal level: the held-out split of that level alone.
 TERMINAL_LEVEL_BENCHMARKS = {f"terminal-l{level}": level for level in terminal_tasks.ALL_LEVELS}
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS)
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
 DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
-                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # terminal: per turn
-                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}}
+                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 20}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # terminal, bfcl: per turn
+                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 128}
+# bfcl: replies with calls per user turn before BFCL's force-quit (BFCL: 20; a CPU-sized default here).
+BFCL_MAX_STEPS = 5
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -159,6 +161,16 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
                            extra={"level": t.level, "task": t.to_dict()}) for t in held_out]
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
+    if name_or_path == "bfcl":  # BFCL's official multi_turn_base (200 items; --limit: a seeded subset)
+        from tentalis_pipelines.envs.bfcl import BfclUnavailable, load_official
+
+        try:
+            official = load_official()
+        except BfclUnavailable as exc:
+            raise BenchmarkDataMissing(str(exc)) from None
+        items = [BenchItem(t.task_id, t.prompt, json.dumps(t.ground_truth), environment="bfcl",
+                           extra={"level": t.level, "task": t.to_dict()}) for t in official]
+        return "bfcl", _subset(items, limit or DEFAULT_LIMITS["bfcl"], seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -181,12 +193,15 @@ def evaluate_items(
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
     by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
-    math_items = [it for it in items if it.environment not in ("code", "terminal")]
+    math_items = [it for it in items if it.environment not in ("code", "terminal", "bfcl")]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
     terminal_items = [it for it in items if it.environment == "terminal"]
     if terminal_items:
         out.update(evaluate_terminal_items(backend, terminal_items, max_new_tokens=max_new_tokens))
+    bfcl_items = [it for it in items if it.environment == "bfcl"]
+    if bfcl_items:
+        out.update(evaluate_bfcl_items(backend, bfcl_items, max_new_tokens=max_new_tokens))
     if math_items:
         prompts = [render_prompt(backend.tokenizer, it.prompt, skills=[s["text"] for s in by_item[it.item_id]]) for it in math_items]
         gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0))
@@ -247,6 +262,27 @@ def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: 
     return out
 
 
+def evaluate_bfcl_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
+                        max_steps: int = BFCL_MAX_STEPS) -> dict[str, ItemResult]:
+    """One greedy episode per BFCL item (``envs.bfcl``, BFCL's prompt-mode format and its multi-turn
+    checker), all in lock step: correct when the checker says valid; ``formatted`` when some reply held
+    calls. An episode whose context outgrows the model fails (``error: policy failed: ContextTooLong``)."""
+    from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv, BfclTask
+    from tentalis_pipelines.envs.policies import ChatPolicy
+    from tentalis_pipelines.envs.runner import run_episodes
+
+    if getattr(backend, "model", None) is None or getattr(backend, "tokenizer", None) is None:
+        raise ValueError(f"the bfcl benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
+    policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
+    tasks = [BfclTask.from_dict(it.extra["task"]) for it in items]
+    episodes = run_episodes(lambda: BfclEnv(BfclConfig(max_steps_per_turn=max_steps)), tasks, policy.generate_batch)
+    out = {}
+    for it, ep in zip(items, episodes):
+        completion = "\n\n".join(t.text for t in ep.turns) + f"\n\n[{ep.end_reason}: {ep.verdict.detail}]"
+        out[it.item_id] = ItemResult(it, completion, None, ep.passed, ep.passed, any(t.action is not None for t in ep.turns))
+    return out
+
+
 def level_success(results: list[ItemResult]) -> dict[str, dict[str, float]]:
     """Per level (items with a ``level``): n, success rate and its 95% Wilson interval."""
     by_level: dict[int, list[bool]] = {}
@@ -281,7 +317,7 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    if benchmark.startswith("terminal") and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
+    if (benchmark.startswith("terminal") or benchmark == "bfcl") and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
         lo, hi = wilson_interval(int(sum(correct)), n)
     else:
         lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval

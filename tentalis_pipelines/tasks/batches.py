@@ -19,7 +19,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tentalis_pipelines.envs import terminal_tasks
+from tentalis_pipelines.envs import bfcl_tasks, terminal_tasks
+from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.lakehouse import validate_batch_id
 from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
 from tentalis_pipelines.tasks.jsonl import LoadedTasks, load_jsonl_tasks
@@ -242,6 +243,12 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif task_source == "bfcl":
+        seeds = bfcl_batch_seeds(batches_dir)
+        if seeds:
+            top = max(seeds)
+            if seeds[top] == [bfcl_batch_id(top, num_tasks, tuple(levels))]:
+                newest = seeds[top][0]
     else:
         done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
@@ -270,6 +277,9 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
     if manifest["kind"] == TERMINAL_MANIFEST:
         tasks = terminal_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
         return LoadedTasks(tasks=terminal_task_rows(batch_id, tasks, created_at, max_turns=int(manifest["max_turns"])))
+    if manifest["kind"] == BFCL_MANIFEST:
+        bfcl = bfcl_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
+        return LoadedTasks(tasks=bfcl_task_rows(batch_id, bfcl, created_at, max_turns=int(manifest["max_turns"])))
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
 
 
@@ -388,6 +398,105 @@ def terminal_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
 def next_terminal_seed(batches_dir: Path) -> int:
     """The smallest seed above every seed of a registered terminal batch (1 for the first)."""
     return max(terminal_batch_seeds(batches_dir), default=0) + 1
+
+
+# --------------------------------------------------------------------------- BFCL (tool-calling) batches
+BFCL_MANIFEST = "bfcl"
+BFCL_SOURCE = "generator:bfcl"
+# The generated BFCL tasks' held-out split (the first DEFAULT_TEST_PER_LEVEL of each level of this seed).
+# The `bfcl` benchmark itself is BFCL's official multi_turn_base, kept out by the contamination guard.
+BFCL_HELD_OUT_SEED = 0
+DEFAULT_BFCL_STEPS = 4  # replies with calls per user turn (BFCL's own limit, 20, is for the benchmark)
+
+
+def bfcl_held_out_tasks(levels: tuple[int, ...] = bfcl_tasks.LEVELS) -> list[BfclTask]:
+    """The generated held-out split of :data:`BFCL_HELD_OUT_SEED` (never in a training batch)."""
+    return bfcl_tasks.generate_tasks(bfcl_tasks.DEFAULT_TEST_PER_LEVEL, seed=BFCL_HELD_OUT_SEED, levels=tuple(levels))
+
+
+def bfcl_fingerprint(task: BfclTask) -> str:
+    """What makes two BFCL tasks the same task (turns, initial state, ground truth), ids aside."""
+    body = json.dumps([task.turns, task.initial_config, task.ground_truth], sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+def bfcl_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...]) -> list[BfclTask]:
+    """``num_tasks`` generated BFCL training tasks of generator seed ``seed``, levels in turn, from each
+    level's training split (index ``DEFAULT_TEST_PER_LEVEL`` on), skipping any equal to a held-out one."""
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    bad = [lv for lv in levels if lv not in bfcl_tasks.LEVELS]
+    if bad or not levels:
+        raise ValueError(f"bfcl levels must be a non-empty subset of {list(bfcl_tasks.LEVELS)}, got {list(levels)}")
+    held_out = {bfcl_fingerprint(t) for t in bfcl_held_out_tasks()}
+    next_index = dict.fromkeys(levels, bfcl_tasks.DEFAULT_TEST_PER_LEVEL)
+    out = []
+    for i in range(num_tasks):
+        level = levels[i % len(levels)]
+        while True:
+            task = bfcl_tasks.make_task(level, next_index[level], seed=seed)
+            next_index[level] += 1
+            if task.split == "train" and bfcl_fingerprint(task) not in held_out:
+                break
+        out.append(task)
+    return out
+
+
+def bfcl_task_rows(batch_id: str, tasks: list[BfclTask], created_at, max_turns: int = DEFAULT_BFCL_STEPS) -> list[dict]:
+    """The ``tasks`` rows of BFCL tasks (``BfclTask.task_row``; the step limit per user turn in the
+    metadata as ``max_turns``)."""
+    rows = []
+    for t in tasks:
+        row = t.task_row()
+        meta = {**json.loads(row["metadata"]), "max_turns": int(max_turns)}
+        rows.append({**row, "batch_id": batch_id, "source": BFCL_SOURCE, "difficulty": t.level,
+                     "metadata": json.dumps(meta, sort_keys=True), "created_at": created_at})
+    return rows
+
+
+def bfcl_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
+    return f"bfcl-s{seed}-n{num_tasks}-l{''.join(map(str, levels))}"
+
+
+def register_bfcl_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
+                        max_turns: int = DEFAULT_BFCL_STEPS, batch_id: str | None = None) -> str:
+    """Record a seeded BFCL batch (tool-calling episodes on BFCL's simulators; the batch kind
+    ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training split
+    only (:func:`bfcl_training_tasks`); ``max_turns`` is the step limit per user turn."""
+    check_training_seed(seed)
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
+    bfcl_training_tasks(seed, 1, tuple(levels))  # validate the parameters now, not at run time
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    batch_id = validate_batch_id(batch_id or bfcl_batch_id(seed, num_tasks, tuple(levels)))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"kind": BFCL_MANIFEST, "source": "bfcl", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "max_turns": int(max_turns)}
+    path = folder / "manifest.json"
+    if path.exists():
+        existing = json.loads(path.read_text())
+        if existing != manifest:
+            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
+    else:
+        _atomic_write(path, json.dumps(manifest))
+    return batch_id
+
+
+def bfcl_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
+    """``{seed: ids of the registered BFCL batches with that seed}``."""
+    seeds: dict[int, list[str]] = {}
+    for manifest in Path(batches_dir).glob("*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("kind") == BFCL_MANIFEST:
+            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
+    return seeds
+
+
+def next_bfcl_seed(batches_dir: Path) -> int:
+    """The smallest seed above every seed of a registered BFCL batch (1 for the first)."""
+    return max(bfcl_batch_seeds(batches_dir), default=0) + 1
 
 
 # --------------------------------------------------------------------------- dataset slices

@@ -136,7 +136,7 @@ def test_an_explicit_benchmark_list_is_required_and_what_it_leaves_out_is_named(
     monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic")
     assert quality.no_held_out_items(lake, batch_id).passed
     assert contamination.build_index(lake).coverage.as_dict() == {"screened": ["arithmetic"], "skipped": {
-        b: "left out by TENTALIS_CONTAMINATION_BENCHMARKS" for b in ("gsm8k", "math500", "humaneval", "terminal")}}
+        b: "left out by TENTALIS_CONTAMINATION_BENCHMARKS" for b in ("gsm8k", "math500", "humaneval", "terminal", "bfcl")}}
     monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,gsm8")  # a typo is an error
     out = quality.no_held_out_items(lake, batch_id)
     assert not out.passed and "unknown benchmark(s) ['gsm8']" in out.description
@@ -157,7 +157,7 @@ def test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items(
          "extracted_answer": "4", "reference": "4", "correct": True, "lenient_correct": True, "formatted": True,
          "created_at": now_utc(), "skill_ids": []}])
     index = contamination.build_index(lake)
-    assert index.coverage.screened == ("arithmetic", "humaneval", "terminal")
+    assert index.coverage.screened == ("arithmetic", "humaneval", "terminal", "bfcl")
     assert index.coverage.skipped["gsm8k"].endswith("only the 1 item(s) a checkpoint was benchmarked on (benchmark_items) are screened")
     (m,) = index.match(["What is 2 + 2?"], use_embeddings=False)
     assert (m.benchmark, m.item_id) == ("gsm8k", "gsm8k-00007")
@@ -192,13 +192,13 @@ def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path
     out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
     assert out.exit_code == 0 and "clean: no line matches" in out.stdout
     report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval", "terminal"] and report["skipped"] == {}
+    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval", "terminal", "bfcl"] and report["skipped"] == {}
     # without the benchmark data: screened against the rest, and the skipped ones are named with why
     monkeypatch.delenv("TENTALIS_DATA_DIR")
     out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
     assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
     report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "humaneval", "terminal"] and set(report["skipped"]) == {"gsm8k", "math500"}
+    assert report["screened"] == ["arithmetic", "humaneval", "terminal", "bfcl"] and set(report["skipped"]) == {"gsm8k", "math500"}
     assert report["matches"] == []
     # a torn file is an error naming it (exit 2)
     torn = tmp_path / "torn"

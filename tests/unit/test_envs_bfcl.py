@@ -1,0 +1,279 @@
+"""The BFCL tool-calling family: safe call parsing, BFCL's checker wiring, generated tasks, the guard.
+
+Needs the bfcl-eval wheel (``make install`` puts it in, --no-deps); everything here is pure Python (the
+simulators and the checker ship as Python in the wheel): no model, no subprocess.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
+
+from tentalis_pipelines import contamination  # noqa: E402
+from tentalis_pipelines.env_batches import failure_type, load_tasks, make_env, verdict_review  # noqa: E402
+from tentalis_pipelines.envs import bfcl, bfcl_tasks  # noqa: E402
+from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv, CallFormatError, parse_calls  # noqa: E402
+from tentalis_pipelines.envs.runner import run_episode  # noqa: E402
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc  # noqa: E402
+from tentalis_pipelines.settings import Paths  # noqa: E402
+from tentalis_pipelines.stages.tasks import build_tasks  # noqa: E402
+from tentalis_pipelines.tasks import batches  # noqa: E402
+
+FS_TOOLS = frozenset({"cd", "ls", "mkdir", "touch", "echo", "cat", "mv", "rm", "sort"})
+
+
+@pytest.fixture(scope="module")
+def official():
+    return {t.task_id: t for t in bfcl.load_official()}
+
+
+def _scripted(replies):
+    it = iter(replies)
+    return lambda messages: next(it)
+
+
+# ---------------------------------------------------------------------------------- parsing
+def test_a_call_list_parses_to_canonical_keyword_calls():
+    calls = parse_calls("[cd(folder='docs'), ls(a=True), echo(content=\"it's\", file_name='a.txt')]", FS_TOOLS)
+    assert [c.text() for c in calls] == ["cd(folder='docs')", "ls(a=True)", 'echo(content="it\'s", file_name=\'a.txt\')']
+    # BFCL's decoder strips fences and wraps a bare call in a list; so does this one
+    assert [c.text() for c in parse_calls("```python\nmkdir(dir_name='x')\n```", FS_TOOLS)] == ["mkdir(dir_name='x')"]
+    assert parse_calls("[]", FS_TOOLS) == []
+    assert parse_calls("[cd(folder=['a', {'b': -1}])]", FS_TOOLS)[0].kwargs == (("folder", ["a", {"b": -1}]),)
+
+
+@pytest.mark.parametrize("text, why", [
+    ("__import__('os').system('touch /tmp/x')", "bare name"),
+    ("[os.system(command='x')]", "bare name"),
+    ("[GorillaFileSystem.rm(file_name='a')]", "bare name"),
+    ("[open(file='x')]", "'open' is not one of this task's tools"),
+    ("[eval(source='1')]", "'eval' is not one of this task's tools"),
+    ("[cd(folder=__import__('os').getcwd())]", "not a literal value"),
+    ("[cd(folder='a' + 'b')]", "not a literal value"),  # BFCL's own decoder evals BinOps
+    ("[cd(folder=(lambda: 'x')())]", "not a literal value"),
+    ("[cd('docs')]", "positional arguments; write them as name=value"),
+    ("[cd(**{'folder': 'x'})]", "**kwargs is not allowed"),
+    ("[cd(folder='x'), 42]", "is not a function call"),
+    ("I moved the file for you.", "not a Python list of calls"),
+])
+def test_hostile_or_malformed_text_is_a_format_error_naming_what_is_wrong(text, why):
+    with pytest.raises(CallFormatError, match="(?s).*" + __import__("re").escape(why)):
+        parse_calls(text, FS_TOOLS)
+
+
+def test_a_hostile_reply_executes_nothing_and_ends_the_user_turn(official, monkeypatch):
+    called = []
+    monkeypatch.setattr(os, "system", lambda *a: called.append(a) or 0)
+    env = BfclEnv()
+    task = official["multi_turn_base_0"]
+    env.reset(task)
+    before = repr(env.instances["GorillaFileSystem"].root)
+    res = env.step("[__import__('os').system('rm -rf /'), mkdir(dir_name='temp')]")
+    assert called == [] and repr(env.instances["GorillaFileSystem"].root) == before  # not even the valid call ran
+    assert "bare name" in res.info["format_error"] and "command" not in res.info
+    assert not res.done and res.observation.messages[0]["content"].startswith("[Not executed:")
+    assert task.turns[1] in res.observation.messages[0]["content"]  # the next user turn follows
+
+
+def test_refused_and_private_names_are_not_tools(official):
+    table = bfcl.method_table(bfcl.make_instances(official["multi_turn_base_0"]))
+    assert "mkdir" in table and "post_tweet" in table
+    assert not [n for n in table if n.startswith("_")] and "_load_scenario" not in table
+    with pytest.raises(CallFormatError, match="'_load_scenario' is not one of this task's tools"):
+        parse_calls("[_load_scenario(scenario={})]", frozenset(table))
+
+
+# ---------------------------------------------------------------------------------- BFCL's checker
+def test_the_ground_truth_passes_bfcls_checker_and_a_wrong_call_fails(official):
+    task = official["multi_turn_base_0"]  # 4 user turns: move, grep, sort, move + diff
+    ep = run_episode(BfclEnv(), task, _scripted(bfcl.oracle_replies(task)))
+    assert ep.passed and ep.end_reason == "submitted" and ep.verdict.detail == "BFCL multi-turn checker: valid"
+    assert ep.turns[0].action == json.dumps(["cd(folder='document')", "mkdir(dir_name='temp')",
+                                             "mv(source='final_report.pdf', destination='temp')"])
+    # the same episode with the directory named wrongly in turn 1: the state check fails
+    wrong = bfcl.oracle_replies(task)
+    wrong[0] = wrong[0].replace("dir_name='temp'", "dir_name='tmp'")
+    ep = run_episode(BfclEnv(), task, _scripted(wrong))
+    assert not ep.passed and ep.verdict.detail.startswith("multi_turn:instance_state_mismatch")
+    # a turn left without its calls: BFCL's empty-turn error
+    skipped = ["Done."] + bfcl.oracle_replies(task)[2:]
+    ep = run_episode(BfclEnv(), task, _scripted(skipped))
+    assert not ep.passed and ep.verdict.detail.startswith("multi_turn:empty_turn_model_response")
+    # the right state but a result missing (grep not run in turn 2): the response check fails
+    no_grep = bfcl.oracle_replies(task)
+    no_grep[2] = "[cd(folder='temp')]"
+    ep = run_episode(BfclEnv(), task, _scripted(no_grep))
+    assert not ep.passed and ep.verdict.detail.startswith("multi_turn:execution_response_mismatch")
+
+
+def test_checks_are_independent_and_leave_nothing_in_the_checkers_globals(official):
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+
+    task = official["multi_turn_base_1"]
+    before = set(vars(multi_turn_utils))
+    for _ in range(2):  # the checker caches instances by name: a reused name would carry state over
+        ep = run_episode(BfclEnv(), task, _scripted(bfcl.oracle_replies(task)))
+        assert ep.passed
+    assert set(vars(multi_turn_utils)) == before
+
+
+def test_a_tampered_ground_truth_is_refused_before_the_checker_evals_it(official):
+    task = official["multi_turn_base_1"]
+    bad = bfcl.BfclTask(**{**task.to_dict(), "ground_truth": [["__import__('os').system('x')"], *task.ground_truth[1:]]})
+    verdict = bfcl.check(bad, [[["ls(a=True)"]], [], [], []])
+    assert not verdict.passed and "ground truth is not a valid call list" in verdict.detail
+
+
+def test_the_step_limit_force_quits_as_bfcl_does(official):
+    task = official["multi_turn_base_1"]
+    env = BfclEnv(BfclConfig(max_steps_per_turn=3))
+    ep = run_episode(env, task, lambda m: "[ls(a=True)]")
+    assert ep.turns_used == 3 and ep.end_reason == "turn_limit" and not ep.passed
+    assert ep.verdict.detail.startswith("force_terminated: the step limit was reached in user turn 1 of 4")
+    assert env.max_turns == 4 * 4
+
+
+def test_long_results_are_cut_with_a_visible_marker(official):
+    assert bfcl.truncate("x" * 30, 10) == "xxxxx[... 20 characters truncated ...]xxxxx"
+    env = BfclEnv(BfclConfig(result_chars=60))
+    env.reset(official["multi_turn_base_0"])
+    res = env.step("[ls(a=True)]")  # '{"current_directory_content": ["document", "archive"]}': 55 characters
+    assert res.observation.messages[0]["content"] == str(
+        [{"role": "tool", "name": "ls(a=True)", "content": '{"current_directory_content": ["document", "archive"]}'}])
+    # '{"terminal_output": "y...y"}' is 23 + 200 characters: 163 of them cut, the head and tail kept
+    res = env.step("[cd(folder='document'), echo(content='" + "y" * 200 + "')]")
+    shown = res.observation.messages[0]["content"]
+    assert '{"current_working_directory": "document"}' in shown
+    assert '{"terminal_output": "yyyyyyyyy[... 163 characters truncated ...]' + "y" * 28 + '"}' in shown
+
+
+def test_the_system_prompt_is_bfcls_default_with_the_tasks_function_docs(official):
+    obs = BfclEnv().reset(official["multi_turn_base_0"])
+    system, user = obs.messages
+    assert system["content"].startswith("You are an expert in composing functions.")
+    assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]" in system["content"]
+    assert '"name": "post_tweet"' in system["content"] and '"name": "mkdir"' in system["content"]
+    assert '"name": "send_message"' not in system["content"]  # MessageAPI is not involved in this item
+    assert user["content"] == official["multi_turn_base_0"].turns[0]
+
+
+def test_the_official_split_is_200_items_each_passed_by_its_ground_truth_and_failed_by_silence(official):
+    assert len(official) == 200
+    for task in list(official.values())[::20]:  # every 20th: the whole set runs in bfcl_base's check
+        assert run_episode(BfclEnv(), task, _scripted(bfcl.oracle_replies(task))).passed, task.task_id
+        assert not run_episode(BfclEnv(), task, lambda m: "Sure.").passed, task.task_id
+
+
+# ---------------------------------------------------------------------------------- generated tasks
+def test_every_generated_task_is_solved_by_its_oracle_and_failed_by_doing_nothing():
+    tasks = bfcl_tasks.generate_tasks()
+    assert len(tasks) == 240 and bfcl_tasks.split_counts(tasks) == {(lv, s): n for lv in (1, 2, 3) for s, n in (("test", 30), ("train", 50))}
+    for t in tasks:
+        assert run_episode(BfclEnv(), t, _scripted(bfcl.oracle_replies(t))).passed, t.task_id
+        assert not run_episode(BfclEnv(), t, lambda m: "[]").passed, t.task_id
+    assert bfcl_tasks.generate_tasks(seed=0) == tasks and bfcl_tasks.generate_tasks(seed=1) != tasks
+
+
+def test_a_generated_task_checks_state_and_results_by_hand():
+    task = bfcl_tasks.make_task(2, 0)  # write_in_dir
+    assert task.family == "write_in_dir" and task.ground_truth[0][0].startswith("cd(folder=")
+    d = task.ground_truth[0][0].split("'")[1]
+    name = task.ground_truth[0][1].split("'")[1]
+    right = [f"[cd(folder='{d}'), touch(file_name='{name}'), echo(content={task.turns[0].split(chr(39))[5]!r}, file_name='{name}')]", "ok"]
+    assert run_episode(BfclEnv(), task, _scripted(right)).passed
+    typo = [right[0].replace("content='", "content='X"), "ok"]  # wrong text written: the file system differs
+    ep = run_episode(BfclEnv(), task, _scripted(typo))
+    assert not ep.passed and "instance_state_mismatch" in ep.verdict.detail
+    with pytest.raises(ValueError, match="BFCL task level 4: choose from 1, 2, 3"):
+        bfcl_tasks.make_task(4, 0)
+
+
+def test_task_rows_round_trip_and_load_into_the_environment(home):
+    t = bfcl_tasks.make_task(3, 2)
+    row = t.task_row()
+    assert row["environment"] == "bfcl" and row["prompt"] == "\n".join(t.turns)
+    assert bfcl.BfclTask.from_task_row(row) == t
+    with pytest.raises(ValueError, match="use letters, digits and '_' only"):
+        bfcl.BfclTask(**{**t.to_dict(), "task_id": "x-1; import os"})
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    lake.write_batch("tasks", "b1", batches.bfcl_task_rows("b1", [t], now_utc(), max_turns=3))
+    ((r, loaded),) = load_tasks(lake, "b1")
+    assert loaded == bfcl.BfclTask(**{**t.to_dict(), "metadata": {"max_turns": 3}}) and json.loads(r["metadata"])["max_turns"] == 3
+    env = make_env("bfcl", 3)
+    assert isinstance(env, BfclEnv) and env.config.max_steps_per_turn == 3
+
+
+def test_batches_take_the_training_split_only():
+    tasks = batches.bfcl_training_tasks(5, 6, (1, 3))
+    assert [t.level for t in tasks] == [1, 3, 1, 3, 1, 3] and {t.split for t in tasks} == {"train"}
+    assert [int(t.task_id.split("_")[3]) for t in tasks] == [30, 30, 31, 31, 32, 32]
+    held = {batches.bfcl_fingerprint(t) for t in batches.bfcl_held_out_tasks()}
+    assert not held & {batches.bfcl_fingerprint(t) for t in batches.bfcl_training_tasks(0, 100, (1, 2, 3))}
+    with pytest.raises(ValueError, match=r"bfcl levels must be a non-empty subset of \[1, 2, 3\], got \[0\]"):
+        batches.bfcl_training_tasks(1, 2, (0,))
+
+
+def test_reviews_of_bfcl_episodes_name_bfcl_hints():
+    assert failure_type(passed=False, end_reason="submitted", check_kind="bfcl", format_errors=1, turns=3) == "wrong_calls"
+    review = verdict_review(passed=False, reward=0.0, detail="x", end_reason="submitted", check_kind="bfcl", format_errors=3,
+                            turns=3, max_turns=8)
+    assert review["failure"] == "format" and "Python list of calls" in review["hint"]
+
+
+# ---------------------------------------------------------------------------------- the contamination guard
+def test_the_guard_indexes_the_official_items_and_passes_generated_ones(official):
+    items, _, skipped = contamination.static_items(["bfcl"], None)
+    assert skipped == {} and len(items) == 200 and {i.benchmark for i in items} == {"bfcl"}
+    index = contamination.ContaminationIndex(items)
+    generated = [t.prompt for t in bfcl_tasks.generate_tasks()]
+    assert index.match(generated, use_embeddings=False) == [None] * len(generated)
+    item = official["multi_turn_base_7"]
+    (m,) = index.match([item.prompt], use_embeddings=False)
+    assert (m.benchmark, m.item_id, m.tier) == ("bfcl", "multi_turn_base_7", "exact")
+    # pasted inside a longer prompt: the n-gram tier
+    (m,) = index.match(["Please do this for me. " + item.prompt + " Thanks a lot."], use_embeddings=False)
+    assert (m.item_id, m.tier) == ("multi_turn_base_7", "ngram")
+
+
+def test_a_bfcl_batch_that_reproduces_an_official_item_is_refused(home, monkeypatch, official):
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,bfcl")
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    batch_id = batches.register_bfcl_batch(paths.batches, seed=3, num_tasks=4, levels=(1, 2))
+    real = batches.bfcl_training_tasks
+    leaked = official["multi_turn_base_42"]
+    monkeypatch.setattr(batches, "bfcl_training_tasks", lambda *a: [*real(*a)[:3], leaked])
+    res = build_tasks(lake, paths, batch_id)
+    landed = lake.read("tasks", batch_id=batch_id).to_pylist()
+    assert len(landed) == 3 and leaked.task_id not in {t["task_id"] for t in landed}
+    assert res.metadata["contaminated_tasks"] == 1
+    (q,) = [r for r in lake.read("quarantine").to_pylist() if r["batch_id"] == batch_id]
+    assert "matches the benchmark item bfcl/multi_turn_base_42 (exact" in q["error"]
+
+
+def test_a_bfcl_episode_lands_as_a_rollout_row_with_its_calls_and_level():
+    from tentalis_pipelines.env_batches import episode_record, episode_rollout_rows
+
+    task = bfcl_tasks.make_task(3, 0)  # copy_then_sort: 2 user turns
+    ep = run_episode(BfclEnv(), task, _scripted(bfcl.oracle_replies(task)))
+    rec = episode_record(ep, task)
+    assert (rec["environment"], rec["check_kind"], rec["level"], rec["passed"], rec["turns"]) == ("bfcl", "bfcl", 3, True, 4)
+    (row,) = episode_rollout_rows("b1", task, 0, ep, policy_version="base", model="m", temperature=0.0, max_tokens=8,
+                                  created_at=now_utc())
+    assert [json.loads(s) if s else [] for s in row["steps"]] == [task.ground_truth[0], [],
+                                                                   task.ground_truth[1], []]
+    assert row["parse_mode"] == "episode:submitted" and json.loads(row["episode"])["level"] == 3
+
+
+def test_the_cli_takes_bfcl_levels_1_to_3():
+    import typer
+
+    from tentalis_pipelines.cli.common import parse_levels
+
+    assert parse_levels("1,3", "bfcl") == [1, 3]
+    with pytest.raises(typer.Exit):
+        parse_levels("0", "bfcl")
