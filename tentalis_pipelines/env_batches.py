@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any
 
 from tentalis_pipelines.envs.base import Episode, end_kind
 from tentalis_pipelines.envs.runner import episode_to_turns
+from tentalis_pipelines.envs.swe_tasks import ENVIRONMENT as SWE
+from tentalis_pipelines.envs.swe_tasks import SweTask
 from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
@@ -47,7 +49,7 @@ if TYPE_CHECKING:
     from tentalis_pipelines.policy import PolicySettings
     from tentalis_pipelines.settings import Paths
 
-ENVIRONMENTS = (TERMINAL,)  # the environment families whose batches this module runs
+ENVIRONMENTS = (TERMINAL, SWE)  # the environment families whose batches this module runs
 VERIFIER = "verifier"
 # The reward is the review's score alone (the verifier's verdict).
 WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
@@ -60,6 +62,8 @@ HINTS = {
     "turn_limit": "Finish within the turn limit: one command per turn, then run submit ANSWER (or submit after editing files).",
     "wrong_answer": "Look at the files with a command first, then submit exactly the value the task asks for.",
     "wrong_tree": "Check the files with ls and cat after each change, and make every change the task asks for before submit.",
+    "tests_fail": "Run python3 run_tests.py, read the line each failing test names, fix that line of the module, and run "
+                  "the tests again before submit.",
 }
 
 
@@ -74,7 +78,8 @@ def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
 # --------------------------------------------------------------------------- reviews from verdicts
 def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_errors: int, turns: int) -> str:
     """``passed``, or why the episode failed: ``hostile``, ``error``, ``format`` (no turn held a command),
-    ``turn_limit`` (no submission), ``wrong_answer`` or ``wrong_tree`` (submitted, the check failed)."""
+    ``turn_limit`` (no submission), ``wrong_answer``, ``wrong_tree`` or ``tests_fail`` (submitted, the check
+    failed)."""
     if passed:
         return "passed"
     kind = end_kind(end_reason)
@@ -84,7 +89,7 @@ def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_error
         return "format"
     if kind == "turn_limit":
         return "turn_limit"
-    return "wrong_tree" if check_kind == "tree" else "wrong_answer"
+    return {"tree": "wrong_tree", "tests": "tests_fail"}.get(check_kind, "wrong_answer")
 
 
 def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
@@ -132,19 +137,38 @@ def chat_policy(lake: Lakehouse, paths: Paths, policy: PolicySettings, backend=N
     return version, ChatPolicy.load(resolve_model(policy.model, paths.models), adapter, device=policy.device, dtype=policy.dtype, **kwargs)
 
 
-def make_env(environment: str, max_turns: int):
-    if environment != TERMINAL:
-        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
+def _terminal_env(max_turns: int):
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 
     return TerminalEnv(TerminalConfig(max_turns=max_turns))
 
 
-def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask]]:
+def _swe_env(max_turns: int):
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv
+    from tentalis_pipelines.envs.terminal import TerminalConfig
+
+    return SweEnv(SweConfig(terminal=TerminalConfig(max_turns=max_turns, observation_chars=1500)))
+
+
+# environment family -> (its environment for a turn limit, its task from a ``tasks`` row)
+FAMILIES: dict[str, tuple[Any, Any]] = {TERMINAL: (_terminal_env, TerminalTask.from_task_row),
+                                        SWE: (_swe_env, SweTask.from_task_row)}
+
+
+def make_env(environment: str, max_turns: int):
+    if environment not in FAMILIES:
+        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
+    return FAMILIES[environment][0](max_turns)
+
+
+def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask | SweTask]]:
     rows = sorted(lake.read("tasks", batch_id=batch_id).to_pylist(), key=lambda t: t["task_id"])
     if not rows:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
-    return [(r, TerminalTask.from_task_row(r)) for r in rows]
+    unknown = sorted({r["environment"] for r in rows} - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"batch {batch_id!r} has tasks of unknown environments {unknown}; known: {', '.join(FAMILIES)}")
+    return [(r, FAMILIES[r["environment"]][1](r)) for r in rows]
 
 
 def episode_record(episode: Episode, task: TerminalTask) -> dict[str, Any]:

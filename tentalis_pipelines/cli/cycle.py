@@ -99,7 +99,8 @@ def run(
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
-                              "the terminal generator's training split; transformers backend)."),
+                              "the terminal generator's training split; transformers backend) | swe (bug-fixing episodes on the "
+                              "mini-SWE catalogue's training split)."),
     levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
@@ -124,7 +125,7 @@ def run(
     status(home=None)
 
 
-SEEDED_SOURCES = ("arithmetic", "terminal")
+SEEDED_SOURCES = ("arithmetic", "terminal", "swe")
 
 
 def check_seeded_source(tasks: str) -> None:
@@ -142,7 +143,8 @@ def batch_new(
     num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
-    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox)."),
+    tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox) | "
+                              "swe (bug-fixing episodes in the sandbox)."),
     max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
@@ -185,7 +187,8 @@ def learn(
     seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
-                              "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark)."),
+                              "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | swe "
+                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark)."),
     max_turns: int = typer.Option(8, min=1, help="--tasks terminal: the episodes' turn limit."),
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
@@ -214,10 +217,10 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal"):
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k or terminal")
-    if tasks == "terminal" and skills:
-        fail("--skills: not built for --tasks terminal yet")
+    if tasks not in ("arithmetic", "gsm8k", "terminal", "swe"):
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal or swe")
+    if tasks in ("terminal", "swe") and skills:
+        fail(f"--skills: not built for --tasks {tasks} yet")
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,

@@ -23,7 +23,7 @@ from tentalis_pipelines.cli.common import (
 def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
     tasks: str = typer.Option("arithmetic", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
-                              "split, one greedy episode per task) | path/to/tasks.jsonl"),
+                              "split, one greedy episode per task) | swe (the mini-SWE held-out bugs, one greedy episode each) | path/to/tasks.jsonl"),
     limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
     seed: int = typer.Option(0, help="Seed of the subset."),
     format: str = typer.Option("table", "--format", "-f", help="table | json"),

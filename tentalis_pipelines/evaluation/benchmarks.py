@@ -1,5 +1,5 @@
-"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval, the terminal gym's held-out split and
-any JSONL task file.
+"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval, the terminal gym's held-out split, the
+mini-SWE held-out bugs and any JSONL task file.
 
 Each item is answered greedily by a policy; math answers are checked strictly (the answer inside
 ``<answer>`` tags is right) and leniently (the last number in the text is right); code is run against
@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from tentalis_pipelines.envs import swe_tasks
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.rewards.math_answers import answers_match
@@ -33,11 +34,12 @@ from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
 from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal")
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", "swe")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
-DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128}  # terminal: per turn
+DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120, "swe": 30}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128, "swe": 128}  # terminal, swe: per turn
 TERMINAL_MAX_TURNS = 8
+ENVIRONMENT_BENCHMARKS = ("terminal", "swe")  # items are agent episodes; success rates with Wilson intervals
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -150,6 +152,10 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
                            extra={"level": t.level, "task": t.to_dict()}) for t in terminal_held_out_tasks()]
         return "terminal", _subset(items, limit or DEFAULT_LIMITS["terminal"], seed)
+    if name_or_path == "swe":  # the catalogue's held-out bugs: 10 per level (never in a training batch)
+        items = [BenchItem(t.task_id, t.instruction, json.dumps({"FAIL_TO_PASS": t.fail_to_pass, "PASS_TO_PASS": t.pass_to_pass}),
+                           environment="swe", extra={"level": t.level, "task": t.to_dict()}) for t in swe_tasks.held_out_tasks()]
+        return "swe", _subset(items, limit or DEFAULT_LIMITS["swe"], seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -172,12 +178,13 @@ def evaluate_items(
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
     by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
-    math_items = [it for it in items if it.environment not in ("code", "terminal")]
+    math_items = [it for it in items if it.environment not in ("code", *ENVIRONMENT_BENCHMARKS)]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
-    terminal_items = [it for it in items if it.environment == "terminal"]
-    if terminal_items:
-        out.update(evaluate_terminal_items(backend, terminal_items, max_new_tokens=max_new_tokens))
+    for environment in ENVIRONMENT_BENCHMARKS:
+        env_items = [it for it in items if it.environment == environment]
+        if env_items:
+            out.update(evaluate_terminal_items(backend, env_items, max_new_tokens=max_new_tokens))
     if math_items:
         prompts = [render_prompt(backend.tokenizer, it.prompt, skills=[s["text"] for s in by_item[it.item_id]]) for it in math_items]
         gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=max_new_tokens, temperature=0.0))
@@ -209,19 +216,30 @@ def evaluate_items(
 
 def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
                             max_turns: int = TERMINAL_MAX_TURNS) -> dict[str, ItemResult]:
-    """One greedy episode per terminal item (``envs.policies.ChatPolicy`` on the backend's model, all
-    episodes in lock step): correct when the final check passes; ``formatted`` when some turn held a
-    command; the completion is the assistant turns, the extracted answer the submitted one."""
+    """One greedy episode per terminal (or mini-SWE: items of one environment) item (``envs.policies.ChatPolicy``
+    on the backend's model, all episodes in lock step): correct when the final check passes; ``formatted``
+    when some turn held a command; the completion is the assistant turns, the extracted answer the
+    submitted one."""
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episodes
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv
+    from tentalis_pipelines.envs.swe_tasks import SweTask
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
     from tentalis_pipelines.envs.terminal_tasks import TerminalTask
 
+    environment = items[0].environment if items else "terminal"
+    if any(it.environment != environment for it in items):
+        raise ValueError("evaluate_terminal_items takes the items of one environment at a time")
     if getattr(backend, "model", None) is None or getattr(backend, "tokenizer", None) is None:
-        raise ValueError(f"the terminal benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
+        raise ValueError(f"the {environment} benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
     policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
-    tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
-    episodes = run_episodes(lambda: TerminalEnv(TerminalConfig(max_turns=max_turns)), tasks, policy.generate_batch)
+    if environment == "swe":
+        tasks = [SweTask.from_dict(it.extra["task"]) for it in items]
+        config = SweConfig(terminal=TerminalConfig(max_turns=max_turns, observation_chars=1500))
+        episodes = run_episodes(lambda: SweEnv(config), tasks, policy.generate_batch)
+    else:
+        tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
+        episodes = run_episodes(lambda: TerminalEnv(TerminalConfig(max_turns=max_turns)), tasks, policy.generate_batch)
     out = {}
     for it, ep in zip(items, episodes):
         answer = next((t.info.get("answer") for t in reversed(ep.turns) if t.info.get("answer") is not None), None)
@@ -264,7 +282,7 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    if benchmark == "terminal" and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
+    if benchmark in ENVIRONMENT_BENCHMARKS and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
         lo, hi = wilson_interval(int(sum(correct)), n)
     else:
         lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval

@@ -70,7 +70,7 @@ def benchmark_checkpoint(
         "ci_low": round(summary.ci_low, 4),
         "ci_high": round(summary.ci_high, 4),
         "seconds": round(summary.seconds, 1),
-        **({"success_per_level": level_success(results)} if summary.benchmark == "terminal" else {}),
+        **({"success_per_level": level_success(results)} if summary.benchmark in ("terminal", "swe") else {}),
         "items": markdown_table([{"item_id": r["item_id"], "answer": r["extracted_answer"], "reference": r["reference"],
                                   "correct": r["correct"]} for r in item_rows]),
     }
