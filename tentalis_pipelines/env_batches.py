@@ -144,10 +144,9 @@ def _terminal_env(max_turns: int):
 
 
 def _swe_env(max_turns: int):
-    from tentalis_pipelines.envs.swe import SweConfig, SweEnv
-    from tentalis_pipelines.envs.terminal import TerminalConfig
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
 
-    return SweEnv(SweConfig(terminal=TerminalConfig(max_turns=max_turns, observation_chars=1500)))
+    return SweEnv(SweConfig(terminal=swe_terminal_config(max_turns)))
 
 
 # environment family -> (its environment for a turn limit, its task from a ``tasks`` row)

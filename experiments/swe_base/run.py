@@ -47,9 +47,8 @@ def main() -> None:
     from tentalis_pipelines.envs.base import end_kind
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episodes
-    from tentalis_pipelines.envs.swe import SweConfig, SweEnv
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
     from tentalis_pipelines.envs.swe_tasks import LEVELS, held_out_tasks
-    from tentalis_pipelines.envs.terminal import TerminalConfig
     from tentalis_pipelines.hardware import host_cpu
     from tentalis_pipelines.inference.models import resolve_model
     from tentalis_pipelines.settings import Paths
@@ -64,7 +63,7 @@ def main() -> None:
     if args.limit is not None and args.limit < len(tasks):
         keep = sorted(random.Random(args.seed).sample(range(len(tasks)), args.limit))
         tasks = [tasks[i] for i in keep]
-    config = SweConfig(terminal=TerminalConfig(max_turns=args.max_turns, observation_chars=1500))
+    config = SweConfig(terminal=swe_terminal_config(args.max_turns))
     meta = {"model": model_dir.name, "dtype": dtype, "device": args.device, "max_turns": args.max_turns,
             "max_new_tokens": args.max_new_tokens, "items": len(tasks), "commit": commit(), "cpu": cpu["model"],
             "cpu_flags": " ".join(cpu["flags"]), "threads": torch.get_num_threads()}

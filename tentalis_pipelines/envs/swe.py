@@ -37,11 +37,17 @@ TEST_TIMEOUT_S = 30.0  # the whole test run in the verifier (each test has its o
 SESSION_ENV = {"PYTHONDONTWRITEBYTECODE": "1"}
 
 
+def swe_terminal_config(max_turns: int) -> TerminalConfig:
+    """The terminal settings of a mini-SWE episode: longer observations (test reports) and 30 s per command
+    (a test run whose every test loops until its 1 s alarm)."""
+    return TerminalConfig(max_turns=max_turns, observation_chars=1500, limits=ShellLimits(command_timeout_s=30.0))
+
+
 @dataclass(frozen=True)
 class SweConfig:
     """The terminal environment's settings (``TerminalConfig``) for mini-SWE episodes."""
 
-    terminal: TerminalConfig = field(default_factory=lambda: TerminalConfig(max_turns=8, observation_chars=1500))
+    terminal: TerminalConfig = field(default_factory=lambda: swe_terminal_config(8))
     test_timeout_s: float = TEST_TIMEOUT_S
 
 

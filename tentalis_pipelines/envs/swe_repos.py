@@ -15,7 +15,8 @@ from __future__ import annotations
 
 # The test runner shipped in every task's tree. Test functions are found by parsing the test files (so a
 # test module that fails to import still reports its tests, failed); each test runs under a repeating
-# alarm (a mutated loop that never ends fails that test instead of the run); bytecode is never written
+# alarm (a mutated loop that never ends fails that test instead of the run; past a total budget the rest
+# fail unrun); output is line-buffered (a run killed at the time limit still shows what it did); bytecode is never written
 # (a same-size edit within one second would otherwise run stale ``.pyc``). With ``SWE_REPORT`` set, the
 # last line is that marker followed by a JSON object ``{test id: "PASSED" | "FAILED"}`` (the verifier's).
 RUNNER = '''"""Run the tests: python3 run_tests.py [test_file.py::test_name ...]"""
@@ -27,9 +28,11 @@ import importlib
 import json
 import os
 import signal
+import time
 import traceback
 
-LIMIT_S = 2.0
+LIMIT_S = 1.0
+BUDGET_S = 15.0
 
 
 def _alarm(signum, frame):
@@ -37,7 +40,7 @@ def _alarm(signum, frame):
 
 
 def _where(exc, test_file):
-    frames = traceback.extract_tb(exc.__traceback__)
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if os.path.basename(f.filename) != "run_tests.py"]
     lines = []
     mine = [f for f in frames if os.path.basename(f.filename) == test_file]
     if mine:
@@ -52,7 +55,9 @@ def _where(exc, test_file):
 
 
 def main(selected):
+    sys.stdout.reconfigure(line_buffering=True)
     sys.path.insert(0, os.getcwd())
+    start = time.monotonic()
     signal.signal(signal.SIGALRM, _alarm)
     results = {}
     for test_file in sorted(n for n in os.listdir(".") if n.startswith("test_") and n.endswith(".py")):
@@ -71,6 +76,11 @@ def main(selected):
                 results[test_id] = "FAILED"
                 print(f"{test_id} FAILED")
                 print("    " + "\\n    ".join(_where(import_error, test_file)))
+                continue
+            if time.monotonic() - start > BUDGET_S:
+                results[test_id] = "FAILED"
+                print(f"{test_id} FAILED")
+                print(f"    not run: the tests used up their {BUDGET_S:g} s")
                 continue
             signal.setitimer(signal.ITIMER_REAL, LIMIT_S, 0.1)
             try:

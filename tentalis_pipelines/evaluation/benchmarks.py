@@ -222,7 +222,7 @@ def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: 
     submitted one."""
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episodes
-    from tentalis_pipelines.envs.swe import SweConfig, SweEnv
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
     from tentalis_pipelines.envs.swe_tasks import SweTask
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
     from tentalis_pipelines.envs.terminal_tasks import TerminalTask
@@ -235,7 +235,7 @@ def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: 
     policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
     if environment == "swe":
         tasks = [SweTask.from_dict(it.extra["task"]) for it in items]
-        config = SweConfig(terminal=TerminalConfig(max_turns=max_turns, observation_chars=1500))
+        config = SweConfig(terminal=swe_terminal_config(max_turns))
         episodes = run_episodes(lambda: SweEnv(config), tasks, policy.generate_batch)
     else:
         tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
