@@ -52,7 +52,7 @@ class SweConfig:
 
 
 @dataclass(frozen=True)
-class TestRun:
+class SuiteRun:
     """The outcome of one run of the tests: ``results`` (test id -> ``PASSED``/``FAILED``), or None with
     ``error`` when the run gave no report (it crashed, timed out, or python3 is missing)."""
 
@@ -61,7 +61,7 @@ class TestRun:
     output: str = ""
 
 
-def run_tests(files: dict[str, str], *, timeout_s: float = TEST_TIMEOUT_S, hide_dirs: list[str] | None = None) -> TestRun:
+def run_tests(files: dict[str, str], *, timeout_s: float = TEST_TIMEOUT_S, hide_dirs: list[str] | None = None) -> SuiteRun:
     """Run ``python3 run_tests.py`` on ``files`` in a fresh sandbox and read its report (the last line,
     after a marker that is random per run)."""
     marker = f"@@SWE-REPORT-{secrets.token_hex(8)}@@"
@@ -75,27 +75,27 @@ def run_tests(files: dict[str, str], *, timeout_s: float = TEST_TIMEOUT_S, hide_
                         session_error=result.error)
 
 
-def parse_report(output: str, marker: str, *, exit_code: int | None = 0, timed_out: bool = False, session_error: str = "") -> TestRun:
+def parse_report(output: str, marker: str, *, exit_code: int | None = 0, timed_out: bool = False, session_error: str = "") -> SuiteRun:
     """The runner's report from its output (see ``swe_repos.RUNNER``)."""
     if session_error:
-        return TestRun(None, f"the sandbox failed: {session_error}", output)
+        return SuiteRun(None, f"the sandbox failed: {session_error}", output)
     at = output.rfind(marker)
     if at < 0:
         why = "the test run timed out" if timed_out else f"the test run gave no report (exit code {exit_code})"
         if exit_code == 127:
             raise EnvironmentUnavailable("the mini-SWE environment needs python3 inside the sandbox (exit code 127)")
-        return TestRun(None, why, output)
+        return SuiteRun(None, why, output)
     line = output[at + len(marker):].split("\n", 1)[0]
     try:
         results = json.loads(line)
     except json.JSONDecodeError:
-        return TestRun(None, "the test report is not JSON", output)
+        return SuiteRun(None, "the test report is not JSON", output)
     if not isinstance(results, dict) or not all(v in ("PASSED", "FAILED") for v in results.values()):
-        return TestRun(None, "the test report is malformed", output)
-    return TestRun({str(k): str(v) for k, v in results.items()}, "", output)
+        return SuiteRun(None, "the test report is malformed", output)
+    return SuiteRun({str(k): str(v) for k, v in results.items()}, "", output)
 
 
-def tests_verdict(task: SweTask, run: TestRun) -> tuple[Verdict, int, int]:
+def suite_verdict(task: SweTask, run: SuiteRun) -> tuple[Verdict, int, int]:
     """(verdict, tests passed, tests required) of a test run against FAIL_TO_PASS and PASS_TO_PASS: a test
     missing from the report counts as failed."""
     required = list(task.fail_to_pass) + list(task.pass_to_pass)
@@ -187,7 +187,7 @@ class SweEnv(TerminalEnv):
             return Verdict(False, 0.0, f"{task.source_file} is missing or not a readable text file"), 0, required
         run = run_tests({**task.test_files, task.source_file: source}, timeout_s=self.swe_config.test_timeout_s,
                         hide_dirs=self.hide_dirs)
-        return tests_verdict(task, run)
+        return suite_verdict(task, run)
 
 
 def read_text(entry: dict | None) -> str | None:

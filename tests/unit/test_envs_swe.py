@@ -1,0 +1,197 @@
+"""The mini-SWE family without the sandbox: each mutation kind on a tiny function, the engine's determinism,
+the catalogue's FAIL_TO_PASS / PASS_TO_PASS shape and split, task rows, the verdict from a test report
+(the episodes in the real sandbox are in tests/test_envs_swe.py)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from collections import Counter
+
+import pytest
+
+from tentalis_pipelines.env_batches import failure_type, make_env
+from tentalis_pipelines.envs.swe import SuiteRun, parse_report, suite_verdict
+from tentalis_pipelines.envs.swe_repos import REPOS, repo_tree
+from tentalis_pipelines.envs.swe_tasks import (
+    LEVELS,
+    TEST_PER_LEVEL,
+    SweTask,
+    apply_edits,
+    candidate_bugs,
+    find_mutations,
+    held_out_tasks,
+    load_catalogue,
+    training_tasks,
+)
+
+
+def mutants(source: str, kind: str) -> list[str]:
+    return [apply_edits(source, m.edits) for m in find_mutations(source) if m.kind == kind]
+
+
+# --------------------------------------------------------------------------- each kind, by hand
+def test_binary_operator_swaps_the_operator_only():
+    src = "def f(a, b):\n    return (a + b) * 2\n"
+    assert mutants(src, "binary_operator") == ["def f(a, b):\n    return (a - b) * 2\n",
+                                               "def f(a, b):\n    return (a + b) // 2\n"]
+    assert mutants("def g(x):\n    x -= 1\n    return x\n", "binary_operator") == ["def g(x):\n    x += 1\n    return x\n"]
+
+
+def test_comparison_swaps_each_operator_of_a_chain():
+    src = "def f(a, b, c):\n    return a < b == c\n"
+    assert mutants(src, "comparison") == ["def f(a, b, c):\n    return a <= b == c\n",
+                                          "def f(a, b, c):\n    return a < b != c\n"]
+    assert mutants("def g(x, s):\n    return x not in s\n", "comparison") == ["def g(x, s):\n    return x in s\n"]
+    assert mutants("def h(x):\n    return x is None\n", "comparison") == ["def h(x):\n    return x is not None\n"]
+
+
+def test_boolean_operator_only_with_two_operands():
+    assert mutants("def f(a, b):\n    return a and b\n", "boolean_operator") == ["def f(a, b):\n    return a or b\n"]
+    assert mutants("def f(a, b, c):\n    return a and b and c\n", "boolean_operator") == []
+
+
+def test_off_by_one_adds_one_to_integers_not_booleans_or_module_tables():
+    src = "TABLE = [1, 2]\n\n\ndef f(x):\n    return x[0] + 10 if True else None\n"
+    assert mutants(src, "off_by_one") == ["TABLE = [1, 2]\n\n\ndef f(x):\n    return x[1] + 10 if True else None\n",
+                                          "TABLE = [1, 2]\n\n\ndef f(x):\n    return x[0] + 11 if True else None\n"]
+
+
+def test_negated_condition_wraps_the_test():
+    src = "def f(x):\n    if x > 0:\n        return 1\n    return 2\n"
+    assert mutants(src, "negated_condition") == ["def f(x):\n    if not (x > 0):\n        return 1\n    return 2\n"]
+
+
+def test_removed_return_only_inside_a_block():
+    src = "def f(x):\n    if x:\n        return 1\n    return 2\n"
+    assert mutants(src, "removed_return") == ["def f(x):\n    if x:\n        pass\n    return 2\n"]
+
+
+def test_swapped_arguments_swaps_the_first_two_distinct_ones():
+    assert mutants("def f(a, b):\n    return max(a, b - 1)\n", "swapped_arguments") == ["def f(a, b):\n    return max(b - 1, a)\n"]
+    assert mutants("def f(a):\n    return max(a, a)\n", "swapped_arguments") == []
+
+
+def test_an_edit_that_would_not_reproduce_the_ast_mutation_is_dropped():
+    # A comment between the operands: the text between them is not just the operator.
+    src = "def f(a, b):\n    return (a  # left\n            + b)\n"
+    assert mutants(src, "binary_operator") == []
+
+
+def test_the_engine_refuses_non_ascii_sources():
+    with pytest.raises(ValueError, match="ASCII"):
+        find_mutations("def f():\n    return 'caf\u00e9' + 1\n")
+
+
+def test_the_engine_is_deterministic_and_every_candidate_parses_and_differs():
+    first = [(m, mu.site) for m, mu, _ in candidate_bugs()]
+    assert first == [(m, mu.site) for m, mu, _ in candidate_bugs()]
+    assert len(first) == len(set(first))
+    for module, _, buggy in candidate_bugs():
+        ast.parse(buggy)
+        assert buggy != REPOS[module][1]
+
+
+def test_the_repositories_are_ascii_and_their_tests_are_plain_functions():
+    for module, (level, source, tests) in REPOS.items():
+        assert level in LEVELS and source.isascii() and tests.isascii()
+        names = [n.name for n in ast.parse(tests).body if isinstance(n, ast.FunctionDef)]
+        assert names and all(n.startswith("test_") for n in names)
+        assert "import pytest" not in tests
+        assert set(repo_tree(module)) == {f"{module}.py", f"test_{module}.py", "run_tests.py"}
+    with pytest.raises(ValueError, match="no mini-SWE repository 'nope'"):
+        repo_tree("nope")
+
+
+# --------------------------------------------------------------------------- the catalogue
+@pytest.fixture(scope="module")
+def catalogue() -> list[SweTask]:
+    return load_catalogue()
+
+
+def test_at_least_100_bugs_each_breaking_a_test_with_swe_bench_lists(catalogue):
+    assert len(catalogue) >= 100
+    assert len({t.task_id for t in catalogue}) == len(catalogue)
+    for t in catalogue:
+        tests = REPOS[t.module][2]
+        all_ids = {f"test_{t.module}.py::{n.name}" for n in ast.parse(tests).body if isinstance(n, ast.FunctionDef)}
+        assert t.fail_to_pass, t.task_id
+        assert not set(t.fail_to_pass) & set(t.pass_to_pass)
+        assert set(t.fail_to_pass) | set(t.pass_to_pass) == all_ids
+        assert t.tree[f"test_{t.module}.py"] == tests  # the tests are pristine; only the module is buggy
+        assert t.tree[t.source_file] != REPOS[t.module][1]
+        assert t.patch.startswith(f"--- a/{t.module}.py")
+    assert set(Counter(t.mutation for t in catalogue)) == {"binary_operator", "comparison", "boolean_operator", "off_by_one",
+                                                          "negated_condition", "removed_return", "swapped_arguments"}
+
+
+def test_the_held_out_split_is_ten_per_level_and_never_trained_on(catalogue):
+    held = held_out_tasks()
+    assert Counter(t.level for t in held) == dict.fromkeys(LEVELS, TEST_PER_LEVEL)
+    assert all(t.split == "test" for t in held)
+    held_ids = {t.task_id for t in held}
+    train = training_tasks(1, 300)
+    assert not held_ids & {t.task_id for t in train}
+    assert Counter(t.level for t in train) == dict.fromkeys(LEVELS, 100)
+    assert training_tasks(1, 7) == training_tasks(1, 7) and training_tasks(1, 7) != training_tasks(2, 7)
+    assert [t.level for t in training_tasks(3, 4, (2, 3))] == [2, 3, 2, 3]
+    with pytest.raises(ValueError, match="subset of"):
+        training_tasks(1, 4, (0,))
+
+
+def test_a_catalogue_entry_that_drifted_from_the_sources_is_refused():
+    from importlib import resources
+
+    data = json.loads(resources.files("tentalis_pipelines.envs").joinpath("swe_catalogue.json").read_text())
+    entry = dict(data["bugs"][0], buggy_sha256="0" * 64)
+    with pytest.raises(ValueError, match="rebuild the catalogue"):
+        load_catalogue(json.dumps({"bugs": [entry]}))
+    with pytest.raises(ValueError, match="unknown repository"):
+        load_catalogue(json.dumps({"bugs": [dict(entry, module="nope")]}))
+
+
+def test_task_rows_round_trip(catalogue):
+    t = catalogue[0]
+    row = t.task_row()
+    assert row["environment"] == "swe"
+    assert json.loads(row["reference"]) == {"FAIL_TO_PASS": t.fail_to_pass, "PASS_TO_PASS": t.pass_to_pass}
+    assert SweTask.from_task_row(row) == t
+    assert SweTask.from_dict(t.to_dict()) == t
+
+
+# --------------------------------------------------------------------------- the verdict from a report
+def _task() -> SweTask:
+    return SweTask(task_id="t", level=1, module="m", mutation="comparison", instruction="fix", tree={},
+                   fail_to_pass=["test_m.py::test_a"], pass_to_pass=["test_m.py::test_b", "test_m.py::test_c"], solution=[])
+
+
+def test_the_report_is_read_after_the_marker_only():
+    out = "test_m.py::test_a PASSED\n@@M@@{\"test_m.py::test_a\": \"PASSED\"}\n"
+    assert parse_report(out, "@@M@@").results == {"test_m.py::test_a": "PASSED"}
+    assert parse_report("no marker here", "@@M@@").results is None
+    assert "not JSON" in parse_report("@@M@@{oops", "@@M@@").error
+    assert "malformed" in parse_report('@@M@@{"a": "MAYBE"}', "@@M@@").error
+    assert "timed out" in parse_report("", "@@M@@", exit_code=None, timed_out=True).error
+
+
+def test_reward_is_one_only_when_fail_to_pass_and_pass_to_pass_all_pass():
+    task = _task()
+    ok = {"test_m.py::test_a": "PASSED", "test_m.py::test_b": "PASSED", "test_m.py::test_c": "PASSED"}
+    verdict, passed, total = suite_verdict(task, SuiteRun(ok))
+    assert (verdict.passed, verdict.reward, passed, total) == (True, 1.0, 3, 3)
+    broke = {**ok, "test_m.py::test_c": "FAILED"}  # fixed the bug, broke another test
+    verdict, passed, total = suite_verdict(task, SuiteRun(broke))
+    assert (verdict.passed, verdict.reward, passed, total) == (False, 0.0, 2, 3)
+    assert "PASS_TO_PASS 1/2" in verdict.detail and "test_c" in verdict.detail
+    missing = {"test_m.py::test_b": "PASSED", "test_m.py::test_c": "PASSED"}  # a required test not in the report
+    assert suite_verdict(task, SuiteRun(missing))[0].detail.startswith("FAIL_TO_PASS 0/1")
+    assert suite_verdict(task, SuiteRun(None, "the test run timed out"))[0].detail == "tests not run: the test run timed out"
+
+
+def test_a_failed_swe_episode_gets_the_tests_hint():
+    assert failure_type(passed=False, end_reason="submitted", check_kind="tests", format_errors=0, turns=3) == "tests_fail"
+    assert failure_type(passed=False, end_reason="submitted", check_kind="answer", format_errors=0, turns=3) == "wrong_answer"
+    env = make_env("swe", 5)
+    assert env.name == "swe" and env.max_turns == 5
+    with pytest.raises(ValueError, match="no environment 'bfcl2'"):
+        make_env("bfcl2", 5)
