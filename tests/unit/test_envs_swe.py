@@ -195,3 +195,45 @@ def test_a_failed_swe_episode_gets_the_tests_hint():
     assert env.name == "swe" and env.max_turns == 5
     with pytest.raises(ValueError, match="no environment 'bfcl2'"):
         make_env("bfcl2", 5)
+
+
+# --------------------------------------------------------------------------- batches and the benchmark
+def test_a_swe_batch_is_registered_once_and_loads_training_rows(tmp_path):
+    from datetime import datetime, timezone
+
+    from tentalis_pipelines.tasks import batches
+
+    bid = batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=5)
+    assert bid == "swe-s2-n6-l13"
+    assert json.loads((tmp_path / bid / "manifest.json").read_text()) == {
+        "kind": "swe", "source": "swe", "seed": 2, "num_tasks": 6, "levels": [1, 3], "max_turns": 5}
+    assert batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=5) == bid  # idempotent
+    with pytest.raises(ValueError, match="other parameters"):
+        batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=2, batch_id=bid)
+    with pytest.raises(ValueError, match="subset of"):
+        batches.register_swe_batch(tmp_path, seed=1, num_tasks=5, levels=(0,))
+    assert batches.next_swe_seed(tmp_path) == 3
+    rows = batches.load_batch(tmp_path, bid, datetime.now(timezone.utc)).tasks
+    assert [r["difficulty"] for r in rows] == [1, 3, 1, 3, 1, 3]
+    held = {t.task_id for t in held_out_tasks()}
+    for r in rows:
+        assert (r["batch_id"], r["source"], r["environment"]) == (bid, "generator:swe", "swe")
+        assert json.loads(r["metadata"])["max_turns"] == 5 and r["task_id"] not in held
+        assert SweTask.from_task_row(r).split == "train"
+    assert batches.interrupted_cycle_batch(tmp_path, task_source="swe", num_tasks=6, levels=(1, 3), settled=set()) == bid
+    assert batches.interrupted_cycle_batch(tmp_path, task_source="swe", num_tasks=6, levels=(1, 3), settled={bid}) is None
+
+
+def test_the_swe_benchmark_is_the_held_out_split_with_per_level_success():
+    from tentalis_pipelines.evaluation.benchmarks import ItemResult, level_success, load_benchmark, summarize
+
+    name, items = load_benchmark("swe")
+    assert name == "swe" and len(items) == 30
+    assert {it.item_id for it in items} == {t.task_id for t in held_out_tasks()}
+    assert Counter(it.extra["level"] for it in items) == dict.fromkeys(LEVELS, 10)
+    assert len(load_benchmark("swe", limit=7)[1]) == 7
+    results = [ItemResult(it, "", None, it.extra["level"] == 1 and i % 2 == 0, False, True) for i, it in enumerate(items)]
+    per_level = level_success(results)
+    assert per_level["1"]["success"] == 0.5 and per_level["2"] == {"n": 10, "success": 0.0, "ci_low": 0.0, "ci_high": 0.2775}
+    s = summarize("swe", results, 1.0)
+    assert s.accuracy == 5 / 30 and s.ci_low > 0  # Wilson's interval, as for the terminal benchmark
