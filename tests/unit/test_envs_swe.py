@@ -237,3 +237,25 @@ def test_the_swe_benchmark_is_the_held_out_split_with_per_level_success():
     assert per_level["1"]["success"] == 0.5 and per_level["2"] == {"n": 10, "success": 0.0, "ci_low": 0.0, "ci_high": 0.2775}
     s = summarize("swe", results, 1.0)
     assert s.accuracy == 5 / 30 and s.ci_low > 0  # Wilson's interval, as for the terminal benchmark
+
+
+def test_a_text_edit_that_disagrees_with_its_ast_mutation_is_dropped(monkeypatch):
+    from tentalis_pipelines.envs import swe_tasks
+
+    def liar(node, text):  # edits the text, leaves the AST alone: the two cannot agree
+        if isinstance(node, ast.BinOp):
+            a, b = text.end(node.left), text.start(node.right)
+            yield "binary_operator", [(a, b, " - ")], lambda n: None
+
+    monkeypatch.setattr(swe_tasks, "FINDERS", (liar,))
+    assert find_mutations("def lying_f(a, b):\n    return a + b\n") == []
+
+
+def test_the_committed_splits_are_the_ones_the_builder_assigns():
+    from importlib import resources
+
+    from tentalis_pipelines.envs.swe_tasks import assign_splits
+
+    entries = json.loads(resources.files("tentalis_pipelines.envs").joinpath("swe_catalogue.json").read_text())["bugs"]
+    rebuilt = assign_splits([{k: v for k, v in e.items() if k != "split"} for e in entries])
+    assert [e["split"] for e in rebuilt] == [e["split"] for e in entries]
