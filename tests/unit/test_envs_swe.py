@@ -259,3 +259,20 @@ def test_the_committed_splits_are_the_ones_the_builder_assigns():
     entries = json.loads(resources.files("tentalis_pipelines.envs").joinpath("swe_catalogue.json").read_text())["bugs"]
     rebuilt = assign_splits([{k: v for k, v in e.items() if k != "split"} for e in entries])
     assert [e["split"] for e in rebuilt] == [e["split"] for e in entries]
+
+
+def test_a_swe_batch_is_of_the_environment_kind_and_its_rows_load_as_swe_tasks(tmp_path):
+    from datetime import datetime, timezone
+
+    from tentalis_pipelines import env_batches
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.tasks import batches, kinds
+
+    lake = Lakehouse(tmp_path / "lake")
+    bid = batches.register_swe_batch(tmp_path / "batches", seed=1, num_tasks=3, levels=(2,), max_turns=4)
+    lake.write_batch("tasks", bid, batches.load_batch(tmp_path / "batches", bid, datetime.now(timezone.utc)).tasks)
+    assert kinds.batch_kind(lake, bid) is kinds.ENVIRONMENT
+    loaded = env_batches.load_tasks(lake, bid)
+    assert [type(t) for _, t in loaded] == [SweTask] * 3
+    assert {t.task_id for _, t in loaded} == {t.task_id for t in training_tasks(1, 3, (2,))}
+    assert all(t.level == 2 and t.kind == "tests" for _, t in loaded)
