@@ -1,8 +1,10 @@
 """Environment overhead per terminal episode, no model: reset (a fresh sandbox with the task's tree), 8
 scripted turns (exploring commands, then the task's own solution ending in ``submit``) and the final
 check, timed end to end (``run_episode``). The issue's target: p95 <= 2 s per episode on this machine.
+``--env swe``: the same for mini-SWE episodes (the exploring commands include a test run; the final
+check runs the tests in a second, fresh sandbox).
 
-    PYTHONPATH=. .venv/bin/python -m bench.env_bench --episodes 60      # prints JSON with the host CPU
+    PYTHONPATH=. .venv/bin/python -m bench.env_bench --episodes 60 [--env swe]   # prints JSON with the host CPU
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from pathlib import Path
 from tentalis_pipelines.envs.agents import scripted_agent
 from tentalis_pipelines.envs.base import SUBMITTED
 from tentalis_pipelines.envs.runner import run_episode
+from tentalis_pipelines.envs.swe import SweEnv
+from tentalis_pipelines.envs.swe_tasks import load_catalogue
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import generate_tasks
 from tentalis_pipelines.evaluation.sandbox import check_sandbox
@@ -23,6 +27,8 @@ from tentalis_pipelines.hardware import host_cpu
 
 EXPLORE = ["ls -la", "find . -type f | head -n 20", "wc -l $(find . -type f | head -n 5) 2>/dev/null",
            "cat $(find . -type f | head -n 1)", "pwd; id -u", "du -sk .", "head -n 3 $(find . -type f | head -n 2)"]
+SWE_EXPLORE = ["ls -la", "python3 run_tests.py", "grep -n 'def ' *.py | head -n 20", "head -n 30 $(ls *.py | head -n 1)",
+               "cat test_*.py | head -n 20"]
 
 
 def percentile(xs: list[float], q: float) -> float:
@@ -32,14 +38,20 @@ def percentile(xs: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (k - lo)
 
 
-def bench(episodes: int, turns: int = 8) -> dict:
+def bench(episodes: int, turns: int = 8, env_name: str = "terminal") -> dict:
     check_sandbox()  # its one-off probe is not part of an episode
-    tasks = generate_tasks()
-    env = TerminalEnv(TerminalConfig(max_turns=turns))
+    if env_name == "swe":
+        from tentalis_pipelines.envs.swe import SweConfig, swe_terminal_config
+
+        tasks, env, explore = load_catalogue(), SweEnv(SweConfig(terminal=swe_terminal_config(turns))), SWE_EXPLORE
+    elif env_name == "terminal":
+        tasks, env, explore = generate_tasks(), TerminalEnv(TerminalConfig(max_turns=turns)), EXPLORE
+    else:
+        raise SystemExit(f"--env {env_name!r}: choose terminal or swe")
     totals, resets, steps, finals = [], [], [], []
     for i in range(episodes):
         task = tasks[(i * 37) % len(tasks)]  # all three levels
-        commands = EXPLORE[: max(0, turns - len(task.solution))] + list(task.solution)
+        commands = explore[: max(0, turns - len(task.solution))] + list(task.solution)
         t0 = time.perf_counter()
         ep = run_episode(env, task, scripted_agent(commands))
         totals.append(time.perf_counter() - t0)
@@ -50,7 +62,7 @@ def bench(episodes: int, turns: int = 8) -> dict:
         resets.append(totals[-1] - sum(t.seconds_env for t in ep.turns))
     ms = lambda xs, q: round(1000 * percentile(xs, q), 1)  # noqa: E731
     return {
-        "what": f"terminal episode overhead: reset + {turns} scripted turns + final check, no model",
+        "what": f"{env_name} episode overhead: reset + {turns} scripted turns + final check, no model",
         "episodes": episodes,
         "turns_per_episode": turns,
         "episode_p50_s": round(percentile(totals, 0.5), 3),
@@ -73,9 +85,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--episodes", type=int, default=60)
     ap.add_argument("--turns", type=int, default=8)
+    ap.add_argument("--env", default="terminal", help="terminal | swe")
     ap.add_argument("--out", type=Path, default=None, help="also write the JSON here")
     args = ap.parse_args()
-    result = bench(args.episodes, args.turns)
+    result = bench(args.episodes, args.turns, args.env)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -30,10 +30,12 @@ from tentalis_pipelines.tasks.batches import (
     interrupted_cycle_batch,
     next_bfcl_seed,
     next_generator_seed,
+    next_swe_seed,
     next_terminal_seed,
     register_bfcl_batch,
     register_dataset_batch,
     register_generated_batch,
+    register_swe_batch,
     register_terminal_batch,
 )
 
@@ -57,7 +59,8 @@ class CycleOptions:
     resources: dict[str, Any] = field(default_factory=dict)
     trigger: str = "cli"
     # "arithmetic" (the seeded generator), "terminal" (agent episodes on the terminal generator's training
-    # split, tasks/batches.register_terminal_batch) or a dataset's training split ("gsm8k": consecutive
+    # split, tasks/batches.register_terminal_batch), "swe" (bug-fixing episodes on the mini-SWE catalogue's
+    # training split, tasks/batches.register_swe_batch) or a dataset's training split ("gsm8k": consecutive
     # slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
     task_source: str = "arithmetic"
     max_turns: int = DEFAULT_TERMINAL_MAX_TURNS  # terminal: the episodes' turn limit
@@ -88,8 +91,13 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
         batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
+    if task_source == "swe":
+        seed = seed if seed is not None else next_swe_seed(paths.batches)
+        batch_id = register_swe_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
     if task_source != "arithmetic":
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal or bfcl")
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe")
     seed = seed if seed is not None else next_generator_seed(paths.batches)
     batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
     _ensure_batch_partition(instance, batch_id)
@@ -172,7 +180,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
-    elif opts.task_source in ("arithmetic", "terminal", "bfcl"):
+    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe"):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
                                   task_source=opts.task_source, max_turns=opts.max_turns)
     else:

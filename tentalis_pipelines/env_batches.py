@@ -38,6 +38,8 @@ from tentalis_pipelines.envs.base import Episode, end_kind
 from tentalis_pipelines.envs.bfcl import ENVIRONMENT as BFCL
 from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.envs.runner import episode_to_turns
+from tentalis_pipelines.envs.swe_tasks import ENVIRONMENT as SWE
+from tentalis_pipelines.envs.swe_tasks import SweTask
 from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from tentalis_pipelines.policy import PolicySettings
     from tentalis_pipelines.settings import Paths
 
-ENVIRONMENTS = (TERMINAL, BFCL)  # the environment families whose batches this module runs
+ENVIRONMENTS = (TERMINAL, BFCL, SWE)  # the environment families whose batches this module runs
 VERIFIER = "verifier"
 # The reward is the review's score alone (the verifier's verdict).
 WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
@@ -62,6 +64,8 @@ HINTS = {
     "turn_limit": "Finish within the turn limit: one command per turn, then run submit ANSWER (or submit after editing files).",
     "wrong_answer": "Look at the files with a command first, then submit exactly the value the task asks for.",
     "wrong_tree": "Check the files with ls and cat after each change, and make every change the task asks for before submit.",
+    "tests_fail": "Run python3 run_tests.py, read the line each failing test names, fix that line of the module, and run "
+                  "the tests again before submit.",
 }
 # BFCL episodes (check kind "bfcl"): a reply without calls ends a user turn, so "format" means no call at all.
 BFCL_HINTS = {
@@ -83,7 +87,8 @@ def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
 # --------------------------------------------------------------------------- reviews from verdicts
 def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_errors: int, turns: int) -> str:
     """``passed``, or why the episode failed: ``hostile``, ``error``, ``format`` (no turn held a command),
-    ``turn_limit`` (no submission), ``wrong_answer`` or ``wrong_tree`` (submitted, the check failed)."""
+    ``turn_limit`` (no submission), ``wrong_answer``, ``wrong_tree`` or ``tests_fail`` (submitted, the check
+    failed)."""
     if passed:
         return "passed"
     kind = end_kind(end_reason)
@@ -95,7 +100,7 @@ def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_error
         return "turn_limit"
     if check_kind == "bfcl":
         return "wrong_calls"
-    return "wrong_tree" if check_kind == "tree" else "wrong_answer"
+    return {"tree": "wrong_tree", "tests": "tests_fail"}.get(check_kind, "wrong_answer")
 
 
 def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
@@ -157,10 +162,17 @@ def _bfcl_env(max_turns: int):
     return BfclEnv(BfclConfig(max_steps_per_turn=max_turns))
 
 
-# environment -> (make the environment from the task row's turn limit, the task from its row)
+def _swe_env(max_turns: int):
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
+
+    return SweEnv(SweConfig(terminal=swe_terminal_config(max_turns)))
+
+
+# environment family -> (its environment for a turn limit, its task from a ``tasks`` row)
 FAMILIES: dict[str, tuple[Any, Any]] = {
     TERMINAL: (_terminal_env, TerminalTask.from_task_row),
     BFCL: (_bfcl_env, BfclTask.from_task_row),
+    SWE: (_swe_env, SweTask.from_task_row),
 }
 
 
@@ -170,14 +182,13 @@ def make_env(environment: str, max_turns: int):
     return FAMILIES[environment][0](max_turns)
 
 
-def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask | BfclTask]]:
+def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask | BfclTask | SweTask]]:
     rows = sorted(lake.read("tasks", batch_id=batch_id).to_pylist(), key=lambda t: t["task_id"])
     if not rows:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
-    for r in rows:
-        if r.get("environment") not in FAMILIES:
-            raise ValueError(f"task {r.get('task_id')!r} of batch {batch_id!r}: no environment {r.get('environment')!r}; "
-                             f"known: {', '.join(ENVIRONMENTS)}")
+    unknown = sorted({r["environment"] for r in rows} - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"batch {batch_id!r} has tasks of unknown environments {unknown}; known: {', '.join(FAMILIES)}")
     return [(r, FAMILIES[r["environment"]][1](r)) for r in rows]
 
 

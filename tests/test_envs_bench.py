@@ -23,3 +23,9 @@ def test_bench_runs_full_episodes_and_names_the_host():
     assert r["episodes"] == 3 and r["turns_per_episode"] == 8
     assert 0 < r["episode_p50_s"] <= r["episode_p95_s"] <= r["episode_max_s"]
     assert r["host_cpu"]["model"] is not None and "flags" in r["host_cpu"]
+
+
+def test_bench_runs_swe_episodes():
+    r = bench(2, env_name="swe")
+    assert r["what"].startswith("swe episode overhead") and r["episodes"] == 2
+    assert 0 < r["episode_p50_s"] <= r["episode_max_s"]

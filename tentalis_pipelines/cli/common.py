@@ -130,8 +130,8 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def parse_levels(levels: str, tasks: str = "arithmetic") -> list[int]:
-    """``--levels`` for the task source: arithmetic 1-4, terminal 0-3 (level 0: the command is named), bfcl 1-3."""
-    allowed = {"terminal": (0, 1, 2, 3), "bfcl": (1, 2, 3)}.get(tasks, (1, 2, 3, 4))
+    """``--levels`` for the task source: arithmetic 1-4, terminal 0-3 (level 0: the command is named), bfcl and swe 1-3."""
+    allowed = {"terminal": (0, 1, 2, 3), "bfcl": (1, 2, 3), "swe": (1, 2, 3)}.get(tasks, (1, 2, 3, 4))
     try:
         lv = [int(x) for x in levels.split(",") if x.strip()]
     except ValueError:

@@ -106,7 +106,7 @@ def run(
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
                               "the terminal generator's training split; transformers backend) | bfcl (tool-calling episodes on BFCL's "
-                              "simulators: generated tasks, levels 1-3)."),
+                              "simulators: generated tasks, levels 1-3) | swe (bug-fixing episodes on the mini-SWE catalogue's training split)."),
     levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
@@ -136,7 +136,7 @@ def run(
     status(home=None)
 
 
-SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl")
+SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl", "swe")
 
 
 def recipe_temperature(tasks: str, temperature: float | None) -> float | None:
@@ -173,7 +173,7 @@ def batch_new(
     seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox) | bfcl "
-                       "(tool-calling episodes on BFCL's simulators)."),
+                       "(tool-calling episodes on BFCL's simulators) | swe (bug-fixing episodes in the sandbox)."),
     max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
 ):
@@ -220,7 +220,8 @@ def learn(
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
                               "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | bfcl "
-                              "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker)."),
+                              "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker) | swe "
+                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark)."),
     max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
@@ -251,12 +252,12 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl"):
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal or bfcl")
-    if tasks in ("terminal", "bfcl") and skills:
+    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe"):
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe")
+    if tasks in ("terminal", "bfcl", "swe") and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
     sampling_temperature = recipe_temperature(tasks, temperature)
-    max_new_tokens = max_new_tokens or (128 if tasks in ("terminal", "bfcl") else 96)
+    max_new_tokens = max_new_tokens or (128 if tasks in ("terminal", "bfcl", "swe") else 96)
     max_turns = max_turns or terminal_max_turns(tuple(lv))
     t0 = time.time()
     for k in range(1, cycles + 1):

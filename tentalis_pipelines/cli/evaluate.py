@@ -23,7 +23,8 @@ from tentalis_pipelines.cli.common import (
 def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
     tasks: str = typer.Option("arithmetic", "--tasks", "--benchmark", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
-                              "split, one greedy episode per task; terminal-l0 ... terminal-l3: one level's) | path/to/tasks.jsonl"),
+                              "split, one greedy episode per task; terminal-l0 ... terminal-l3: one level's) | bfcl (BFCL's multi_turn_base "
+                              "through its checker) | swe (the mini-SWE held-out bugs, one greedy episode each) | path/to/tasks.jsonl"),
     limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
     seed: int = typer.Option(0, help="Seed of the subset."),
     format: str = typer.Option("table", "--format", "-f", help="table | json"),

@@ -1,5 +1,5 @@
-"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval, the terminal gym's held-out split and
-any JSONL task file.
+"""Benchmarks: held-out arithmetic, GSM8K, MATH-500, HumanEval, the terminal gym's held-out split, the
+mini-SWE held-out bugs and any JSONL task file.
 
 Each item is answered greedily by a policy; math answers are checked strictly (the answer inside
 ``<answer>`` tags is right) and leniently (the last number in the text is right); code is run against
@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tentalis_pipelines.envs import terminal_tasks
+from tentalis_pipelines.envs import swe_tasks, terminal_tasks
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.prompts import render_prompt
 from tentalis_pipelines.rewards.math_answers import answers_match
@@ -38,14 +38,22 @@ from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 # One benchmark per terminal level: the held-out split of that level alone.
 TERMINAL_LEVEL_BENCHMARKS = {f"terminal-l{level}": level for level in terminal_tasks.ALL_LEVELS}
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl")
+BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl", "swe")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
 DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
-                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 20}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # terminal, bfcl: per turn
-                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 128}
+                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 20, "swe": 30}
+MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # agent benchmarks: per turn
+                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 128, "swe": 128}
 # bfcl: replies with calls per user turn before BFCL's force-quit (BFCL: 20; a CPU-sized default here).
 BFCL_MAX_STEPS = 5
+SWE_MAX_TURNS = 8
+# Item environments whose episodes evaluate_terminal_items runs (one environment at a time); bfcl has its own.
+ENVIRONMENT_BENCHMARKS = ("terminal", "swe")
+
+
+def is_environment_benchmark(name: str) -> bool:
+    """Whether a benchmark's items are agent episodes: success rates, Wilson intervals, success per level."""
+    return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_LEVEL_BENCHMARKS or name == "bfcl"
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -171,6 +179,10 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         items = [BenchItem(t.task_id, t.prompt, json.dumps(t.ground_truth), environment="bfcl",
                            extra={"level": t.level, "task": t.to_dict()}) for t in official]
         return "bfcl", _subset(items, limit or DEFAULT_LIMITS["bfcl"], seed)
+    if name_or_path == "swe":  # the catalogue's held-out bugs: 10 per level (never in a training batch)
+        items = [BenchItem(t.task_id, t.instruction, json.dumps({"FAIL_TO_PASS": t.fail_to_pass, "PASS_TO_PASS": t.pass_to_pass}),
+                           environment="swe", extra={"level": t.level, "task": t.to_dict()}) for t in swe_tasks.held_out_tasks()]
+        return "swe", _subset(items, limit or DEFAULT_LIMITS["swe"], seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -193,12 +205,13 @@ def evaluate_items(
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
     by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
-    math_items = [it for it in items if it.environment not in ("code", "terminal", "bfcl")]
+    math_items = [it for it in items if it.environment not in ("code", *ENVIRONMENT_BENCHMARKS, "bfcl")]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
-    terminal_items = [it for it in items if it.environment == "terminal"]
-    if terminal_items:
-        out.update(evaluate_terminal_items(backend, terminal_items, max_new_tokens=max_new_tokens))
+    for environment in ENVIRONMENT_BENCHMARKS:
+        env_items = [it for it in items if it.environment == environment]
+        if env_items:
+            out.update(evaluate_terminal_items(backend, env_items, max_new_tokens=max_new_tokens))
     bfcl_items = [it for it in items if it.environment == "bfcl"]
     if bfcl_items:
         out.update(evaluate_bfcl_items(backend, bfcl_items, max_new_tokens=max_new_tokens))
@@ -233,27 +246,38 @@ def evaluate_items(
 
 def evaluate_terminal_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
                             max_turns: int | None = None) -> dict[str, ItemResult]:
-    """One greedy episode per terminal item (``envs.policies.ChatPolicy`` on the backend's model, all
-    episodes of a turn limit in lock step): correct when the final check passes; ``formatted`` when some
-    turn held a command; the completion is the assistant turns, the extracted answer the submitted one.
-    The turn limit is each level's default (``tasks.batches.terminal_max_turns``) unless ``max_turns``."""
+    """One greedy episode per terminal (or mini-SWE: items of one environment) item (``envs.policies.ChatPolicy``
+    on the backend's model, all episodes of a turn limit in lock step): correct when the final check passes;
+    ``formatted`` when some turn held a command; the completion is the assistant turns, the extracted answer
+    the submitted one. The turn limit is each terminal level's default (``tasks.batches.terminal_max_turns``;
+    mini-SWE: ``SWE_MAX_TURNS``) unless ``max_turns``."""
     from tentalis_pipelines.envs.policies import ChatPolicy
     from tentalis_pipelines.envs.runner import run_episodes
+    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
+    from tentalis_pipelines.envs.swe_tasks import SweTask
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
     from tentalis_pipelines.envs.terminal_tasks import TerminalTask
 
+    environment = items[0].environment if items else "terminal"
+    if any(it.environment != environment for it in items):
+        raise ValueError("evaluate_terminal_items takes the items of one environment at a time")
     if getattr(backend, "model", None) is None or getattr(backend, "tokenizer", None) is None:
-        raise ValueError(f"the terminal benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
+        raise ValueError(f"the {environment} benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
     policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
-    tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
-    by_limit: dict[int, list[int]] = {}
-    for i, task in enumerate(tasks):
-        by_limit.setdefault(max_turns or terminal_max_turns((task.level,)), []).append(i)
-    episodes: list = [None] * len(items)
-    for limit, idx in sorted(by_limit.items()):
-        done = run_episodes(lambda m=limit: TerminalEnv(TerminalConfig(max_turns=m)), [tasks[i] for i in idx], policy.generate_batch)
-        for i, ep in zip(idx, done):
-            episodes[i] = ep
+    if environment == "swe":
+        tasks = [SweTask.from_dict(it.extra["task"]) for it in items]
+        config = SweConfig(terminal=swe_terminal_config(max_turns or SWE_MAX_TURNS))
+        episodes = run_episodes(lambda: SweEnv(config), tasks, policy.generate_batch)
+    else:
+        tasks = [TerminalTask.from_dict(it.extra["task"]) for it in items]
+        by_limit: dict[int, list[int]] = {}
+        for i, task in enumerate(tasks):
+            by_limit.setdefault(max_turns or terminal_max_turns((task.level,)), []).append(i)
+        episodes = [None] * len(items)
+        for limit, idx in sorted(by_limit.items()):
+            done = run_episodes(lambda m=limit: TerminalEnv(TerminalConfig(max_turns=m)), [tasks[i] for i in idx], policy.generate_batch)
+            for i, ep in zip(idx, done):
+                episodes[i] = ep
     out = {}
     for it, ep in zip(items, episodes):
         answer = next((t.info.get("answer") for t in reversed(ep.turns) if t.info.get("answer") is not None), None)
@@ -317,7 +341,7 @@ def code_program(prompt: str, reply: str, entry_point: str) -> tuple[str, str]:
 def summarize(benchmark: str, results: list[ItemResult], seconds: float, seed: int = 0) -> BenchmarkSummary:
     correct = [float(r.correct) for r in results]
     n = len(results)
-    if (benchmark.startswith("terminal") or benchmark == "bfcl") and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
+    if is_environment_benchmark(benchmark) and n:  # success rates, often 0 or 1: Wilson's interval, never zero-width
         lo, hi = wilson_interval(int(sum(correct)), n)
     else:
         lo, hi = bootstrap_ci(correct, seed=seed) if n else (0.0, 0.0)  # no items: accuracy 0 with a zero-width interval

@@ -34,7 +34,11 @@ def benchmark_checkpoint(
 ) -> tuple[StageResult, Any]:
     """Evaluate a checkpoint on a benchmark; with ``record`` replace its rows in ``benchmark_results``
     and ``benchmark_items`` (keyed by checkpoint and benchmark: a re-run never duplicates)."""
-    from tentalis_pipelines.evaluation.benchmarks import level_success, run_benchmark
+    from tentalis_pipelines.evaluation.benchmarks import (
+        is_environment_benchmark,
+        level_success,
+        run_benchmark,
+    )
 
     checkpoint_id, adapter = resolve_checkpoint(lake, checkpoint_ref)
     if backend is None:
@@ -70,7 +74,7 @@ def benchmark_checkpoint(
         "ci_low": round(summary.ci_low, 4),
         "ci_high": round(summary.ci_high, 4),
         "seconds": round(summary.seconds, 1),
-        **({"success_per_level": level_success(results)} if summary.benchmark.startswith("terminal") or summary.benchmark == "bfcl" else {}),
+        **({"success_per_level": level_success(results)} if is_environment_benchmark(summary.benchmark) else {}),
         "items": markdown_table([{"item_id": r["item_id"], "answer": r["extracted_answer"], "reference": r["reference"],
                                   "correct": r["correct"]} for r in item_rows]),
     }

@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from tentalis_pipelines.envs import bfcl_tasks, terminal_tasks
+from tentalis_pipelines.envs import bfcl_tasks, swe_tasks, terminal_tasks
 from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.lakehouse import validate_batch_id
 from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
@@ -249,6 +249,12 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [bfcl_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif task_source == "swe":
+        seeds = swe_batch_seeds(batches_dir)
+        if seeds:
+            top = max(seeds)
+            if seeds[top] == [swe_batch_id(top, num_tasks, tuple(levels))]:
+                newest = seeds[top][0]
     else:
         done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
@@ -280,6 +286,9 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
     if manifest["kind"] == BFCL_MANIFEST:
         bfcl = bfcl_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
         return LoadedTasks(tasks=bfcl_task_rows(batch_id, bfcl, created_at, max_turns=int(manifest["max_turns"])))
+    if manifest["kind"] == SWE_MANIFEST:
+        swe = swe_tasks.training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
+        return LoadedTasks(tasks=swe_task_rows(batch_id, swe, created_at, max_turns=int(manifest["max_turns"])))
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
 
 
@@ -559,3 +568,62 @@ def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, n
     _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": f"{source}#seed{shuffle_seed}[{start}:{start + num_tasks}]",
                                                         "file": "tasks.jsonl"}))
     return batch_id
+
+
+# --------------------------------------------------------------------------- mini-SWE (agent) batches
+SWE_MANIFEST = "swe"
+SWE_SOURCE = "generator:swe"
+
+
+def swe_task_rows(batch_id: str, tasks: list[swe_tasks.SweTask], created_at, max_turns: int = DEFAULT_TERMINAL_MAX_TURNS) -> list[dict]:
+    """The ``tasks`` rows of mini-SWE tasks (``SweTask.task_row``; the turn limit in the metadata)."""
+    rows = []
+    for t in tasks:
+        row = t.task_row()
+        meta = {**json.loads(row["metadata"]), "max_turns": int(max_turns)}
+        rows.append({**row, "batch_id": batch_id, "source": SWE_SOURCE, "difficulty": t.level,
+                     "metadata": json.dumps(meta, sort_keys=True), "created_at": created_at})
+    return rows
+
+
+def swe_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
+    return f"swe-s{seed}-n{num_tasks}-l{''.join(map(str, levels))}"
+
+
+def register_swe_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = swe_tasks.LEVELS,
+                       max_turns: int = DEFAULT_TERMINAL_MAX_TURNS, batch_id: str | None = None) -> str:
+    """Record the parameters of a seeded mini-SWE batch (bug-fixing episodes in the sandbox; the batch kind
+    ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the catalogue's training split
+    only (``swe_tasks.training_tasks``): a held-out bug is never in a batch."""
+    check_training_seed(seed)
+    if max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
+    swe_tasks.training_tasks(seed, num_tasks, tuple(levels))  # validate the parameters now, not at run time
+    batch_id = validate_batch_id(batch_id or swe_batch_id(seed, num_tasks, tuple(levels)))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"kind": SWE_MANIFEST, "source": "swe", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "max_turns": int(max_turns)}
+    path = folder / "manifest.json"
+    if path.exists():
+        existing = json.loads(path.read_text())
+        if existing != manifest:
+            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
+    else:
+        _atomic_write(path, json.dumps(manifest))
+    return batch_id
+
+
+def swe_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
+    """``{seed: ids of the registered mini-SWE batches with that seed}``."""
+    seeds: dict[int, list[str]] = {}
+    for manifest in Path(batches_dir).glob("*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("kind") == SWE_MANIFEST:
+            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
+    return seeds
+
+
+def next_swe_seed(batches_dir: Path) -> int:
+    """The smallest seed above every seed of a registered mini-SWE batch (1 for the first)."""
+    return max(swe_batch_seeds(batches_dir), default=0) + 1
