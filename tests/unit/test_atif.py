@@ -235,3 +235,12 @@ def test_a_trajectory_without_a_verdict_lands_without_a_review(tmp_path):
     assert out["turns"] == 1 and out["reviews"] == 0 and not lake.exists("reviews")
     [t] = lake.read("turns").to_pylist()
     assert t["policy_version"] == "external:terminus-2" and t["temperature"] is None and t["completion_token_ids"] == [3]
+
+
+def test_segment_rows_give_each_turn_its_exact_prompt_completion_and_log_probs():
+    rows = [{"prompt_token_ids": [1, 2], "completion_token_ids": [3, 4, 5, 6, 7], "sampling_logprobs": [-0.1, -0.2, None, None, -0.3],
+             "turn_spans": [{"turn_index": 0, "start": 0, "end": 2}, {"turn_index": 1, "start": 4, "end": 5}]},
+            {"prompt_token_ids": [9], "completion_token_ids": [8], "sampling_logprobs": None,
+             "turn_spans": [{"turn_index": 2, "start": 0, "end": 1}]}]
+    assert episodes.segment_tokens(rows) == {0: ([1, 2], [3, 4], [-0.1, -0.2]), 1: ([1, 2, 3, 4, 5, 6], [7], [-0.3]),
+                                             2: ([9], [8], None)}
