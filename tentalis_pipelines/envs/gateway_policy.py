@@ -31,7 +31,7 @@ import time
 from typing import Any
 
 from tentalis_pipelines.envs.base import Environment, Episode
-from tentalis_pipelines.envs.runner import PolicyOutput, is_policy_turn, run_episode
+from tentalis_pipelines.envs.runner import PolicyOutput, run_episode
 
 BASH = {"type": "function", "function": {
     "name": "bash", "description": "Run one shell command in the task's working directory and see its output.",
@@ -83,17 +83,21 @@ class GatewayPolicy:
         self.max_tokens, self.temperature, self.seed = int(max_tokens), float(temperature), seed
         self.tools = TOOLS if tools is None else tools
         self.replies: list[dict[str, Any]] = []  # the assistant messages, as the gateway returned them
+        self.texts: list[str] = []  # what the environment got from each (action_text)
 
     def openai_messages(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The environment's conversation in OpenAI's shape: replies with their tool calls, and each
         observation as the tool result of the call that ran (a user message when none did)."""
+        # The runner shows role and content only, so a demonstration's assistant message looks like a reply:
+        # this agent's replies are the last len(self.replies) assistant messages, and must read as it sent them.
+        assistant = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+        mine = assistant[len(assistant) - len(self.replies):] if self.replies else []
+        if len(assistant) < len(self.replies) or any(messages[i]["content"] != t for i, t in zip(mine, self.texts)):
+            raise ValueError("the conversation does not hold this agent's replies: use one GatewayPolicy per episode")
         out: list[dict[str, Any]] = []
         turn, pending = 0, None
-        for m in messages:
-            if is_policy_turn(m):
-                if turn >= len(self.replies):
-                    raise ValueError(f"the conversation holds {turn + 1} replies but this agent sent {len(self.replies)}: "
-                                     "use one GatewayPolicy per episode")
+        for i, m in enumerate(messages):
+            if i in mine:
                 reply = self.replies[turn]
                 turn += 1
                 out.append(reply)
@@ -120,8 +124,9 @@ class GatewayPolicy:
         if calls:
             reply["tool_calls"] = [{"id": c["id"], "type": "function", "function": c["function"]} for c in calls]
         self.replies.append(reply)
+        self.texts.append(action_text(choice.message.content, reply.get("tool_calls")))
         lps = [x.logprob for x in choice.logprobs.content] if choice.logprobs and choice.logprobs.content else None
-        return PolicyOutput(text=action_text(choice.message.content, reply.get("tool_calls")),
+        return PolicyOutput(text=self.texts[-1],
                             token_ids=(choice.model_extra or {}).get("token_ids"), logprobs=lps,
                             prompt_token_ids=(resp.model_extra or {}).get("prompt_token_ids"),
                             finish_reason=choice.finish_reason or "stop", info={"seconds": time.perf_counter() - t0})

@@ -53,30 +53,30 @@ def test_the_conversation_goes_out_with_tool_calls_and_tool_results_and_tokens_c
                          completion("```bash\nsubmit 3\n```", [], [9], [-1.0]),
                          completion("???", [], [4], [-2.0])])
     policy = GatewayPolicy(client, "m", session_id="s-1", max_tokens=8, temperature=0.5, seed=3)
-    env_msgs = [{"role": "system", "content": "sys", "kind": "system"},
-                {"role": "user", "content": "count", "kind": "instruction"}]
+    # As the runner shows them: role and content only (a demonstration's reply looks like any other).
+    env_msgs = [{"role": "system", "content": "sys"}, {"role": "user", "content": "demo q"}, {"role": "assistant", "content": "demo a"},
+                {"role": "user", "content": "count"}]
     out = policy(env_msgs)
     assert out.text == "```bash\nls\n```" and out.token_ids == [7, 8] and out.logprobs == [-0.5, -0.25]
     assert out.prompt_token_ids == [1, 2, 3] and out.finish_reason == "tool_calls"
     first = client.requests[0]
     assert first["tools"] == TOOLS and first["logprobs"] is True and first["extra_body"] == {"return_token_ids": True}
     assert first["extra_headers"] == {"X-Session-Id": "s-1"} and (first["max_tokens"], first["temperature"], first["seed"]) == (8, 0.5, 3)
-    assert first["messages"] == [{"role": "system", "content": "sys"}, {"role": "user", "content": "count"}]
-    env_msgs += [{"role": "assistant", "content": out.text, "kind": "assistant"},
-                 {"role": "user", "content": "a.txt\n[exit code 0]", "kind": "observation"}]
+    assert first["messages"] == env_msgs
+    env_msgs += [{"role": "assistant", "content": out.text}, {"role": "user", "content": "a.txt\n[exit code 0]"}]
     out2 = policy(env_msgs)
     assert out2.text == "```bash\nsubmit 3\n```" and out2.finish_reason == "stop"
     second = client.requests[1]["messages"]
     # The reply as the gateway returned it (both calls), a result for each call: the observation answers the first.
-    assert second[2]["role"] == "assistant" and second[2]["content"] is None
-    assert [c["id"] for c in second[2]["tool_calls"]] == ["call_a", "call_b"]
-    assert second[3:] == [{"role": "tool", "tool_call_id": "call_b", "content": NOT_RUN},
+    assert second[4]["role"] == "assistant" and second[4]["content"] is None
+    assert [c["id"] for c in second[4]["tool_calls"]] == ["call_a", "call_b"]
+    assert second[5:] == [{"role": "tool", "tool_call_id": "call_b", "content": NOT_RUN},
                           {"role": "tool", "tool_call_id": "call_a", "content": "a.txt\n[exit code 0]"}]
-    env_msgs += [{"role": "assistant", "content": out2.text, "kind": "assistant"},
-                 {"role": "user", "content": "format error", "kind": "format_error"}]
+    env_msgs += [{"role": "assistant", "content": out2.text}, {"role": "user", "content": "format error"}]
     policy(env_msgs)
     third = client.requests[2]["messages"]
     # A reply without a tool call goes back as its text; what the environment said after it is a user message.
     assert third[-2:] == [{"role": "assistant", "content": "```bash\nsubmit 3\n```"}, {"role": "user", "content": "format error"}]
+    assert third[2] == {"role": "assistant", "content": "demo a"}  # the demonstration stays as it was
     with pytest.raises(ValueError, match="one GatewayPolicy per episode"):
-        GatewayPolicy(client, "m", session_id="s-2").openai_messages(env_msgs)
+        policy.openai_messages(env_msgs[:4] + [{"role": "assistant", "content": "not mine"}, *env_msgs[5:]])
