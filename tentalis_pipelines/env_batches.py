@@ -192,12 +192,14 @@ def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask 
     return [(r, FAMILIES[r["environment"]][1](r)) for r in rows]
 
 
-def episode_record(episode: Episode, task: TerminalTask | BfclTask) -> dict[str, Any]:
-    """What the ``episode`` column of its rollouts holds: how it ended and the verifier's verdict."""
+def episode_record(episode: Episode, task: TerminalTask | BfclTask | SweTask) -> dict[str, Any]:
+    """What the ``episode`` column of its rollouts holds: how it ended and the verifier's verdict, and the
+    episode's transcript (``Episode.transcript``: every message and turn without the token ids, which the
+    segment holds), so that ``episodes.py`` exports the episode whole (ATIF)."""
     return {"environment": episode.environment, "end_reason": episode.end_reason, "passed": bool(episode.verdict.passed),
             "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
             "max_turns": episode.max_turns, "format_errors": sum(1 for t in episode.turns if t.action is None),
-            "check_kind": task.kind, "level": task.level}
+            "check_kind": task.kind, "level": task.level, "transcript": episode.transcript()}
 
 
 def _transcript(messages: list[dict]) -> str:

@@ -117,6 +117,9 @@ class AssistantTurn:
     seconds_env: float = 0.0
 
 
+TOKEN_FIELDS = ("token_ids", "logprobs", "prompt_token_ids")  # an AssistantTurn's token columns
+
+
 @dataclass
 class Episode:
     """One agent episode, start to verdict (JSON both ways: :meth:`to_dict` / :meth:`from_dict`)."""
@@ -142,6 +145,16 @@ class Episode:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["turns_used"] = self.turns_used
+        return d
+
+    def transcript(self) -> dict[str, Any]:
+        """:meth:`to_dict` without the turns' token ids and log-probs: what a table keeps beside the tokens
+        it already holds (a rollout's segment, a session's turns); :meth:`from_dict` takes it back, the
+        tokens then ``None`` until the caller puts them in."""
+        d = self.to_dict()
+        for t in d["turns"]:
+            for key in TOKEN_FIELDS:
+                t.pop(key)
         return d
 
     @classmethod
