@@ -1,15 +1,18 @@
 """Planted bugs in lineage manifests and replay (``tentalis_pipelines/lineage.py``): the ones a tired
 developer writes (see tools/mutants/mutants.py).
 
-Guarded by tests/unit/test_lineage_chain.py (pure: Delta tables written by hand, no model, no Dagster
-run), which builds a chain of three checkpoints (c1 <- c2 <- c3, a sibling line, an unpromoted child, a
+Guarded by tests/unit/test_lineage_chain.py (pure: Delta tables written by hand in tests/chain_rows.py,
+no model, no Dagster run), which builds a chain of three checkpoints (c1 <- c2 <- c3, a sibling line, an unpromoted child, a
 run that crashed between its lineage and its checkpoint row): the cases a fixture with one checkpoint
-never reaches.
+never reaches. The continuity of the LoRA weights from parent to child over three generations is
+guarded by tests/test_pipeline_training.py (the tiny model, trained three cycles).
 
 No mutant here is equivalent."""
 
 L = "tentalis_pipelines/lineage.py"
+P = "tentalis_pipelines/stages/training.py"
 T = ["tests/unit/test_lineage_chain.py"]
+TP = ["tests/test_pipeline_training.py"]
 
 MUTANTS = [
     {"id": "lineage-ancestors-parent-only", "file": L, "find": "        parent_id = parents.get(parent_id)\n",
@@ -50,4 +53,7 @@ MUTANTS = [
     {"id": "lineage-digest-no-loss-mask", "file": L, "find": "repr(float(s.temperature)), s.loss_mask]",
      "replace": "repr(float(s.temperature))]", "tests": T,
      "why": "the loss mask is left out of the digest: training on the user's tokens too verifies"},
+    {"id": "lineage-child-from-base", "file": P, "find": "    model = build_policy(model_dir, adapter, config)\n",
+     "replace": "    model = build_policy(model_dir, None, config)\n", "tests": TP,
+     "why": "each cycle trains a fresh adapter: the optimizer state continues, the weights do not"},
 ]
