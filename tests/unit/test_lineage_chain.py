@@ -6,6 +6,7 @@ test names the planted bug it was seen failing against (tools/mutants/catalog/li
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -79,9 +80,15 @@ def test_table_versions_include_optional_tables_once_they_exist(chain):
 
 
 def test_the_newest_manifest_of_a_checkpoint_is_loaded(chain):
-    """Mutant lineage-first-manifest: a checkpoint recorded twice (a retried run) reads its newest manifest."""
-    lineage.record(chain, {**manifest("c2", "b3"), "samples_digest": "second"})
-    assert lineage.load_manifest(chain, "c2")["samples_digest"] == "second"
+    """Mutant lineage-first-manifest: a checkpoint recorded three times (retried runs) reads the newest by
+    its time, which is neither the first nor the last row in the table's order, whichever way it reads."""
+    def again(digest: str, hours: float) -> None:
+        (row,) = [r for r in lineage.lineage_rows({**manifest("c2", "b3"), "samples_digest": digest}) if r["kind"] == "manifest"]
+        chain.append("lineage", [{**row, "created_at": row["created_at"] + timedelta(hours=hours)}])
+
+    again("newest", 1)
+    again("stale", -2)
+    assert lineage.load_manifest(chain, "c2")["samples_digest"] == "newest"
     assert lineage.load_manifest(chain, "c1")["trajectories"][0]["rollout_id"] == "b1-t0-r0"
 
 
