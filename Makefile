@@ -51,7 +51,7 @@ bench: install
 	$(BIN)/pip install -q -e '.[bench]'
 	$(BIN)/python -m bench
 
-# Mutation testing of the RL core: plant each catalogued bug, run its tests, print the score (>= 90%).
+# Mutation testing of the RL core and the second-wave modules: plant each catalogued bug, run its tests, print the score (>= 90%).
 mutants: install
 	$(BIN)/python -m tools.mutants.mutants --jobs 2
 

@@ -88,3 +88,40 @@ def test_training_refuses_a_batch_without_learning_signal(home, tiny_model_dir):
         train_checkpoint(lake, paths, PolicySettings(model=str(tiny_model_dir)),
                                   GRPOConfig(dtype="float32", device="cpu"))
     assert not lake.exists("checkpoints") or lake.read("checkpoints").num_rows == 0
+
+
+def test_each_cycle_starts_from_its_parents_lora_weights_over_three_generations(home, tiny_model_dir, monkeypatch):
+    """The chain continues the weights, not only the optimizer: cycle k starts from exactly the adapter
+    that cycle k-1 saved (the first from a fresh adapter, whose lora_B is zero), over three generations.
+    Seen failing against the mutant lineage-child-from-base (every cycle from a fresh adapter)."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    paths = Paths.from_env(home)
+    lake = Lakehouse(paths.lakehouse)
+    starts = []
+    real = stage_training.train_grpo
+
+    def spy(model, tokenizer, samples, config, *, state=None, on_step=None):
+        starts.append({n.replace(".default", ""): p.detach().clone() for n, p in model.named_parameters() if "lora_" in n})
+        return real(model, tokenizer, samples, config, state=state, on_step=on_step)
+
+    monkeypatch.setattr(stage_training, "train_grpo", spy)
+    policy = PolicySettings(model=str(tiny_model_dir))
+    cfg = GRPOConfig(beta=0.0, per_step_rows=4, dtype="float32", device="cpu", learning_rate=1e-2)
+    version, ids = "base", []
+    for k in range(3):
+        _write_batch(lake, tok, f"b{k}", version, temperature=0.8)
+        ids.append(train_checkpoint(lake, paths, policy, cfg, promote=True).metadata["checkpoint_id"])
+        version = ids[-1]
+    rows = {r["checkpoint_id"]: r for r in lake.read("checkpoints").to_pylist()}
+    assert [rows[c]["parent_id"] for c in ids] == [None, ids[0], ids[1]]
+    assert all(float(v.abs().max()) == 0.0 for n, v in starts[0].items() if "lora_B" in n)  # a fresh adapter
+    for k in (1, 2):
+        saved = load_file(f"{rows[ids[k - 1]]['adapter_uri']}/adapter_model.safetensors")
+        assert sorted(saved) == sorted(starts[k]), "the adapter's tensors are the model's LoRA parameters"
+        assert all(starts[k][n].equal(saved[n].to(starts[k][n].dtype)) for n in saved), f"cycle {k} did not start from its parent"
+        assert any(float(saved[n].abs().max()) > 0 for n in saved if "lora_B" in n)  # the parent had learnt something
+    # Each generation moved on from its parent: the third's start is not the second's.
+    assert any(not starts[2][n].equal(starts[1][n]) for n in starts[1])

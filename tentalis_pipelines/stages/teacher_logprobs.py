@@ -147,6 +147,31 @@ def teacher_identity(config: GRPOConfig, version: str) -> str:
     return config.opd_teacher
 
 
+def segment_hint(rollout: dict, session_reviews: list[dict]) -> tuple[str, str, dict | None]:
+    """(decision, reason, review) of one segment rollout of a sessions batch: among the reviews of its
+    turns (``turn_spans``) and of its whole session, the one with the longest usable hint (OpenClaw-RL
+    keeps the longest non-trivial hint), else one with a trivial hint, else none. A review of another
+    segment's turn never counts."""
+    sid = rollout["session_id"] or rollout["task_id"]
+    targets = {s["turn_id"] for s in rollout["turn_spans"] or []} | {sid}
+    mine = [r for r in session_reviews if r["rollout_id"] in targets]
+    screened = [(opd.screen_hint(r.get("hint")), r) for r in mine]
+    usable = [(d, r) for d, r in screened if d[0] == opd.USED]
+    (decision, reason), review = max(usable, key=lambda x: len((x[1].get("hint") or "").strip()), default=None) or next(
+        ((d, r) for d, r in screened if d[0] == opd.TRIVIAL), None) or ((opd.NO_HINT, "no review of this segment has a hint"), None)
+    return decision, reason, review
+
+
+def fill_signal(row: dict, item: opd.OPDItem, teacher: list[float], student: list[float], config: GRPOConfig) -> None:
+    """Put a scored row's log-probs and clipped signal (masked to the item's assistant tokens) in ``row``;
+    a hint whose mean |signal| is under ``opd_min_effect`` becomes ``no_effect``."""
+    signal = opd.opd_signal(teacher, student, clip=config.opd_clip, mask=item.completion_mask)
+    row.update(teacher_logprobs=teacher, student_logprobs=student, opd_signal=signal,
+               signal_mean=sum(signal) / len(signal) if signal else 0.0)
+    if not opd.has_effect(signal, config.opd_min_effect):
+        row.update(decision=opd.NO_EFFECT, reason=f"mean |signal| below opd_min_effect {config.opd_min_effect}: the hint changes nothing here")
+
+
 def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPOConfig) -> None:
     """Fill the used rows: teacher and student log-probs, per sampling policy version (each version's
     own adapter is the student, and the teacher too when ``opd_teacher == 'self'``). A server teacher
@@ -190,11 +215,7 @@ def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPO
         else:
             scored = opd.teacher_student_logprobs(student, tokenizer, items, **kw)
         for (row, item), (t, s) in zip(pairs, scored):
-            signal = opd.opd_signal(t, s, clip=config.opd_clip, mask=item.completion_mask)
-            row.update(teacher_logprobs=t, student_logprobs=s, opd_signal=signal,
-                       signal_mean=sum(signal) / len(signal) if signal else 0.0)
-            if not opd.has_effect(signal, config.opd_min_effect):
-                row.update(decision=opd.NO_EFFECT, reason=f"mean |signal| below opd_min_effect {config.opd_min_effect}: the hint changes nothing here")
+            fill_signal(row, item, t, s, config)
 
 
 def session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
@@ -216,15 +237,7 @@ def session_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, polic
     created = now_utc()
     rows, todo = [], []
     for ro in rollouts:
-        sid = ro["session_id"] or ro["task_id"]
-        targets = {s["turn_id"] for s in ro["turn_spans"] or []} | {sid}
-        mine = [r for r in reviews.get(sid, []) if r["rollout_id"] in targets]
-        screened = [(opd.screen_hint(r.get("hint")), r) for r in mine]
-        usable = [(d, r) for d, r in screened if d[0] == opd.USED]
-        # OpenClaw-RL keeps the longest non-trivial hint.
-        pick = max(usable, key=lambda x: len((x[1].get("hint") or "").strip()), default=None) or next(
-            ((d, r) for d, r in screened if d[0] == opd.TRIVIAL), None) or ((opd.NO_HINT, "no review of this segment has a hint"), None)
-        (decision, reason), review = pick
+        decision, reason, review = segment_hint(ro, reviews.get(ro["session_id"] or ro["task_id"], []))
         hint = ((review or {}).get("hint") or "").strip()
         version = ro["policy_version"]
         row = _decision_row(batch_id, ro, review["manager"] if review else None, hint, teacher_identity(config, version), config,

@@ -1,4 +1,4 @@
-"""Mutation testing of the RL core: plant one bug at a time and check that the tests notice.
+"""Mutation testing: plant one bug at a time and check that the tests notice.
 
     make mutants                      # every mutant in tools/mutants/catalog/*.py
     .venv/bin/python -m tools.mutants.mutants --only trainer --jobs 2
