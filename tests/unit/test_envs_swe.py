@@ -1,6 +1,6 @@
 """The mini-SWE family without the sandbox: each mutation kind on a tiny function, the engine's determinism,
 the catalogue's FAIL_TO_PASS / PASS_TO_PASS shape and split, task rows, the verdict from a test report
-(the episodes in the real sandbox are in tests/test_envs_swe.py)."""
+(the episodes in the real sandbox are in tests/test_envs_swe_integration.py)."""
 
 from __future__ import annotations
 
