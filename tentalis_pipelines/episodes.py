@@ -137,11 +137,12 @@ def export_sessions(lake: Lakehouse, session_ids: list[str]) -> list[dict[str, A
 
 def export_batch(lake: Lakehouse, batch_id: str) -> list[dict[str, Any]]:
     """An environment batch's episodes, or a sessions batch's sessions (whole), as ATIF trajectories."""
-    from tentalis_pipelines import env_batches, sessions
+    from tentalis_pipelines.tasks.kinds import ENVIRONMENT, SESSIONS, batch_kind
 
-    if env_batches.is_environment_batch(lake, batch_id):
+    kind = batch_kind(lake, batch_id)  # the one resolver of a batch's kind (tests/unit/test_batch_kinds.py)
+    if kind is ENVIRONMENT:
         return export_environment_batch(lake, batch_id)
-    if sessions.is_sessions_batch(lake, batch_id):
+    if kind is SESSIONS:
         ids = sorted(lake.read("tasks", batch_id=batch_id, columns=["task_id"]).column("task_id").to_pylist())
         return export_sessions(lake, ids)
     raise ExportError(f"batch {batch_id!r} holds no episodes: give an environment batch (tentalis batch new --tasks terminal) "

@@ -41,6 +41,6 @@ def test_a_first_cycle_completes_without_benchmark_data_and_names_what_was_not_s
     lake = Lakehouse(paths.lakehouse)
     assert lake.count("tasks") == 2 and lake.count("trajectories") == 4 and lake.count("checkpoints") == 1
     screen = meta["contamination_screen"].value
-    assert screen["screened"] == ["arithmetic", "humaneval", "terminal"] and set(screen["skipped"]) == {"gsm8k", "math500"}
+    assert screen["screened"] == ["arithmetic", "humaneval", "terminal", "bfcl"] and set(screen["skipped"]) == {"gsm8k", "math500"}
     why = ("TENTALIS_DATA_DIR is not set" if data == "unset" else f"no file at {tmp_path / 'empty-data'}/gsm8k/test.jsonl")
     assert why in screen["skipped"]["gsm8k"] and "tentalis data fetch" in screen["skipped"]["gsm8k"]
