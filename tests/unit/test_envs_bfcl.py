@@ -108,6 +108,12 @@ def test_the_ground_truth_passes_bfcls_checker_and_a_wrong_call_fails(official):
     no_grep[2] = "[cd(folder='temp')]"
     ep = run_episode(BfclEnv(), task, _scripted(no_grep))
     assert not ep.passed and ep.verdict.detail.startswith("multi_turn:execution_response_mismatch")
+    # the right calls for every user turn but the last: never complete, whatever the checker would say of the rest
+    allowed = bfcl.tool_names(task)
+    decoded = [[[c.text() for gt in turn for c in parse_calls(gt, allowed, positional=True)]] for turn in task.ground_truth]
+    assert bfcl.check(task, decoded).passed
+    short = bfcl.check(task, decoded[:-1])
+    assert not short.passed and short.reward == 0.0 and short.detail == "force_terminated: 3 of 4 user turns were reached"
 
 
 def test_checks_are_independent_and_leave_nothing_in_the_checkers_globals(official):

@@ -186,6 +186,13 @@ def test_reward_is_one_only_when_fail_to_pass_and_pass_to_pass_all_pass():
     missing = {"test_m.py::test_b": "PASSED", "test_m.py::test_c": "PASSED"}  # a required test not in the report
     assert suite_verdict(task, SuiteRun(missing))[0].detail.startswith("FAIL_TO_PASS 0/1")
     assert suite_verdict(task, SuiteRun(None, "the test run timed out"))[0].detail == "tests not run: the test run timed out"
+    # a PASS_TO_PASS test missing from the report (deleted or renamed by the agent) counts as failed
+    no_c = {"test_m.py::test_a": "PASSED", "test_m.py::test_b": "PASSED"}
+    verdict, passed, total = suite_verdict(task, SuiteRun(no_c))
+    assert (verdict.passed, verdict.reward, passed, total) == (False, 0.0, 2, 3) and "PASS_TO_PASS 1/2" in verdict.detail
+    # no report at all (the module does not import, the run timed out): failed, nothing passed
+    verdict, passed, total = suite_verdict(task, SuiteRun(None, "no report"))
+    assert (verdict.passed, verdict.reward, passed, total) == (False, 0.0, 0, 3)
 
 
 def test_a_failed_swe_episode_gets_the_tests_hint():
