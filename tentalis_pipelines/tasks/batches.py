@@ -394,19 +394,27 @@ def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, lev
     return batch_id
 
 
-def terminal_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
-    """``{seed: ids of the registered terminal batches with that seed}``."""
+def manifest_seeds(batches_dir: Path, kind: str) -> dict[int, list[str]]:
+    """``{seed: ids of the registered batches of manifest ``kind`` with that seed}`` (an environment's batches)."""
     seeds: dict[int, list[str]] = {}
     for manifest in Path(batches_dir).glob("*/manifest.json"):
         m = json.loads(manifest.read_text())
-        if m.get("kind") == TERMINAL_MANIFEST:
+        if m.get("kind") == kind:
             seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
     return seeds
 
 
+def next_manifest_seed(batches_dir: Path, kind: str) -> int:
+    """The smallest seed above every seed of a registered batch of manifest ``kind`` (1 for the first)."""
+    return max(manifest_seeds(batches_dir, kind), default=0) + 1
+
+
+def terminal_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
+    return manifest_seeds(batches_dir, TERMINAL_MANIFEST)
+
+
 def next_terminal_seed(batches_dir: Path) -> int:
-    """The smallest seed above every seed of a registered terminal batch (1 for the first)."""
-    return max(terminal_batch_seeds(batches_dir), default=0) + 1
+    return next_manifest_seed(batches_dir, TERMINAL_MANIFEST)
 
 
 # --------------------------------------------------------------------------- BFCL (tool-calling) batches
@@ -494,18 +502,11 @@ def register_bfcl_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels:
 
 
 def bfcl_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
-    """``{seed: ids of the registered BFCL batches with that seed}``."""
-    seeds: dict[int, list[str]] = {}
-    for manifest in Path(batches_dir).glob("*/manifest.json"):
-        m = json.loads(manifest.read_text())
-        if m.get("kind") == BFCL_MANIFEST:
-            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
-    return seeds
+    return manifest_seeds(batches_dir, BFCL_MANIFEST)
 
 
 def next_bfcl_seed(batches_dir: Path) -> int:
-    """The smallest seed above every seed of a registered BFCL batch (1 for the first)."""
-    return max(bfcl_batch_seeds(batches_dir), default=0) + 1
+    return next_manifest_seed(batches_dir, BFCL_MANIFEST)
 
 
 # --------------------------------------------------------------------------- dataset slices
@@ -615,15 +616,8 @@ def register_swe_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: 
 
 
 def swe_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
-    """``{seed: ids of the registered mini-SWE batches with that seed}``."""
-    seeds: dict[int, list[str]] = {}
-    for manifest in Path(batches_dir).glob("*/manifest.json"):
-        m = json.loads(manifest.read_text())
-        if m.get("kind") == SWE_MANIFEST:
-            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
-    return seeds
+    return manifest_seeds(batches_dir, SWE_MANIFEST)
 
 
 def next_swe_seed(batches_dir: Path) -> int:
-    """The smallest seed above every seed of a registered mini-SWE batch (1 for the first)."""
-    return max(swe_batch_seeds(batches_dir), default=0) + 1
+    return next_manifest_seed(batches_dir, SWE_MANIFEST)
