@@ -1,4 +1,4 @@
-"""Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> trajectories (Delta tables)."""
+"""Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> (teacher_logprobs, guided_rollouts) -> trajectories."""
 
 from functools import partial
 
@@ -19,6 +19,7 @@ from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.guided_rollouts import build_guided_rollouts
 from tentalis_pipelines.stages.reviews import build_reviews
 from tentalis_pipelines.stages.rollouts import build_rollouts
 from tentalis_pipelines.stages.step_labels import build_step_labels
@@ -128,7 +129,22 @@ def teacher_logprobs(
     return to_materialize_result(res, "teacher_logprobs", lake)
 
 
-@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, step_scores, rollouts, tasks, reward_activations], group_name="learning_loop", kinds={"delta"},
+@asset(partitions_def=task_batches, deps=[reviews, rollouts, step_scores, tasks], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
+       metadata=table_definition_metadata("guided_rollouts"))
+def guided_rollouts(
+    context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource
+) -> MaterializeResult:
+    """Hint-guided resampling (`tentalis learn --method guide`): each group in which every sample failed is
+    resampled with its manager's hint in the context; the correct samples train the student without the hint,
+    weighted by the ratio to the hinted behaviour policy (off when trainer.guide = false)."""
+    lake = lakehouse.lakehouse()
+    settings = policy.settings()
+    res = build_guided_rollouts(lake, lakehouse.paths(), context.partition_key, settings, trainer.config(settings.max_new_tokens))
+    return to_materialize_result(res, "guided_rollouts", lake)
+
+
+@asset(partitions_def=task_batches, deps=[reviews, teacher_logprobs, guided_rollouts, step_scores, rollouts, tasks, reward_activations],
+       group_name="learning_loop", kinds={"delta"},
        metadata=table_definition_metadata("trajectories"),
        check_specs=[AssetCheckSpec("rewards_in_range", asset="trajectories", description="Rewards and advantages finite; outcome, format and manager scores in [0, 1].")])
 def trajectories(

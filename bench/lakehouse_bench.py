@@ -92,6 +92,7 @@ def synthetic_trajectories(
         "turn_advantages": pa.nulls(rows, pa.list_(pa.float64())),
         "reward_version": pa.array(["v0"]).take(pa.array(const)),  # the pipeline's own rewards (tentalis rescore)
         "opd_signal": pa.nulls(rows, pa.list_(pa.float64())),  # no hinted OPD term
+        "guide_hint_id": pa.nulls(rows, pa.string()),  # no hint-guided samples
         "w_rl": pa.array([1.0]).take(pa.array(const)),
         "w_opd": pa.array([0.0]).take(pa.array(const)),
     }

@@ -7,7 +7,15 @@ and by CI (``jobs/runner.py``). Every run belongs to its job, so the UI shows ea
 
 from dagster import AssetSelection, define_asset_job
 
-from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
+from assets.batch_assets import (
+    guided_rollouts,
+    reviews,
+    rollouts,
+    step_scores,
+    tasks,
+    teacher_logprobs,
+    trajectories,
+)
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
 from assets.partitions import task_batches
 from assets.serving_assets import serving
@@ -17,9 +25,9 @@ from assets.trust_assets import judge_agreement, reward_versions
 
 rollout_job = define_asset_job(
     "rollout_job",
-    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, teacher_logprobs, trajectories),
+    selection=AssetSelection.assets(tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts, trajectories),
     partitions_def=task_batches,
-    description="One task batch through rollouts, step scores, reviews, the OPD teacher and trajectories.",
+    description="One task batch through rollouts, step scores, reviews, the OPD teacher, hint-guided resampling and trajectories.",
 )
 
 train_job = define_asset_job(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dagster import Definitions
 
 from assets.batch_assets import (
+    guided_rollouts,
     reviews,
     rollouts,
     step_labels,
@@ -53,7 +54,7 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, trajectories, checkpoints, benchmark_results, serving,
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, guided_rollouts, trajectories, checkpoints, benchmark_results, serving,
             learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills],
     asset_checks=FORENSICS_CHECKS,
     jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],

@@ -4,9 +4,10 @@
 reads the fresh trajectories and their rollouts at exactly those versions, and records a manifest:
 
 * the versions of ``tasks``, ``rollouts``, ``step_scores``, ``reviews``, ``trajectories`` (and of
-  ``teacher_logprobs`` and ``skills`` when those tables exist);
+  ``teacher_logprobs``, ``guided_rollouts`` and ``skills`` when those tables exist);
 * the row ids of every trajectory (rollout ids), review (``review_key``), hint (a review with a
-  non-empty hint) and skill (``rollouts.skill_ids``, when the column exists) it trained on;
+  non-empty hint), guided sample (``guide_hint``: a hint-guided sample and the hint it was drawn with)
+  and skill (``rollouts.skill_ids``, when the column exists) it trained on;
 * the config, the code version (git commit, else the package version), the model, the parent
   checkpoint and its ancestors (a LoRA chain starts each cycle from the parent's adapter);
 * the number of samples and a SHA-256 of the training set (``samples_digest``).
@@ -43,7 +44,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
 # Tables every training run reads (directly, or through the stages that made its trajectories).
 TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")
 # Tables other features add; their version is recorded when they exist.
-OPTIONAL_TABLES = ("teacher_logprobs", "skills")
+OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills")
 MANIFEST_FILE = "lineage.json"
 MANIFEST_VERSION = 1
 
@@ -106,7 +107,10 @@ def samples_digest(samples: Sequence[Any]) -> str:
         h.update(json.dumps([s.prompt_ids, s.completion_ids, repr(float(s.advantage)),
                              None if s.token_advantages is None else [repr(float(a)) for a in s.token_advantages],
                              None if s.old_logps is None else [None if x is None else repr(float(x)) for x in s.old_logps],
-                             None if s.temperature is None else repr(float(s.temperature)), s.loss_mask]).encode())
+                             None if s.temperature is None else repr(float(s.temperature)), s.loss_mask]
+                            # a guided sample's ratio is against its old_logps: the flag is part of the set
+                            # (appended only when set, so the digests of earlier manifests stay as recorded)
+                            + (["guided"] if getattr(s, "guided", False) else [])).encode())
         h.update(b"\n")
     return h.hexdigest()
 
@@ -186,6 +190,9 @@ def build_manifest(lake: Lakehouse, *, checkpoint_id: str, parent_id: str | None
         "hints": [{"batch_id": r["batch_id"], "review_key": review_key(r)} for r in reviews if (r.get("hint") or "").strip()],
         "skills": skills,
         "opd_hints": distilled,
+        # Hint-guided samples (training/guide.py): each trained sample and the hint it was drawn with.
+        "guide_hints": [{"batch_id": t["batch_id"], "hint_id": t["guide_hint_id"], "rollout_id": t["rollout_id"]}
+                        for t in trajectories if t.get("guide_hint_id")],
         "samples": len(samples),
         "samples_digest": samples_digest(samples),
     }
@@ -211,6 +218,8 @@ def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
                   "batch_id": r["batch_id"]} for r in manifest[kind + "s"]]
     rows += [{**base, "kind": "opd_hint", "table_name": "teacher_logprobs", "table_version": versions.get("teacher_logprobs"),
               "row_id": h["hint_id"], "batch_id": h["batch_id"]} for h in manifest.get("opd_hints", [])]
+    rows += [{**base, "kind": "guide_hint", "table_name": "guided_rollouts", "table_version": versions.get("guided_rollouts"),
+              "row_id": h["rollout_id"], "batch_id": h["batch_id"], "detail": h["hint_id"]} for h in manifest.get("guide_hints", [])]
     rows += [{**base, "kind": "skill", "table_name": "skills", "table_version": versions.get("skills"), "row_id": s}
              for s in manifest["skills"]]
     return rows

@@ -122,6 +122,10 @@ class TrainerResource(ConfigurableResource):
     opd_teacher_model: str = mirrored(GRPOConfig, "opd_teacher_model")
     opd_clip: float = mirrored(GRPOConfig, "opd_clip")
     opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
+    guide: bool = mirrored(GRPOConfig, "guide")
+    guide_generations: int = mirrored(GRPOConfig, "guide_generations")
+    guide_importance: str = mirrored(GRPOConfig, "guide_importance")
+    guide_shaping_gamma: float = mirrored(GRPOConfig, "guide_shaping_gamma")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
 

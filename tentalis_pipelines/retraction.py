@@ -14,7 +14,8 @@
    * ``--task ID``: the task, its rollouts and their step scores, step labels, reviews (and human
      reviews) and trajectories;
 
-   plus ``teacher_logprobs`` rows of the affected rollouts where that table exists, and the skills an
+   plus ``teacher_logprobs`` rows of the affected rollouts where that table exists, the hint-guided
+   samples (``guided_rollouts``) of every affected group, and the skills an
    LLM distilled from a retracted review (``skills.source = 'llm'``, with their ``skill_decisions``);
 2. deletes them (one Delta delete per table), then vacuums those tables with retention 0, so no file
    on disk holds the rows any more, and checks that by scanning every parquet file left under the
@@ -209,6 +210,14 @@ def plan(lake: Lakehouse, *, review: str | None = None, session: str | None = No
         deletes["trajectories"] = [{"batch_id": t["batch_id"], "rollout_id": t["rollout_id"]} for t in trajectories]
         if _optional_table(lake, "teacher_logprobs") is not None:
             deletes["teacher_logprobs"] = [{"rollout_id": t["rollout_id"]} for t in trajectories]
+    if lake.exists("guided_rollouts"):  # hinted samples of a hit group copy its hint: they go with it
+        groups = {(t["batch_id"], t["task_id"]) for t in trajectories if t.get("kind") != "multi_turn"}
+        groups |= {(b, r["task_id"]) for b, rids in derived.items()
+                   for r in lake.read("rollouts", batch_id=b, columns=["rollout_id", "task_id"]).to_pylist() if r["rollout_id"] in rids}
+        deletes["guided_rollouts"] = [{"batch_id": g["batch_id"], "rollout_id": g["rollout_id"]}
+                                      for b in sorted({b for b, _ in groups})
+                                      for g in lake.read("guided_rollouts", batch_id=b, columns=["batch_id", "rollout_id", "task_id"]).to_pylist()
+                                      if (b, g["task_id"]) in groups]
     for name, conditions in _distilled_skills(lake, {r["rollout_id"] for r in [*gone_reviews, *rollouts_hit]}).items():
         deletes.setdefault(name, []).extend(conditions)
     deletes = {k: _dedupe(v) for k, v in deletes.items() if v}

@@ -208,9 +208,48 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("reward_version", pa.string(),
                 "the reward version whose rewards and advantages the row "
                 "carries (`tentalis rescore`); null = the pipeline's own (v0)"),
+            col("guide_hint_id", pa.string(),
+                "a guided sample (guided_rollouts.rollout_id = rollout_id): the hint it was drawn with; null otherwise"),
         ],
         metadata={DESCRIPTION: (
             "One training sample: the reward components, the reward, the advantages and the kept flag."
+        )},
+    ),
+    "guided_rollouts": pa.schema(
+        [
+            col("batch_id", pa.string(),
+                "the task batch (partition key; a dynamic partition of task_batches)", nullable=False),
+            col("rollout_id", pa.string(),
+                "'g-' + hash of (batch, task, policy version, hint, index): a guided sample", nullable=False),
+            col("task_id", pa.string(), "the task answered (tasks.task_id)"),
+            col("group_index", pa.int32(), "0..guide_generations-1: which of the group's hinted samples"),
+            col("policy_version", pa.string(), "checkpoint id that sampled it (with the hint), or 'base'"),
+            col("hint_id", pa.string(), "the hint's id, as teacher_logprobs.hint_id (its source rollout, manager, text)"),
+            col("hint_source", pa.string(), "the manager that wrote the hint"),
+            col("hint", pa.string(), "the hint that was in the context"),
+            col("source_rollout_id", pa.string(),
+                "the failed rollout whose review carries the hint (rollouts.rollout_id)"),
+            col("hint_votes", pa.int32(), "how many of the group's reviews gave this hint"),
+            col("prompt_text", pa.string(), "the student's prompt, without the hint: what the sample trains on"),
+            col("behaviour_prompt_text", pa.string(), "the prompt the sample was drawn from: the hint after the task"),
+            col("completion", pa.string(), "the generated text"),
+            col("steps", pa.list_(pa.string()), "the reasoning steps parsed from the completion, in order"),
+            col("answer", pa.string(), "the graded answer; null when none was found"),
+            col("completion_tokens", pa.int32(), "tokens generated"),
+            col("completion_token_ids", pa.list_(pa.int32()), "the generated token ids (what the trainer scores)"),
+            col("behaviour_logprobs", pa.list_(pa.float32()),
+                "per completion token, log pi_b(a|s+hint): the sampler's own, the guided ratio's denominator"),
+            col("finish_reason", pa.string(), "'stop' (EOS or `</answer>`) or 'length'"),
+            col("temperature", pa.float64(), "the sampling temperature"),
+            col("correct", pa.bool_(), "the verifier accepts the answer: only correct samples become trajectories"),
+            col("format_score", pa.float64(), "as trajectories.format_reward"),
+            col("step_rewards", pa.list_(pa.float64()), "the calculator's check of each step (null = unscored)"),
+            col("manager_score", pa.float64(), "the verifier manager's review score of the sample"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "Hint-guided resampling (`--method guide`): samples drawn with the manager's hint for groups in which "
+            "every sample failed; the correct ones train the student without the hint."
         )},
     ),
     "teacher_logprobs": pa.schema(
@@ -684,7 +723,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
-BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "trajectories")
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "guided_rollouts", "trajectories")
 
 
 def column_descriptions(table: str) -> dict[str, str]:

@@ -197,7 +197,8 @@ def batch_new(
 
 
 # How reviews reach the policy: the weights of the RL advantage and of the hinted OPD signal per token.
-METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}, "combine": {"w_rl": 1.0, "w_opd": 1.0}}
+METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}, "combine": {"w_rl": 1.0, "w_opd": 1.0},
+           "guide": {"w_rl": 1.0, "w_opd": 0.0, "guide": True}}
 
 
 @app.command()
@@ -226,7 +227,9 @@ def learn(
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
-                               "OpenClaw-RL's w_rl = w_opd = 1); sets the trainer's w_rl and w_opd."),
+                               "OpenClaw-RL's w_rl = w_opd = 1) | guide (RL, plus groups where every sample failed resampled with "
+                               "the manager's hint and trained on the hinted successes without it); sets the trainer's w_rl, w_opd "
+                               "and guide."),
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
                                 "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
     skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),

@@ -31,7 +31,8 @@ def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
     return out
 
 
-def _expression(task: dict) -> str | None:
+def task_expression(task: dict) -> str | None:
+    """The solution expression a generated task records in its metadata ("12 + 7"), else None."""
     try:
         meta = json.loads(task.get("metadata") or "{}")
     except json.JSONDecodeError:
@@ -62,7 +63,7 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
                     step_scores=[step_reward(x["score"], x["scorer"]) for x in s],
                     step_rationales=[x["rationale"] for x in s],
                     finish_reason=r["finish_reason"],
-                    expression=_expression(tasks[r["task_id"]]),
+                    expression=task_expression(tasks[r["task_id"]]),
                 ),
             )
         )

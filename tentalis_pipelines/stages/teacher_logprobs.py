@@ -46,7 +46,8 @@ def _load(model_dir: Path, adapter: str | None, dtype: str, device: str):
     return model
 
 
-def _adapter_of(lake: Lakehouse, version: str) -> str | None:
+def sampling_adapter(lake: Lakehouse, version: str) -> str | None:
+    """The adapter folder of the checkpoint that sampled a batch (None for the base model), verified."""
     if version == "base":
         return None
     row = ckpt.checkpoint_row(lake, version)
@@ -200,7 +201,7 @@ def _score(todo: list, lake: Lakehouse, model_dir: Path, tokenizer, config: GRPO
                              "OPD compares log-probs of the same tokens, so the teacher must share the vocabulary")
         separate = _load(teacher_dir, None, config.dtype, config.device)
     for version, pairs in by_version.items():
-        student = _load(model_dir, _adapter_of(lake, version), config.dtype, config.device)
+        student = _load(model_dir, sampling_adapter(lake, version), config.dtype, config.device)
         items = [it for _, it in pairs]
         if server is not None:
             items = [replace(it, temperature=1.0) for it in items]

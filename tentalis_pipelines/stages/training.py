@@ -146,6 +146,13 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
         for r in lake.read("rollouts", batch_id=b, columns=columns, version=rollout_version).to_pylist():
             if r["rollout_id"] in ids:
                 rollouts[r["rollout_id"]] = r
+    guided_ids = {r["rollout_id"] for r in trajectories if r.get("guide_hint_id")}
+    if guided_ids:  # hint-guided samples live in their own table (training/guide.py)
+        guided_version = (versions or {}).get("guided_rollouts")
+        for b in sorted({r["batch_id"] for r in trajectories if r.get("guide_hint_id")}):
+            for g in lake.read("guided_rollouts", batch_id=b, version=guided_version).to_pylist():
+                if g["rollout_id"] in guided_ids:
+                    rollouts[g["rollout_id"]] = {**g, "sampling_logprobs": g["behaviour_logprobs"], "guided": True}
     missing = ids - set(rollouts)
     if missing:
         raise ValueError(f"{len(missing)} trajectories have no rollout row (rollouts@{rollout_version}): {sorted(missing)[:5]}; "
@@ -172,7 +179,7 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
             rl = token_adv if token_adv is not None else [float(t["advantage"])] * len(ro["completion_token_ids"])
             token_adv = opd.combine_advantages(rl, t.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
         samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
-                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"]))
+                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"], guided=bool(ro.get("guided"))))
     return samples, rollouts
 
 

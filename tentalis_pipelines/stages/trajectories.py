@@ -90,6 +90,21 @@ def single_turn_trajectories(
                 "reward_version": reward_version,
             }
         )
+    # Hint-guided resampling (training/guide.py): a failed group's hinted successes join it, so the group
+    # that had no signal now has one; they are trained without the hint (trainer: the guided ratio).
+    for g in guided_successes(lake, batch_id):
+        env = tasks[g["task_id"]]["environment"]
+        w = weights or (weights_for(overrides, env, None) if overrides else DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"]))
+        process = process_credit(g["step_rewards"] or [], g["answer"])
+        penalty = overlong_penalty(g["completion_tokens"], max_completion_length, overlong_buffer)
+        rows.append({
+            "batch_id": batch_id, "rollout_id": g["rollout_id"], "task_id": g["task_id"], "group_index": g["group_index"],
+            "policy_version": g["policy_version"], "outcome_reward": 1.0, "format_reward": g["format_score"],
+            "process_reward": process, "step_rewards": g["step_rewards"], "manager_score": g["manager_score"],
+            "overlong_penalty": penalty,
+            "reward": combine(w, outcome=1.0, format=g["format_score"], process=process, manager=g["manager_score"]) + penalty,
+            "reward_weights": w.to_json(), "created_at": created, "reward_version": reward_version, "guide_hint_id": g["hint_id"],
+        })
     if advantage_mode not in ("outcome", "process"):
         raise ValueError(f"advantage_mode must be 'outcome' or 'process', got {advantage_mode!r}")
     keys = [f"{r['task_id']}|{r['policy_version']}" for r in rows]
@@ -116,6 +131,14 @@ def single_turn_trajectories(
             "groups": len({r["task_id"] for r in rows}),
             "groups_with_signal": len({r["task_id"] for r, s in zip(rows, signal) if s}),
             "opd_rows": sum(r["opd_signal"] is not None for r in rows),
+            "guided_rows": sum(r.get("guide_hint_id") is not None for r in rows),
             "kept": sum(r["kept"] for r in rows),
         },
     )
+
+
+def guided_successes(lake: Lakehouse, batch_id: str) -> list[dict]:
+    """The batch's guided samples that the verifier accepted (none when the table does not exist yet)."""
+    if not lake.exists("guided_rollouts"):
+        return []
+    return [g for g in lake.read("guided_rollouts", batch_id=batch_id).to_pylist() if g["correct"]]

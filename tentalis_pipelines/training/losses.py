@@ -95,6 +95,18 @@ def per_token_loss(
     return LossParts(loss, kl, clipped.expand_as(logps), ratio.detach().expand_as(logps))
 
 
+def shaped_guided_loss(logps: torch.Tensor, behaviour_logps: torch.Tensor, advantages: torch.Tensor, *,
+                       gamma: float = 0.1) -> torch.Tensor:
+    """LUFFY's policy shaping for guided (off-policy) tokens: ``-f(r) * A`` with ``r = pi / pi_b`` and
+    ``f(r) = r / (r + gamma)``, unclipped. Its gradient ``gamma * r / (r + gamma)**2 * A * grad log pi``
+    is largest near ``r = gamma``, so tokens the student finds unlikely but the hinted behaviour policy
+    chose still get a gradient, where a plain or clipped ratio scales theirs down by ``r``."""
+    if not gamma > 0:
+        raise ValueError(f"gamma must be above 0, got {gamma}")
+    ratio = torch.exp(logps - behaviour_logps)
+    return -(ratio / (ratio + gamma)) * advantages
+
+
 def aggregate(
     loss_type: str,
     per_token: torch.Tensor,

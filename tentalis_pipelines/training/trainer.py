@@ -35,6 +35,7 @@ from tentalis_pipelines.training.losses import (
     LOSS_TYPES,
     aggregate,
     per_token_loss,
+    shaped_guided_loss,
 )
 
 # peft asks transformers 5 for the deprecated `is_gradient_checkpointing` on every adapter load.
@@ -45,6 +46,7 @@ TRAINER_STATE_FILE = "trainer_state.pt"
 OLD_LOGPROBS = ("recompute", "sampling")
 SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
+GUIDE_IMPORTANCE = ("clip", "shaping")
 
 
 @dataclass
@@ -104,6 +106,15 @@ class GRPOConfig:
     opd_teacher_model: str = config_field("", "the model name to request from an opd_teacher server (its key: $TENTALIS_OPD_TEACHER_API_KEY)")
     opd_clip: float = config_field(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
     opd_min_effect: float = config_field(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
+    # Hint-guided resampling (training/guide.py): a group whose every sample failed is resampled with its
+    # manager's hint in the context; the hinted successes train the student without the hint, weighted
+    # by the importance ratio pi(a|s) / pi_behaviour(a|s+hint).
+    guide: bool = config_field(False, "resample groups where every sample failed with the manager's hint in context and train "
+                               "on the hinted successes without the hint (`tentalis learn --method guide`)")
+    guide_generations: int = config_field(8, "hinted samples drawn per all-fail group (guide on)")
+    guide_importance: str = config_field("clip", "guided rows' ratio pi(a|s) / pi_b(a|s+hint): clip (the loss type's clipped surrogate, "
+                                         "Guide-GRPO) | shaping (LUFFY's unclipped r / (r + guide_shaping_gamma))")
+    guide_shaping_gamma: float = config_field(0.1, "gamma of LUFFY's policy shaping r / (r + gamma) (guide_importance = shaping)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -143,6 +154,12 @@ class GRPOConfig:
             raise ValueError(f"opd_clip must be above 0, got {self.opd_clip}")
         if self.opd_min_effect < 0:
             raise ValueError(f"opd_min_effect must be >= 0, got {self.opd_min_effect}")
+        if self.guide_generations < 1:
+            raise ValueError(f"guide_generations must be >= 1, got {self.guide_generations}")
+        if self.guide_importance not in GUIDE_IMPORTANCE:
+            raise ValueError(f"guide_importance must be one of {GUIDE_IMPORTANCE}, got {self.guide_importance!r}")
+        if not self.guide_shaping_gamma > 0:
+            raise ValueError(f"guide_shaping_gamma must be above 0, got {self.guide_shaping_gamma}")
         self.lora_target_modules = tuple(self.lora_target_modules)
 
     def to_dict(self) -> dict:
@@ -176,6 +193,9 @@ class TrainSample:
     # Per completion token, 1 = trained on, 0 = context only (a multi-turn session's user, system and
     # tool-output tokens between its assistant turns). None = every completion token (single-turn rows).
     loss_mask: list[int] | None = None
+    # A hint-guided sample (training/guide.py): sampled with the hint in the context, trained without it.
+    # Its ``old_logps`` are the hinted behaviour policy's, and its ratio is always taken against them.
+    guided: bool = False
 
 
 @dataclass
@@ -433,12 +453,29 @@ def _stored_old_logps(mb: list[TrainSample], C: int, device) -> torch.Tensor | N
                          for s in mb], dtype=torch.float32, device=device)
 
 
+def guided_behaviour_logps(mb: list[TrainSample], C: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The guided rows of a micro-batch and their hinted behaviour log-probs: ``(rows [R, 1] bool,
+    log-probs [R, C])`` right-padded to ``C`` (0.0 on unguided rows and padding), or None when no row is
+    guided. A guided row's ratio is always ``pi(a|s) / pi_b(a|s+hint)``: whatever ``old_logprobs`` says,
+    a recomputation without the hint would measure the wrong policy."""
+    if not any(s.guided for s in mb):
+        return None
+    for s in mb:
+        if s.guided and not _has_old_logps(s):
+            raise ValueError("a guided sample has no behaviour log-probs for its completion tokens: re-run its batch's "
+                             "guided_rollouts (they are recorded at sampling time and cannot be recomputed without the hint)")
+    rows = torch.tensor([[s.guided] for s in mb], dtype=torch.bool, device=device)
+    logps = torch.tensor([([float(x) if m else 0.0 for x, m in zip(s.old_logps, _row_loss_mask(s))] if s.guided else [0.0] * len(s.completion_ids))
+                          + [0.0] * (C - len(s.completion_ids)) for s in mb], dtype=torch.float32, device=device)
+    return rows, logps
+
+
 def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, device, *, needs_old: bool, shared: bool) -> dict:
     """Reference log-probs (adapter disabled; skipped when beta == 0) and old log-probs (stored
     sampling log-probs with ``old_logprobs='sampling'``; else, when ``needs_old``, one no-grad pass
     now, before any update)."""
-    out: dict = {"ref": None, "old": None}
     batch = pack(mb, pad_id, device, config.temperature, shared=shared)
+    out: dict = {"ref": None, "old": None, "behaviour": guided_behaviour_logps(mb, batch["completion_len"], device)}
     if config.old_logprobs == "sampling":
         out["old"] = _stored_old_logps(mb, batch["completion_len"], device)
     if config.beta == 0.0 and (out["old"] is not None or not needs_old):
@@ -530,7 +567,7 @@ def train_grpo(
             for group in optimizer.param_groups:
                 group["lr"] = lr
             tokens_in_step = sum(trained_tokens(s) for s in step_rows)
-            totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0}
+            totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0, "guided_tokens": 0.0, "guided_log_ratio": 0.0}
             optimizer.zero_grad(set_to_none=True)
             for mi, mb in enumerate(mbs):
                 batch = pack(mb, pad_id, device, config.temperature, shared=shared)
@@ -539,13 +576,26 @@ def train_grpo(
                     logps = completion_logps(model, batch)
                 old = ex["old"] if ex["old"] is not None else logps.detach()
                 mask = batch["loss_mask"]
+                if ex["behaviour"] is not None:  # guided rows: the ratio against the hinted behaviour policy
+                    guided_rows, behaviour = ex["behaviour"]
+                    old = torch.where(guided_rows, behaviour, old)
                 parts = per_token_loss(
                     config.loss_type, logps, old, batch["advantages"], mask,
                     epsilon=config.epsilon, epsilon_high=config.epsilon_high, beta=config.beta, ref_logps=ex["ref"],
                     importance_sampling_level=config.importance_sampling_level,
                 )
+                per_token = parts.per_token
+                if ex["behaviour"] is not None:
+                    if config.guide_importance == "shaping":
+                        shaped = shaped_guided_loss(logps, behaviour, batch["advantages"], gamma=config.guide_shaping_gamma)
+                        if parts.kl is not None:
+                            shaped = shaped + config.beta * parts.kl
+                        per_token = torch.where(guided_rows, shaped, per_token)
+                    guided_mask = mask * guided_rows
+                    totals["guided_tokens"] += float(guided_mask.sum())
+                    totals["guided_log_ratio"] += float(((logps.detach() - behaviour) * guided_mask).sum())
                 loss = aggregate(
-                    config.loss_type, parts.per_token, mask, rows_in_step=len(step_rows),
+                    config.loss_type, per_token, mask, rows_in_step=len(step_rows),
                     tokens_in_step=tokens_in_step, max_completion_length=config.max_completion_length,
                 )
                 loss.backward()
@@ -570,6 +620,9 @@ def train_grpo(
                 "grad_norm": float(grad_norm),
                 "lr": lr,
                 "rows": len(step_rows),
+                # Guided rows (training/guide.py): their tokens and mean log pi(a|s) - log pi_b(a|s+hint).
+                "guided_tokens": int(totals["guided_tokens"]),
+                "guided_log_ratio": totals["guided_log_ratio"] / totals["guided_tokens"] if totals["guided_tokens"] else None,
             }
             history.append(rec)
             if on_step:
@@ -587,6 +640,9 @@ def train_grpo(
         "optimizer_steps": len(history),
         "global_step": new_state.global_step,
         "samples": len(samples),
+        "guided_samples": sum(s.guided for s in samples),
+        # The first pass's mean log-ratio of guided tokens: how far the hint moved the behaviour policy.
+        "guided_log_ratio": next((h["guided_log_ratio"] for h in history if h["guided_log_ratio"] is not None), None),
         "completion_tokens": sum(len(s.completion_ids) for s in samples),
         "trained_tokens": sum(trained_tokens(s) for s in samples),
         "seconds": time.perf_counter() - t0,

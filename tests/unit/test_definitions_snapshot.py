@@ -60,10 +60,12 @@ def test_definitions_match_the_snapshot(monkeypatch):
 def test_the_graph_shows_where_data_fans_in():
     """Each asset declares every table it reads (issue 12): the UI's graph is the data flow."""
     assets = graph_snapshot()["assets"]
-    assert assets["trajectories"]["deps"] == ["reviews", "reward_activations", "rollouts", "step_scores", "tasks", "teacher_logprobs"]
+    assert assets["trajectories"]["deps"] == ["guided_rollouts", "reviews", "reward_activations", "rollouts", "step_scores", "tasks",
+                                              "teacher_logprobs"]
     assert assets["teacher_logprobs"]["deps"] == ["reviews", "rollouts", "tasks"]
+    assert assets["guided_rollouts"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks"]
     assert assets["reviews"]["deps"] == ["human_reviews", "rollouts", "step_scores", "tasks"]
-    assert assets["checkpoints"]["deps"] == ["rollouts", "trajectories"]
+    assert assets["checkpoints"]["deps"] == ["guided_rollouts", "rollouts", "trajectories"]
     assert not assets["human_reviews"]["materializable"]  # written by `tentalis import-reviews`
     assert not assets["reward_activations"]["materializable"]  # written by `tentalis rescore --activate`
     assert assets["reward_versions"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks", "trajectories"]

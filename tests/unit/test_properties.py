@@ -59,6 +59,7 @@ def train_samples(draw) -> TrainSample:
         old_logps=draw(maybe(st.lists(st.none() | finite, min_size=n, max_size=n))),
         temperature=draw(maybe(st.floats(0.0, 2.0))),
         loss_mask=draw(maybe(st.lists(st.integers(0, 1), min_size=n, max_size=n))),
+        guided=draw(st.booleans()),
     )
 
 
@@ -78,6 +79,8 @@ def _changed(field: str, value, draw):
         return draw(_other_float(value))
     if field == "temperature":
         return 1.0 if value is None else draw(st.none() | _other_float(value))
+    if field == "guided":
+        return not value
     if field in ("token_advantages", "old_logps", "loss_mask"):
         if value is None:
             return []
