@@ -32,17 +32,17 @@ from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.steps import last_number, parse_completion
 from tentalis_pipelines.settings import data_dir
 from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap, wilson_interval
-from tentalis_pipelines.tasks.arithmetic import generate_arithmetic
+from tentalis_pipelines.tasks.arithmetic import generate_arithmetic, generate_transfer_arithmetic
 from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks, terminal_max_turns
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 # One benchmark per terminal level: the held-out split of that level alone.
 TERMINAL_LEVEL_BENCHMARKS = {f"terminal-l{level}": level for level in terminal_tasks.ALL_LEVELS}
-BENCHMARKS = ("arithmetic", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl", "swe")
+BENCHMARKS = ("arithmetic", "arithmetic-transfer", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl", "swe")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
-DEFAULT_LIMITS = {"arithmetic": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
+DEFAULT_LIMITS = {"arithmetic": 64, "arithmetic-transfer": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
                   **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 20, "swe": 30}
-MAX_NEW_TOKENS = {"arithmetic": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # agent benchmarks: per turn
+MAX_NEW_TOKENS = {"arithmetic": 128, "arithmetic-transfer": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # agent benchmarks: per turn
                   **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 128, "swe": 128}
 # bfcl: replies with calls per user turn before BFCL's force-quit (BFCL: 20; a CPU-sized default here).
 BFCL_MAX_STEPS = 5
@@ -54,6 +54,8 @@ ENVIRONMENT_BENCHMARKS = ("terminal", "swe")
 def is_environment_benchmark(name: str) -> bool:
     """Whether a benchmark's items are agent episodes: success rates, Wilson intervals, success per level."""
     return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_LEVEL_BENCHMARKS or name == "bfcl"
+# The transfer set's seed: its templates are not the training generator's, so no training seed can reach it.
+TRANSFER_SEED = 7_000_001
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
 # "\n```" alone would match the prompt's trailing newline plus an opening fence and stop at once.
 CODE_STOP = ("\n```\n",)
@@ -157,6 +159,10 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         n = limit or DEFAULT_LIMITS["arithmetic"]
         tasks = generate_arithmetic(n, seed=HELD_OUT_SEED_BASE, levels=(1, 2), prefix="heldout")
         return "arithmetic", [BenchItem(t.task_id, t.prompt, str(t.answer), extra={"level": t.level}) for t in tasks]
+    if name_or_path == "arithmetic-transfer":  # other templates, larger numbers, two steps (tasks/arithmetic.py)
+        n = limit or DEFAULT_LIMITS["arithmetic-transfer"]
+        tasks = generate_transfer_arithmetic(n, seed=TRANSFER_SEED)
+        return "arithmetic-transfer", [BenchItem(t.task_id, t.prompt, str(t.answer), extra={"level": t.level}) for t in tasks]
     if name_or_path in DATA_FILES:
         items = load_jsonl_items(_data_file(name_or_path), name_or_path)
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
