@@ -125,6 +125,19 @@ def test_failed_groups_are_resampled_with_their_hint_and_the_successes_train_wit
         assert g["rollout_id"].startswith("g-") and g["hint_id"].startswith("h-")
         assert g["correct"] == (task_rows[g["task_id"]]["reference"] == "5")
     assert sorted(backend.prompts) == sorted({g["behaviour_prompt_text"] for g in guided})
+    # The dense hint reward, by hand: one plain forward pass per side over prompt + "<answer>ref</answer>".
+    def answer_logp(prompt: str, reference: str) -> float:
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        a = tok(f"<answer>{reference}</answer>", add_special_tokens=False)["input_ids"]
+        with torch.no_grad():
+            logits = backend.model(torch.tensor([p + a])).logits[0].float()
+        logp = torch.log_softmax(logits[len(p) - 1:-1], -1)
+        return float(logp[torch.arange(len(a)), torch.tensor(a)].sum())
+
+    for g in guided:
+        ref = task_rows[g["task_id"]]["reference"]
+        expect = answer_logp(g["behaviour_prompt_text"], ref) - answer_logp(g["prompt_text"], ref)
+        assert g["hint_reward"] == pytest.approx(expect, abs=2e-4) and g["hint_reward"] != 0.0
 
     traj = lake.read("trajectories", batch_id=batch_id).to_pylist()
     guided_traj = [t for t in traj if t["guide_hint_id"]]

@@ -6,7 +6,9 @@ completions from the policy that sampled the group with the hint after the task 
 OPD's teacher sees it, ``opd.hinted_prompt``), and grades each as the pipeline grades a rollout: the
 verifier's answer check, the format score, the calculator's step checks and the verifier manager's
 score. Every sample is a row (correct or not, so SQL can count how many groups a hint rescued); the
-correct ones become trajectories of their group, trained without the hint.
+correct ones become trajectories of their group, trained without the hint. Each row also carries the
+hint's dense reward (``rewards/hint_reward.py``) under the policy that sampled: what the hint predicts,
+beside what it did.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
 from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.process import check_steps
@@ -71,17 +74,23 @@ def build_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: 
         backend = (backends or {}).get(version) or policy.make_backend(resolve_model(policy.model, paths.models),
                                                                         sampling_adapter(lake, version))
         generations = backend.generate([hp for _, _, hp in todo], params)
-        for (h, prompt_text, hinted), gens in zip(todo, generations):
-            rows += [_graded_row(batch_id, tasks[h.task_id], h, prompt_text, hinted, i, g, policy.temperature, created)
-                     for i, g in enumerate(gens)]
+        # The dense reward of each hint under the policy that sampled (one teacher-forced pass per side).
+        dense = hint_rewards(backend.model, backend.tokenizer,
+                             [HintQuery(p, tasks[h.task_id]["prompt"], h.hint, tasks[h.task_id]["reference"]) for h, p, _ in todo],
+                             dtype=policy.dtype) if hasattr(backend, "model") else [None] * len(todo)
+        for (h, prompt_text, hinted), gens, d in zip(todo, generations, dense):
+            rows += [{**_graded_row(batch_id, tasks[h.task_id], h, prompt_text, hinted, i, g, policy.temperature, created),
+                      "hint_reward": None if d is None else d.reward} for i, g in enumerate(gens)]
     n = lake.write_batch("guided_rollouts", batch_id, rows)
     rescued = {r["task_id"] for r in rows if r["correct"]}
+    dense = [r["hint_reward"] for r in rows if r["group_index"] == 0 and r["hint_reward"] is not None]
     return StageResult(n, {
         "all_fail_groups": len(failed),
         "resampled_groups": len(chosen),
         "rescued_groups": len(rescued),
         "guided_samples": n,
         "guided_successes": sum(r["correct"] for r in rows),
+        "mean_hint_reward": round(sum(dense) / len(dense), 4) if dense else None,
         "not_resampled": ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) or "none",
         "preview": markdown_table([{"task_id": h.task_id, "hint": h.hint, "votes": h.votes,
                                     "successes": sum(r["correct"] for r in rows if r["task_id"] == h.task_id)}
