@@ -126,6 +126,7 @@ class TrainerResource(ConfigurableResource):
     guide_generations: int = mirrored(GRPOConfig, "guide_generations")
     guide_importance: str = mirrored(GRPOConfig, "guide_importance")
     guide_shaping_gamma: float = mirrored(GRPOConfig, "guide_shaping_gamma")
+    guide_with_hint: bool = mirrored(GRPOConfig, "guide_with_hint")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
 

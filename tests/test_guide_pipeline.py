@@ -182,6 +182,24 @@ def test_failed_groups_are_resampled_with_their_hint_and_the_successes_train_wit
     assert sorted(c["rollout_id"] for c in deletes["guided_rollouts"]) == sorted(g["rollout_id"] for g in guided if g["task_id"] == pens)
 
 
+def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, tiny_model_dir, monkeypatch):
+    from transformers import AutoTokenizer
+
+    paths, batch_id, instance = batch
+    backend = ForcedBackend(tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir))
+    real_build = guided_stage.build_guided_rollouts
+    monkeypatch.setattr("assets.batch_assets.build_guided_rollouts",
+                        lambda *a, **kw: real_build(*a, **kw, backends={"base": backend}))
+    res = _resources(home, tiny_model_dir, guide=True, guide_generations=2, guide_with_hint=False)
+    assert materialize([tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts, trajectories],
+                       partition_key=batch_id, instance=instance, resources=res).success
+    guided = Lakehouse(paths.lakehouse).read("guided_rollouts", batch_id=batch_id).to_pylist()
+    assert len(guided) == 4 and all(g["behaviour_prompt_text"] == g["prompt_text"] for g in guided)
+    assert sorted(backend.prompts) == sorted({g["prompt_text"] for g in guided})
+    assert not any(opd.HINT_PREFIX in p for p in backend.prompts)
+    assert all(g["hint"] for g in guided)  # the row still names the hint the group would have had
+
+
 @pytest.mark.parametrize("importance", ["clip", "shaping"])
 def test_the_guided_loss_is_the_ratio_to_the_hinted_behaviour_policy(tiny_model_dir, importance):
     """One guided and one on-policy row, one step: the recorded loss equals the hand computation with

@@ -198,7 +198,9 @@ def batch_new(
 
 # How reviews reach the policy: the weights of the RL advantage and of the hinted OPD signal per token.
 METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}, "combine": {"w_rl": 1.0, "w_opd": 1.0},
-           "guide": {"w_rl": 1.0, "w_opd": 0.0, "guide": True}}
+           "guide": {"w_rl": 1.0, "w_opd": 0.0, "guide": True},
+           # the ablation of guide: all-fail groups resampled without the hint (more samples, no words)
+           "resample": {"w_rl": 1.0, "w_opd": 0.0, "guide": True, "guide_with_hint": False}}
 
 
 @app.command()
@@ -228,8 +230,8 @@ def learn(
     temperature: float | None = TemperatureOpt,
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
                                "OpenClaw-RL's w_rl = w_opd = 1) | guide (RL, plus groups where every sample failed resampled with "
-                               "the manager's hint and trained on the hinted successes without it); sets the trainer's w_rl, w_opd "
-                               "and guide."),
+                               "the manager's hint and trained on the hinted successes without it) | resample (guide's ablation: the same "
+                               "resampling without the hint); sets the trainer's w_rl, w_opd and guide."),
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
                                 "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
     skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),

@@ -64,7 +64,9 @@ def build_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: 
             skipped[why] += 1
             continue
         prompt_text = group[0]["prompt_text"]
-        chosen.append((hint, prompt_text, opd.hinted_prompt(prompt_text, tasks[task_id]["prompt"], hint.hint)))
+        # guide_with_hint = false (the ablation): the same resampling, the student's own prompt.
+        behaviour = opd.hinted_prompt(prompt_text, tasks[task_id]["prompt"], hint.hint) if config.guide_with_hint else prompt_text
+        chosen.append((hint, prompt_text, behaviour))
     params = SamplingParams(num_generations=config.guide_generations, max_new_tokens=policy.max_new_tokens,
                             temperature=policy.temperature, top_p=policy.top_p, seed=policy.seed)
     rows = []

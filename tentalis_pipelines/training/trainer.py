@@ -115,6 +115,8 @@ class GRPOConfig:
     guide_importance: str = config_field("clip", "guided rows' ratio pi(a|s) / pi_b(a|s+hint): clip (the loss type's clipped surrogate, "
                                          "Guide-GRPO) | shaping (LUFFY's unclipped r / (r + guide_shaping_gamma))")
     guide_shaping_gamma: float = config_field(0.1, "gamma of LUFFY's policy shaping r / (r + gamma) (guide_importance = shaping)")
+    guide_with_hint: bool = config_field(True, "false: resample all-fail groups without the hint (the ablation that tells the "
+                                         "hint's words from more samples for the hard tasks)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
