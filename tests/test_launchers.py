@@ -173,7 +173,7 @@ def test_a_ray_job_killed_mid_run_leaves_no_half_checkpoint_and_frees_the_gpu_sl
         assert not paths.checkpoints.exists() or sorted(p.name for p in paths.checkpoints.iterdir()) == []
         assert not lake.exists("checkpoints") or lake.count("checkpoints") == 0
         assert not lake.exists("lineage") or lake.count("lineage") == 0
-        events = [r["event"] for r in lake.read("training_claims").to_pylist()]
+        events = [r["event"] for r in sorted(lake.read("training_claims").to_pylist(), key=lambda r: r["created_at"])]
         assert events == ["claimed", "abandoned"]
         # The trajectories are fresh again: the next run (in-process) trains on all eight.
         again = _materialize(cycle_home, tiny_model_dir, _trainer(), instance)

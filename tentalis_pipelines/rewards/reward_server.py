@@ -16,6 +16,9 @@ import threading
 from datetime import datetime, timezone
 from pathlib import Path
 
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
 from tentalis_pipelines.rewards.remote_reward import RewardRequestError, score_request
 
 # Bodies above this are refused before parsing (a batch of 4096 long samples fits).
@@ -24,9 +27,6 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 def create_app(log_path: str | Path | None = None):
     """The reward server's ASGI app; ``log_path``: the JSONL file scored samples are appended to (None: no log)."""
-    from fastapi import FastAPI, Request
-    from fastapi.responses import JSONResponse
-
     app = FastAPI(title="Tentalis reward server (OpenRLHF remote reward contract)")
     lock = threading.Lock()
     log = None if log_path is None else Path(log_path)
@@ -36,7 +36,7 @@ def create_app(log_path: str | Path | None = None):
     def refuse(status: int, message: str) -> JSONResponse:
         return JSONResponse({"error": message}, status_code=status)
 
-    async def get_reward(request: Request):
+    async def get_reward(request: Request):  # Request resolved from the module's globals (FastAPI reads the hint)
         raw = await request.body()
         if len(raw) > MAX_BODY_BYTES:
             return refuse(413, f"the body has {len(raw)} bytes; at most {MAX_BODY_BYTES}: send fewer samples per request")

@@ -126,8 +126,12 @@ def train_checkpoint(
 def claimed_trajectories(lake: Lakehouse, versions: dict[str, int | None], ids: list[str]) -> list[dict]:
     """The trajectories rows ``ids`` as of ``versions['trajectories']``, in training order; raises when one
     is missing (the job was built against other table versions)."""
+    import pyarrow.compute as pc
+
     wanted = set(ids)
-    rows = [r for r in lake.read("trajectories", version=versions.get("trajectories")).to_pylist() if r["rollout_id"] in wanted]
+    # Filtered in the scan: a long-lived lakehouse holds far more trajectories than one job names.
+    table = lake.dataset("trajectories", version=versions.get("trajectories")).to_table(filter=pc.field("rollout_id").isin(sorted(wanted)))
+    rows = table.to_pylist()
     missing = wanted - {r["rollout_id"] for r in rows}
     if missing or len(rows) != len(wanted):
         raise ValueError(f"the training job names {len(missing)} trajectories not in trajectories@{versions.get('trajectories')} "
