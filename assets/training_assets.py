@@ -17,10 +17,12 @@ def checkpoints(
 ) -> MaterializeResult:
     """A new LoRA checkpoint trained with GRPO on every fresh trajectory of the serving policy;
     recorded in `checkpoints` with its parent, batches, trajectory ids, config and metrics, and
-    registered as a `checkpoint_ids` partition for its benchmarks."""
+    registered as a `checkpoint_ids` partition for its benchmarks. The training runs where
+    `trainer.launcher` says (in this process, a Dagster Pipes subprocess or a Ray job)."""
     res = train_checkpoint(
         lakehouse.lakehouse(), lakehouse.paths(), policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
+        launcher=trainer.training_launcher(context),
     )
     # The checkpoint's benchmark partitions exist as soon as the checkpoint does (sensors and CI target them).
     new = [c for c in ("base", str(res.metadata["checkpoint_id"])) if not context.instance.has_dynamic_partition(checkpoint_ids.name, c)]

@@ -11,6 +11,7 @@ from pydantic import Field
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths, lakehouse_location
+from tentalis_pipelines.training import launchers
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
@@ -129,11 +130,23 @@ class TrainerResource(ConfigurableResource):
     guide_with_hint: bool = mirrored(GRPOConfig, "guide_with_hint")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
+    launcher: str = Field(default="in_process", description="where training runs (training/launchers.py, docs/launchers.md): in_process, "
+                          "subprocess (Dagster Pipes), ray (a Ray job via dagster-ray at ray_address); tinker is refused, see the docs")
+    ray_address: str | None = Field(default=None, description="launcher ray: the Ray dashboard's address, e.g. http://head:8265 "
+                                    "(unset: $TENTALIS_RAY_ADDRESS)")
+    ray_python: str = Field(default="python", description="launcher ray: the interpreter on the cluster that has Tentalis installed")
+    ray_num_gpus: float = Field(default=0.0, description="launcher ray: GPUs the training job asks the cluster for")
 
     def config(self, max_completion_length: int | None = None) -> GRPOConfig:
         """The training config (``max_completion_length``: the policy's ``max_new_tokens``)."""
         extra = {} if max_completion_length is None else {"max_completion_length": max_completion_length}
         return _build(GRPOConfig, self, **extra)
+
+    def training_launcher(self, context=None):
+        """The launcher the ``checkpoints`` asset hands training to (``context``: its execution context,
+        which the Pipes launchers stream logs into)."""
+        return launchers.make_launcher(self.launcher, context, ray_address=self.ray_address or os.environ.get("TENTALIS_RAY_ADDRESS"),
+                                       python=None if self.launcher != "ray" else self.ray_python, num_gpus=self.ray_num_gpus)
 
     def trajectory_settings(self, max_completion_length: int) -> dict:
         """How trajectories are built for this algorithm (see ``GRPOConfig.trajectory_settings``)."""

@@ -7,6 +7,7 @@
   conditional writes (``If-None-Match: *``), which deltalake's commits rely on.
 * :class:`NatsServer`: ``nats-server -js`` (Debian's ``nats-server`` package) with JetStream storage in a
   temp folder.
+* :class:`RayCluster`: ``ray start --head`` (the ``ray`` extra), its job API on a free port.
 
 All raise :class:`ServerUnavailable` with the reason (what is missing) when they cannot start; the
 tests turn that into a skip that names it.
@@ -14,10 +15,12 @@ tests turn that into a skip that names it.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -254,6 +257,86 @@ class NatsServer:
                 self._proc.kill()
                 self._proc.wait()
         self._proc = None
+        if self.root is not None:
+            shutil.rmtree(self.root, ignore_errors=True)
+            self.root = None
+
+
+def _session_pids(sid: int) -> list[int]:
+    """The processes of session ``sid`` (one this module started with ``start_new_session``, and nothing else)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                stat = (p / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat[stat.rfind(")") + 2:].split()[3]) == sid:
+                out.append(int(p.name))
+    return out
+
+
+class RayCluster:
+    """A real local Ray cluster: ``ray start --head --block`` (the ``ray`` extra) in its own session, on free
+    ports, with its dashboard (the job API) at ``address``. ``stop()`` ends it and every process it forked
+    (Ray's workers leave its process group, not its session), and deletes its temp folder."""
+
+    def __init__(self, num_cpus: int = 2):
+        self.ray = Path(sys.executable).parent / "ray"
+        if not self.ray.exists():
+            raise ServerUnavailable(f"no `ray` command next to {sys.executable}: pip install -e '.[ray]'")
+        self.num_cpus = num_cpus
+        self.dashboard_port = free_port()
+        self.root: Path | None = None
+        self._proc: subprocess.Popen | None = None
+
+    @property
+    def address(self) -> str:
+        return f"http://127.0.0.1:{self.dashboard_port}"
+
+    def start(self, timeout: float = 180) -> RayCluster:
+        try:
+            from ray.job_submission import JobSubmissionClient
+        except ImportError as exc:
+            raise ServerUnavailable(f"ray is not importable ({exc}): pip install -e '.[ray]'") from None
+        self.root = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))  # Ray's Unix socket paths must stay short
+        cmd = [str(self.ray), "start", "--head", "--block", f"--port={free_port()}", f"--dashboard-port={self.dashboard_port}",
+               "--dashboard-host=127.0.0.1", f"--ray-client-server-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+               f"--num-cpus={self.num_cpus}", "--object-store-memory=100000000", "--include-dashboard=true",
+               f"--temp-dir={self.root}", "--disable-usage-stats"]
+        log = self.root / "ray-start.log"
+        with open(log, "w") as fh:  # the child keeps its own copy of the descriptor
+            self._proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
+                                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+        deadline, last = time.monotonic() + timeout, None
+        while True:
+            if self._proc.poll() is not None:
+                tail = log.read_text()[-800:]
+                self.stop()
+                raise ServerUnavailable(f"ray start exited ({self._proc.returncode if self._proc else '?'}): {tail}")
+            try:
+                JobSubmissionClient(self.address).list_jobs()
+                return self
+            except Exception as exc:  # the dashboard is still coming up
+                last = exc
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ServerUnavailable(f"Ray's dashboard at {self.address} did not answer within {timeout:.0f} s: {last}")
+            time.sleep(1)
+
+    def stop(self) -> None:
+        if self._proc is not None:
+            sid = self._proc.pid
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(sid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=30)
+            for pid in _session_pids(sid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self._proc.wait(timeout=10)
+            self._proc = None
         if self.root is not None:
             shutil.rmtree(self.root, ignore_errors=True)
             self.root = None

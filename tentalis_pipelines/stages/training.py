@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines import lineage, sessions
@@ -16,7 +17,7 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
-from tentalis_pipelines.training import opd, serving
+from tentalis_pipelines.training import launchers, opd, serving
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
@@ -51,10 +52,15 @@ def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
 
 @ckpt.abandons_claims_on_error
 def train_checkpoint(
-    lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None
+    lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None,
+    launcher=None,
 ) -> StageResult:
-    from transformers import AutoTokenizer
+    """Train a checkpoint on the serving policy's fresh trajectories and record it.
 
+    Here, in the caller's process: pin the tables' versions, claim the fresh trajectories, name the
+    checkpoint. The training itself (:func:`run_training`) runs wherever ``launcher`` puts it
+    (``training/launchers.py``; None: in this process). Then here again: the lineage, the checkpoint row,
+    the promotion, the claim's end. A launch that fails leaves nothing under the checkpoint's id."""
     ckpt.reconcile(lake, paths)  # settle what earlier crashed runs left (see training/checkpoints.py)
     version, adapter = current_policy(lake, paths)
     # Pin every table's version before reading anything: the manifest then names exactly what was read.
@@ -68,33 +74,20 @@ def train_checkpoint(
     ids = {r["rollout_id"] for r in fresh}
     claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
     batches = sorted({r["batch_id"] for r in fresh})
-    model_dir = resolve_model(policy.model, paths.models)
-    tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    samples, rollouts = build_samples(lake, tokenizer, fresh, versions)
-    if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
-        raise ValueError(
-            f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
-            "sample more generations per task, raise the temperature, or add easier tasks"
-        )
     # Each sample carries the temperature it was sampled at; the config's is only a fallback.
     config = GRPOConfig(**{**config.to_dict(), "max_completion_length": policy.max_new_tokens})
     checkpoint_id = claim.checkpoint_id
-    manifest = lineage.build_manifest(
-        lake, checkpoint_id=checkpoint_id, parent_id=None if version == "base" else version, policy_version=version, versions=versions,
-        trajectories=fresh, rollouts=rollouts, samples=samples, config=config.to_dict(), base_model=policy.model_name, model=str(model_dir))
-    model = build_policy(model_dir, adapter, config)
-    # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
-    state = load_trainer_state(adapter, next(model.parameters()).device)
-    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
-
-    def extra(folder):  # written inside the atomic save: the adapter never lands without them
-        save_trainer_state(folder, result.state)
-        lineage.write_manifest_file(folder, manifest)
-
-    path = ckpt.save_adapter(model, paths.checkpoints, checkpoint_id, extra=extra)
-    lineage.record(lake, manifest)  # before the checkpoint row: a recorded checkpoint always has its lineage
+    job = launchers.TrainingJob(
+        lakehouse=str(lake.root), checkpoints=str(paths.checkpoints), models=str(paths.models), checkpoint_id=checkpoint_id,
+        policy_version=version, parent_adapter=None if adapter is None else str(adapter), versions=dict(versions),
+        trajectory_ids=[r["rollout_id"] for r in fresh], model=policy.model, base_model=policy.model_name, config=config.to_dict())
+    try:
+        result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)
+    except BaseException:
+        launchers.discard_partial(paths.checkpoints, checkpoint_id)  # no half checkpoint, wherever it trained
+        raise
+    path = ckpt.verify_adapter(result.adapter_path)
+    lineage.record(lake, result.manifest)  # before the checkpoint row: a recorded checkpoint always has its lineage
     metrics = {**result.metrics, "reward_mean": sum(t["reward"] for t in fresh) / len(fresh),
                "accuracy_mean": sum(t["outcome_reward"] for t in fresh) / len(fresh)}
     ckpt.record_checkpoint(
@@ -128,6 +121,62 @@ def train_checkpoint(
             **{k: round(v, 5) if isinstance(v, float) else v for k, v in metrics.items()},
         },
     )
+
+
+def claimed_trajectories(lake: Lakehouse, versions: dict[str, int | None], ids: list[str]) -> list[dict]:
+    """The trajectories rows ``ids`` as of ``versions['trajectories']``, in training order; raises when one
+    is missing (the job was built against other table versions)."""
+    import pyarrow.compute as pc
+
+    wanted = set(ids)
+    # Filtered in the scan: a long-lived lakehouse holds far more trajectories than one job names.
+    table = lake.dataset("trajectories", version=versions.get("trajectories")).to_table(filter=pc.field("rollout_id").isin(sorted(wanted)))
+    rows = table.to_pylist()
+    missing = wanted - {r["rollout_id"] for r in rows}
+    if missing or len(rows) != len(wanted):
+        raise ValueError(f"the training job names {len(missing)} trajectories not in trajectories@{versions.get('trajectories')} "
+                         f"(or names one twice): {sorted(missing)[:5]}; the job and the lakehouse disagree, train again")
+    return lineage.order_trajectories(rows)
+
+
+def run_training(job: launchers.TrainingJob, on_step=None) -> launchers.TrainingOutput:
+    """The training entry point every launcher runs: the job's trajectories read at its pinned versions,
+    GRPO on a LoRA adapter that continues the parent's (optimizer state included), and the adapter folder
+    written atomically under ``job.checkpoints`` with its trainer state, lineage manifest and metrics.
+    Writes no table: the caller records the lineage and the checkpoint row from what this returns."""
+    from transformers import AutoTokenizer
+
+    lake = Lakehouse(job.lakehouse)
+    versions = job.versions
+    fresh = claimed_trajectories(lake, versions, job.trajectory_ids)
+    model_dir = resolve_model(job.model, Path(job.models))
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    samples, rollouts = build_samples(lake, tokenizer, fresh, versions)
+    if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
+        raise ValueError(
+            f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
+            "sample more generations per task, raise the temperature, or add easier tasks"
+        )
+    config = GRPOConfig(**job.config)
+    version = job.policy_version
+    manifest = lineage.build_manifest(
+        lake, checkpoint_id=job.checkpoint_id, parent_id=None if version == "base" else version, policy_version=version, versions=versions,
+        trajectories=fresh, rollouts=rollouts, samples=samples, config=config.to_dict(), base_model=job.base_model, model=str(model_dir))
+    adapter = None if job.parent_adapter is None else Path(job.parent_adapter)
+    model = build_policy(model_dir, adapter, config)
+    # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
+    state = load_trainer_state(adapter, next(model.parameters()).device)
+    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
+
+    def extra(folder):  # written inside the atomic save: the adapter never lands without them
+        save_trainer_state(folder, result.state)
+        lineage.write_manifest_file(folder, manifest)
+        launchers.write_output_file(folder, result.metrics, result.history)
+
+    path = ckpt.save_adapter(model, Path(job.checkpoints), job.checkpoint_id, extra=extra)
+    return launchers.TrainingOutput(str(path), result.metrics, manifest, result.history)
 
 
 def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions: dict[str, int | None] | None = None
