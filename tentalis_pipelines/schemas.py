@@ -231,7 +231,7 @@ SCHEMAS: dict[str, pa.Schema] = {
                 "the failed rollout whose review carries the hint (rollouts.rollout_id)"),
             col("hint_votes", pa.int32(), "how many of the group's reviews gave this hint"),
             col("hint_reward", pa.float64(),
-                "the hint's dense reward: log p(`<answer>reference</answer>` | prompt + hint) - log p(... | prompt) "
+                "the hint's dense reward: log p(reference | prompt + hint, `<answer>`) - log p(reference | prompt, `<answer>`) "
                 "under the sampling policy (rewards/hint_reward.py); 0 for a hint that leaks the answer"),
             col("prompt_text", pa.string(), "the student's prompt, without the hint: what the sample trains on"),
             col("behaviour_prompt_text", pa.string(), "the prompt the sample was drawn from: the hint after the task"),

@@ -125,10 +125,10 @@ def test_failed_groups_are_resampled_with_their_hint_and_the_successes_train_wit
         assert g["rollout_id"].startswith("g-") and g["hint_id"].startswith("h-")
         assert g["correct"] == (task_rows[g["task_id"]]["reference"] == "5")
     assert sorted(backend.prompts) == sorted({g["behaviour_prompt_text"] for g in guided})
-    # The dense hint reward, by hand: one plain forward pass per side over prompt + "<answer>ref</answer>".
+    # The dense hint reward, by hand: one plain forward pass per side over prompt + "<answer>" + the value.
     def answer_logp(prompt: str, reference: str) -> float:
-        p = tok(prompt, add_special_tokens=False)["input_ids"]
-        a = tok(f"<answer>{reference}</answer>", add_special_tokens=False)["input_ids"]
+        p = tok(prompt, add_special_tokens=False)["input_ids"] + tok("<answer>", add_special_tokens=False)["input_ids"]
+        a = tok(reference, add_special_tokens=False)["input_ids"]
         with torch.no_grad():
             logits = backend.model(torch.tensor([p + a])).logits[0].float()
         logp = torch.log_softmax(logits[len(p) - 1:-1], -1)

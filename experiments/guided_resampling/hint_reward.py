@@ -8,7 +8,11 @@ group's was 0 by construction). This script collects such groups from fresh leve
 and reports Spearman's rank correlation between the two with a bootstrap 95% interval (groups resampled).
 
     .venv/bin/python -m experiments.guided_resampling.hint_reward collect --batches 4 --num-tasks 64
-    .venv/bin/python -m experiments.guided_resampling.hint_reward summarize
+    .venv/bin/python -m experiments.guided_resampling.hint_reward rescore --homes H1 H2 --out hint_reward_v2.csv
+    .venv/bin/python -m experiments.guided_resampling.hint_reward summarize --out hint_reward_v2.csv
+
+``rescore`` recomputes every collected group's dense reward with the current definition (the stored one is
+the definition the collection ran with) under the base model; ``rescue_rate`` does not change.
 """
 
 from __future__ import annotations
@@ -70,6 +74,36 @@ def collect(args) -> None:
               f"{time.time() - t0:.0f} s", flush=True)
         _write(rows, Path(args.out))
     print(f"{len(rows)} hinted groups -> {args.out} (home {home})")
+
+
+def rescore(args) -> None:
+    from tentalis_pipelines.efficacy import hint_kind
+    from tentalis_pipelines.inference.models import resolve_model
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+    from tentalis_pipelines.settings import Paths
+
+    rows, backend = [], None
+    for h in args.homes:
+        paths = Paths.from_env(Path(h))
+        lake = Lakehouse(paths.lakehouse)
+        if backend is None:
+            backend = PolicySettings().make_backend(resolve_model("embedded", paths.models))
+        tasks = {(t["batch_id"], t["task_id"]): t for t in lake.read("tasks").to_pylist()}
+        guided = lake.read("guided_rollouts").to_pylist()
+        groups = sorted({(g["batch_id"], g["task_id"]) for g in guided})
+        firsts = [next(g for g in guided if (g["batch_id"], g["task_id"]) == k and g["group_index"] == 0) for k in groups]
+        dense = hint_rewards(backend.model, backend.tokenizer, [HintQuery(g["prompt_text"], tasks[k]["prompt"], g["hint"], tasks[k]["reference"])
+                                                                for k, g in zip(groups, firsts)], dtype="auto")
+        for k, g, d in zip(groups, firsts, dense):
+            members = [x for x in guided if (x["batch_id"], x["task_id"]) == k]
+            ok = sum(x["correct"] for x in members)
+            rows.append({"source": "base", "batch_id": k[0], "task_id": k[1], "policy_version": g["policy_version"],
+                         "hint_kind": hint_kind(g["hint"]), "hint": g["hint"], "hint_reward": d.reward, "samples": len(members),
+                         "successes": ok, "rescue_rate": ok / len(members)})
+        print(f"{h}: {len(groups)} groups rescored", flush=True)
+    _write(rows, Path(args.out[0]))
 
 
 def _write(rows: list[dict], out: Path) -> None:
@@ -145,11 +179,14 @@ def main() -> None:
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--home", default=None)
     c.add_argument("--out", default=str(CSV))
+    r = sub.add_parser("rescore")
+    r.add_argument("--homes", nargs="+", required=True)
+    r.add_argument("--out", nargs=1, default=[str(HERE / "hint_reward_v2.csv")])
     s = sub.add_parser("summarize")
     s.add_argument("--out", nargs="+", default=[str(CSV)], help="one or more collect CSVs, pooled")
     args = ap.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    collect(args) if args.cmd == "collect" else summarize(args)
+    {"collect": collect, "rescore": rescore, "summarize": summarize}[args.cmd](args)
 
 
 if __name__ == "__main__":

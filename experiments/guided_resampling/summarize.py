@@ -21,7 +21,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
-METHODS = ("rl", "guide")
+METHODS = ("rl", "guide", "resample")  # resample: guide's ablation, all-fail groups resampled without the hint
 SEEDS = (0, 1)
 
 
@@ -65,6 +65,8 @@ def curves(runs: Path, benchmark: str) -> dict[tuple[str, int], list[dict[str, b
     base_items = None
     for method in METHODS:
         for seed in SEEDS:
+            if not (home(runs, method, seed) / "lakehouse" / "checkpoints").exists():
+                continue
             lake = Lakehouse(home(runs, method, seed) / "lakehouse")
             ids = evaluated(lake, benchmark)
             items = [item_correctness(lake, cid, benchmark) for cid in ids]
@@ -93,6 +95,8 @@ def paired(curve: dict, a: tuple[str, int], b: tuple[str, int]) -> tuple[float, 
 
     xs, ys = [], []
     for seed in SEEDS:
+        if (a[0], seed) not in curve or (b[0], seed) not in curve:
+            return None
         ia, ib = curve[(a[0], seed)], curve[(b[0], seed)]
         if a[1] >= len(ia) or b[1] >= len(ib):
             return None
@@ -103,13 +107,15 @@ def paired(curve: dict, a: tuple[str, int], b: tuple[str, int]) -> tuple[float, 
     return d, lo, hi, len(xs)
 
 
-def guided_stats(runs: Path) -> list[dict]:
-    """Per guide run and batch: all-fail groups, resampled, rescued; the trained checkpoint's ratio stats."""
+def guided_stats(runs: Path, method: str = "guide") -> list[dict]:
+    """Per guide (or resample) run and batch: all-fail groups, resampled, rescued; the checkpoint's ratio stats."""
     from tentalis_pipelines.lakehouse import Lakehouse
 
     rows = []
     for seed in SEEDS:
-        lake = Lakehouse(home(runs, "guide", seed) / "lakehouse")
+        if not (home(runs, method, seed) / "lakehouse" / "checkpoints").exists():
+            continue
+        lake = Lakehouse(home(runs, method, seed) / "lakehouse")
         traj = lake.read("trajectories").to_pylist()
         guided = lake.read("guided_rollouts").to_pylist()
         ckpts = sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])
@@ -125,7 +131,7 @@ def guided_stats(runs: Path) -> list[dict]:
                         groups[t["task_id"]].append(t["outcome_reward"])
                 all_fail = sum(1 for v in groups.values() if max(v) == 0)
                 g = [x for x in guided if x["batch_id"] == b]
-                rows.append({"seed": seed, "batch_id": b, "checkpoint_id": c["checkpoint_id"], "groups": len(groups),
+                rows.append({"method": method, "seed": seed, "batch_id": b, "checkpoint_id": c["checkpoint_id"], "groups": len(groups),
                              "all_fail_groups": all_fail, "resampled_groups": len({x["task_id"] for x in g}),
                              "rescued_groups": len({x["task_id"] for x in g if x["correct"]}),
                              "guided_samples": len(g), "guided_successes": sum(x["correct"] for x in g),
@@ -161,11 +167,12 @@ def summarize(args) -> None:
         if cycles == 0:
             continue
         lines.append(f"\n## {bench} (strict, 2 seeds pooled, Wilson 95%)\n")
-        lines.append("| cycle | " + " | ".join(METHODS) + " | guide - rl (paired) |")
-        lines.append("|---|" + "---|" * (len(METHODS) + 1))
+        lines.append("| cycle | " + " | ".join(METHODS) + " | guide - rl (paired) | guide - resample (paired) |")
+        lines.append("|---|" + "---|" * (len(METHODS) + 2))
         for k in range(cycles):
             cells = [fmt_cell(pooled(c, m, k)) for m in METHODS]
-            lines.append(f"| {'base' if k == 0 else k} | " + " | ".join(cells) + f" | {fmt_diff(paired(c, ('guide', k), ('rl', k)))} |")
+            lines.append(f"| {'base' if k == 0 else k} | " + " | ".join(cells) + f" | {fmt_diff(paired(c, ('guide', k), ('rl', k)))} "
+                         f"| {fmt_diff(paired(c, ('guide', k), ('resample', k)))} |")
             for m in METHODS:
                 for s in SEEDS:
                     items = c.get((m, s), [])
@@ -176,26 +183,33 @@ def summarize(args) -> None:
         lines.append("")
         lines.append(f"* guide cycle {last} - rl cycle {last}: {fmt_diff(paired(c, ('guide', last), ('rl', last)))}")
         lines.append(f"* guide cycle 4 - rl cycle {last}: {fmt_diff(paired(c, ('guide', 4), ('rl', last)))}")
+        lines.append(f"* guide cycle {last} - resample cycle {last}: {fmt_diff(paired(c, ('guide', last), ('resample', last)))}")
+        lines.append(f"* resample cycle {last} - rl cycle {last}: {fmt_diff(paired(c, ('resample', last), ('rl', last)))}")
         for m in METHODS:
             lines.append(f"* {m} cycle {last} - base: {fmt_diff(paired(c, (m, last), (m, 0)))}")
-    stats = guided_stats(runs)
-    if stats:
+    all_stats = []
+    for method in ("guide", "resample"):
+        stats = guided_stats(runs, method)
+        all_stats += stats
+        if not stats:
+            continue
         tot = {k: sum(r[k] or 0 for r in stats) for k in ("groups", "all_fail_groups", "resampled_groups", "rescued_groups",
                                                             "guided_samples", "guided_successes")}
-        lines.append("\n## Where the guided signal goes (both guide seeds, all batches)\n")
+        lines.append(f"\n## Where the guided signal goes ({method}, both seeds, all batches)\n")
         lines.append(f"* groups {tot['groups']}, all-fail {tot['all_fail_groups']} ({100 * tot['all_fail_groups'] / max(tot['groups'], 1):.0f}%), "
-                     f"resampled with a hint {tot['resampled_groups']}, rescued (>= 1 hinted success) {tot['rescued_groups']} "
+                     f"resampled {tot['resampled_groups']}, rescued (>= 1 correct resample) {tot['rescued_groups']} "
                      f"({100 * tot['rescued_groups'] / max(tot['all_fail_groups'], 1):.0f}% of all-fail groups)")
-        lines.append(f"* hinted samples {tot['guided_samples']}, correct {tot['guided_successes']} "
+        lines.append(f"* resampled samples {tot['guided_samples']}, correct {tot['guided_successes']} "
                      f"({100 * tot['guided_successes'] / max(tot['guided_samples'], 1):.1f}%)")
         ratios = [r["guided_log_ratio"] for r in stats if r["guided_log_ratio"] is not None]
         if ratios:
-            lines.append(f"* mean log pi(a|s) - log pi_b(a|s+hint) over guided tokens, per checkpoint: "
+            lines.append(f"* mean log pi(a|s) - log pi_b(a|s + hint) over guided tokens, per checkpoint: "
                          f"{min(ratios):+.3f} .. {max(ratios):+.3f} (mean {sum(ratios) / len(ratios):+.3f})")
+    if all_stats:
         with (HERE / "guided_batches.csv").open("w", newline="") as fh:
-            w = csv.DictWriter(fh, fieldnames=list(stats[0]))
+            w = csv.DictWriter(fh, fieldnames=list(all_stats[0]))
             w.writeheader()
-            w.writerows(stats)
+            w.writerows(all_stats)
     with (HERE / "curves.csv").open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["benchmark", "method", "seed", "cycle", "n", "correct"])
         w.writeheader()
@@ -214,13 +228,15 @@ def _figure(rows: list[dict]) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
     for ax, bench in zip(axes, ("arithmetic", "arithmetic-transfer")):
-        for m, style in zip(METHODS, ("-o", "-s")):
+        for m, style in zip(METHODS, ("-o", "-s", "-^")):
             by_cycle = defaultdict(lambda: [0, 0])
             for r in rows:
                 if r["benchmark"] == bench and r["method"] == m:
                     by_cycle[r["cycle"]][0] += r["correct"]
                     by_cycle[r["cycle"]][1] += r["n"]
             xs = sorted(by_cycle)
+            if not xs:
+                continue
             ax.plot(xs, [100 * by_cycle[x][0] / by_cycle[x][1] for x in xs], style, label=m)
         ax.set_title(bench)
         ax.set_xlabel("cycle (0 = base)")

@@ -82,4 +82,4 @@ def test_a_hint_that_leaks_or_says_nothing_earns_no_dense_reward_without_touchin
     out = hint_rewards(None, None, [q("The total you want is 19."), q("try again"), q("")])  # model None: never called
     assert [(o.reward, o.decision, o.with_hint) for o in out] == [(0.0, opd.LEAKS_ANSWER, None), (0.0, opd.TRIVIAL, None),
                                                                   (0.0, opd.NO_HINT, None)]
-    assert answer_text(" 19 ") == "<answer>19</answer>"
+    assert answer_text(" 19 ") == "19"
