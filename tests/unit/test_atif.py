@@ -96,6 +96,14 @@ def test_an_episode_goes_to_atif_and_back_whole():
     assert back.turns[-1].observation == "saw done"
 
 
+def test_an_episode_whose_turns_and_policy_messages_disagree_is_not_exported():
+    import dataclasses
+
+    ep = toy_episode()
+    with pytest.raises(ValueError, match="2 turns but 3 policy messages"):
+        atif.episode_to_atif(dataclasses.replace(ep, turns=ep.turns[:-1]), session_id="s-1")
+
+
 def test_a_trajectory_from_another_tool_imports_as_prompt_turns_and_observations():
     doc = {"schema_version": "ATIF-v1.4", "session_id": "harbor-1", "agent": {"name": "terminus-2", "version": "1.0"},
            "steps": [{"step_id": 1, "source": "system", "message": "You are an agent."},
