@@ -1,8 +1,11 @@
-"""Rollout throughput: the pipeline's generation backend vs. a plain per-sample ``generate`` loop.
+"""Rollout throughput: the pipeline's generation backend vs. Hugging Face's batched ``generate`` and a
+plain per-sample ``generate`` loop.
 
-Both run on the same model, prompts (Tentalis' chat prompt for seeded arithmetic tasks), sampling
-temperature, completion limit and stop string; tokens/s counts only the tokens each one keeps (up to
-and including EOS or the stop string).
+All run on the same model in the same precision, prompts (Tentalis' chat prompt for seeded arithmetic
+tasks), sampling temperature, completion limit and stop string; tokens/s counts only the tokens each
+one keeps (up to and including EOS or the stop string). The batched ``generate`` gets the whole
+workload in one call (every prompt, ``num_return_sequences`` samples each, left-padded): what one
+writes with transformers alone.
 """
 
 from __future__ import annotations
@@ -35,11 +38,42 @@ def plain_generate_loop(model, tokenizer, prompts: list[str], params: SamplingPa
     return out_tokens
 
 
+def hf_batched_generate(model, tokenizer, prompts: list[str], params: SamplingParams) -> list[list[int]]:
+    """Hugging Face's batched ``generate`` on the whole workload at once; the tokens each row keeps (up to
+    and including its EOS or the token that completes a stop string: what follows is padding)."""
+    eos = model.generation_config.eos_token_id
+    eos_set = set(eos if isinstance(eos, list) else [eos])
+    side = tokenizer.padding_side
+    tokenizer.padding_side = "left"
+    try:
+        batch = tokenizer(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+    finally:
+        tokenizer.padding_side = side
+    torch.manual_seed(params.seed)
+    out = model.generate(
+        **batch, max_new_tokens=params.max_new_tokens, do_sample=params.temperature > 0, num_return_sequences=params.num_generations,
+        temperature=params.temperature if params.temperature > 0 else None, top_p=None, top_k=None,
+        stop_strings=list(params.stop) or None, tokenizer=tokenizer, pad_token_id=tokenizer.pad_token_id, eos_token_id=eos,
+    )
+    stops = [s for s in params.stop if s]
+    tail = max((len(tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops), default=0) + 2
+    kept = []
+    for row in out[:, batch["input_ids"].shape[1]:].tolist():
+        n = len(row)
+        for i, t in enumerate(row):
+            if t in eos_set or (stops and any(s in tokenizer.decode(row[max(0, i + 1 - tail): i + 1]) for s in stops)):
+                n = i + 1
+                break
+        kept.append(row[:n])
+    return kept
+
+
 def rollout_benchmark(model_dir: Path, *, prompts: int = 16, num_generations: int = 8, max_new_tokens: int = 96,
-                      temperature: float = 0.8, plain_prompts: int = 4, seed: int = 0) -> dict:
-    """Tokens/s of the pipeline's backend on ``prompts`` × ``num_generations`` samples, and of the plain
-    loop on the first ``plain_prompts`` of the same prompts (the loop is slow, so it gets a subset; a rate
-    is comparable across the two)."""
+                      temperature: float = 0.8, plain_prompts: int = 4, seed: int = 0, hf_batched: bool = True) -> dict:
+    """Tokens/s of the pipeline's backend on ``prompts`` × ``num_generations`` samples, of Hugging Face's
+    batched ``generate`` on the same workload (``hf_batched``), and of the plain loop on the first
+    ``plain_prompts`` of the same prompts (the loop is slow, so it gets a subset; a rate is comparable
+    across them); ``plain_prompts=0`` leaves the loop out."""
     from tentalis_pipelines.inference.transformers_backend import TransformersBackend, load_policy
 
     model, tok = load_policy(model_dir)
@@ -54,16 +88,27 @@ def rollout_benchmark(model_dir: Path, *, prompts: int = 16, num_generations: in
     pipe_s = time.perf_counter() - t0
     pipe_tokens = sum(len(g.token_ids) for group in gens for g in group)
 
-    t0 = time.perf_counter()
-    plain = plain_generate_loop(model, tok, texts[:plain_prompts], params)
-    plain_s = time.perf_counter() - t0
-    plain_tokens = sum(len(t) for t in plain)
-
-    pipe_rate, plain_rate = pipe_tokens / pipe_s, plain_tokens / plain_s
-    return {
+    pipe_rate = pipe_tokens / pipe_s
+    out = {
+        "config": {"prompts": prompts, "num_generations": num_generations, "max_new_tokens": max_new_tokens, "temperature": temperature,
+                   "dtype": str(model.dtype).replace("torch.", ""), "stop": list(params.stop)},
         "pipeline": {"samples": prompts * num_generations, "tokens": pipe_tokens, "seconds": round(pipe_s, 2), "tokens_per_s": round(pipe_rate, 1)},
-        "plain_loop": {"samples": plain_prompts * num_generations, "tokens": plain_tokens, "seconds": round(plain_s, 2),
-                       "tokens_per_s": round(plain_rate, 1)},
-        "speedup": round(pipe_rate / plain_rate, 2),
         "threads": torch.get_num_threads(),
     }
+    if hf_batched:
+        t0 = time.perf_counter()
+        hf = hf_batched_generate(model, tok, texts, params)
+        hf_s = time.perf_counter() - t0
+        hf_tokens = sum(len(t) for t in hf)
+        out["hf_batched_generate"] = {"samples": len(hf), "tokens": hf_tokens, "seconds": round(hf_s, 2),
+                                      "tokens_per_s": round(hf_tokens / hf_s, 1)}
+        out["speedup_vs_hf_batched"] = round(pipe_rate / (hf_tokens / hf_s), 2)
+    if plain_prompts > 0:
+        t0 = time.perf_counter()
+        plain = plain_generate_loop(model, tok, texts[:plain_prompts], params)
+        plain_s = time.perf_counter() - t0
+        plain_tokens = sum(len(t) for t in plain)
+        out["plain_loop"] = {"samples": plain_prompts * num_generations, "tokens": plain_tokens, "seconds": round(plain_s, 2),
+                             "tokens_per_s": round(plain_tokens / plain_s, 1)}
+        out["speedup"] = round(pipe_rate / (plain_tokens / plain_s), 2)
+    return out

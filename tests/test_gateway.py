@@ -353,6 +353,65 @@ def test_in_flight_requests_finish_on_the_old_policy(tmp_path, tiny_model_dir):
     assert holder.refresh() and holder.current().version == "base"
 
 
+def test_concurrent_calls_share_the_batch_and_their_logprobs_equal_a_recomputation(gateway, tiny_model_dir):
+    """Eight agents call at once (one streams, one asks n=2, each with its own temperature, top-p and
+    limit): the gateway decodes them in one running batch (/health's peak rows), and every choice's
+    sampling log-probs, in the reply and in `turns`, equal a forward pass over prompt + reply at that
+    call's temperature (the trainer's recomputation)."""
+    import torch
+
+    from tentalis_pipelines.inference.transformers_backend import load_policy
+
+    server, keys = gateway
+    settings = [dict(temperature=0.6 + 0.1 * i, top_p=1.0 if i % 2 else 0.9, max_tokens=24 + 4 * i, n=2 if i == 3 else 1)
+                for i in range(8)]
+    replies: dict[int, dict] = {}
+    barrier = threading.Barrier(len(settings))
+
+    def agent(i: int) -> None:
+        kw = settings[i]
+        messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": f"Count to {i + 3}."}]
+        c = gateway_client(server, keys["acme"], f"sess-batch-{i}")
+        barrier.wait()
+        if i == 5:  # a streamed call in the same batch
+            ids, lps = [], []
+            for chunk in c.chat.completions.create(model="tentalis", messages=messages, stream=True, logprobs=True,
+                                                   extra_body={"return_token_ids": True}, **kw):
+                for ch in chunk.choices:
+                    ids += (ch.model_extra or {}).get("token_ids") or []
+                    lps += [x.logprob for x in (ch.logprobs.content if ch.logprobs and ch.logprobs.content else [])]
+            replies[i] = {"choices": [(ids, lps)], "prompt": None}
+            return
+        r = c.chat.completions.create(model="tentalis", messages=messages, logprobs=True, extra_body={"return_token_ids": True}, **kw)
+        replies[i] = {"choices": [(ch.model_extra["token_ids"], [x.logprob for x in ch.logprobs.content]) for ch in r.choices],
+                      "prompt": r.model_extra["prompt_token_ids"]}
+
+    threads = [threading.Thread(target=agent, args=(i,)) for i in range(len(settings))]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=300)
+    assert sorted(replies) == list(range(8))
+    batching = server.health()["batching"]
+    assert batching["peak_rows"] >= 3, batching  # calls decoded side by side, not one after another
+    server.wait_flushed()
+    turns = {(t["session_id"], t["choice_index"]): t for t in Lakehouse(server.home / "lakehouse").read("turns").to_pylist()
+             if t["session_id"].startswith("sess-batch-")}
+    model, _ = load_policy(tiny_model_dir)
+    for i, kw in enumerate(settings):
+        assert len(replies[i]["choices"]) == kw["n"]
+        for k, (ids, lps) in enumerate(replies[i]["choices"]):
+            turn = turns[(f"sess-batch-{i}", k)]
+            prompt = turn["prompt_token_ids"]
+            assert replies[i]["prompt"] in (None, prompt)
+            assert turn["completion_token_ids"] == ids and turn["sampling_logprobs"] == pytest.approx(lps, abs=1e-6)
+            assert 0 < len(ids) <= kw["max_tokens"]
+            with torch.no_grad():
+                logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1].float() / kw["temperature"]
+            expected = torch.log_softmax(logits, -1).gather(1, torch.tensor(ids)[:, None]).squeeze(1)
+            assert torch.allclose(torch.tensor(lps), expected, atol=1e-4), (i, k)
+
+
 def test_sigkill_loses_no_acknowledged_turn_and_duplicates_none(gateway):
     """Rounds of 32 concurrent sessions, each ended by a SIGKILL of the gateway at a seeded random moment,
     then a restart (which replays the WAL): every acknowledged turn is in `turns` exactly once, every
@@ -413,10 +472,11 @@ def test_sigkill_loses_no_acknowledged_turn_and_duplicates_none(gateway):
     assert wal_only_rounds, "no kill caught an acknowledged turn that was only in the WAL"
     assert server.health()["wal_pending"] == 0
     # one turn index per call, per session, from 0 without gaps; session rows agree with the turns
-    rows = lake.read("turns", columns=["session_id", "turn_index"]).to_pylist()
+    rows = lake.read("turns", columns=["session_id", "turn_index", "choice_index"]).to_pylist()
     by: dict[str, list[int]] = {}
     for r in rows:
-        by.setdefault(r["session_id"], []).append(r["turn_index"])
+        if r["choice_index"] == 0:  # a call with n choices is one turn index on n rows
+            by.setdefault(r["session_id"], []).append(r["turn_index"])
     assert all(sorted(v) == list(range(len(v))) for v in by.values())
     assert {r["session_id"]: r["turn_count"] for r in lake.read("sessions").to_pylist()} == {s: len(v) for s, v in by.items()}
 

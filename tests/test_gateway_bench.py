@@ -36,3 +36,12 @@ def test_gateway_bench_invariants(tmp_path, tiny_model_dir):
     conc = sorted((t["session_id"], t["turn_index"]) for t in turns if t["session_id"].startswith("bench-conc-"))
     assert [s for s, _ in conc] == sorted(f"bench-conc-{k}" for k in range(3) for _ in range(2))
     assert thr["sessions_table_rows"] == 1 + 4 + 3
+    assert thr["batching"]["max_rows"] == 64 and thr["batching"]["peak_rows"] >= 1
+    # the one-at-a-time gateway beside it: the same calls, its own lakehouse, one row per step at most
+    serial, b = r["throughput_one_at_a_time"], r["batching"]
+    assert lat["gateway_one_at_a_time"]["n"] == 4
+    assert serial["batching"] == {**serial["batching"], "max_rows": 1, "peak_rows": 1}
+    assert serial["error_count"] == 0 and serial["turns_sent"] == serial["turns_acknowledged"] == serial["turns_landed"] == 6
+    assert Lakehouse(home / "serial" / "lakehouse").count("turns") == 1 + 4 + 6
+    assert b["turns_per_s_ratio"] == round(thr["landed_turns_per_s"] / serial["landed_turns_per_s"], 2)
+    assert b["single_call_p50_ratio"] == round(lat["gateway"]["p50_ms"] / lat["gateway_one_at_a_time"]["p50_ms"], 3)

@@ -37,6 +37,8 @@ def serve(
     poll_seconds: float = typer.Option(2.0, help="Seconds between checks of the serving pointer (0: never switch)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", help="auto | float32 | bfloat16"),
+    max_batch_rows: int = typer.Option(64, min=1, help="Continuous batching: choices decoded together at most (calls "
+                                                       "arriving meanwhile join at the next token); 1 serves one call at a time."),
     home: str | None = HomeOpt,
 ):
     """Serve the current serving checkpoint over an OpenAI-compatible API; every call lands in `sessions` and `turns`."""
@@ -53,7 +55,8 @@ def serve(
         model_dir = resolve_model(model or "embedded", paths.models)
     cfg = GatewayConfig(home=paths.home, lakehouse=paths.lakehouse, model_dir=model_dir, model_name=model_name, upstream=upstream,
                         upstream_api_key=os.environ.get("TENTALIS_UPSTREAM_API_KEY"), no_auth=no_auth,
-                        flush_interval=flush_interval, poll_seconds=poll_seconds, device=device, dtype=dtype)
+                        flush_interval=flush_interval, poll_seconds=poll_seconds, device=device, dtype=dtype,
+                        max_batch_rows=max_batch_rows)
     if no_auth:
         typer.echo("warning: --no-auth: every request is tenant 'local' (do not expose this port)", err=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level="info", timeout_graceful_shutdown=30)

@@ -60,6 +60,7 @@ class GatewayConfig:
     max_n: int = 16
     device: str = "auto"
     dtype: str = "auto"
+    max_batch_rows: int = 64  # continuous batching: rows (choices) decoded together at most; 1 = one call at a time
 
 
 @dataclass
@@ -279,6 +280,7 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
             "flush_error": g.flusher.last_error and redact(g.flusher.last_error),
             "serving_error": holder.last_error if holder is not None else None,
             "policy_switches": [list(s) for s in holder.switches] if holder is not None else [],
+            "batching": _batching(holder),
         }
 
     return app
@@ -311,7 +313,8 @@ def _start(cfg: GatewayConfig) -> Gateway:
 
         if cfg.model_dir is None:
             raise ValueError("the embedded backend needs a model folder (--model)")
-        gw.holder = PolicyHolder(lake, cfg.model_dir, poll_seconds=cfg.poll_seconds, device=cfg.device, dtype=cfg.dtype)
+        gw.holder = PolicyHolder(lake, cfg.model_dir, poll_seconds=cfg.poll_seconds, device=cfg.device, dtype=cfg.dtype,
+                                 max_batch_rows=cfg.max_batch_rows)
         gw.holder.load()
         gw.holder.start()
         gw.model_id = cfg.model_name or Path(cfg.model_dir).name
@@ -328,6 +331,18 @@ def _stop(gw: Gateway) -> None:
     if gw.upstream is not None:
         with contextlib.suppress(Exception):
             asyncio.run(gw.upstream.aclose())
+
+
+def _batching(holder) -> dict[str, Any] | None:
+    """The current policy's continuous batching: its row limit, the most rows one step decoded, the steps."""
+    if holder is None:
+        return None
+    try:
+        policy = holder.current()
+    except RuntimeError:  # not loaded yet
+        return None
+    b = policy.batcher
+    return {"max_rows": policy.max_batch_rows, "peak_rows": b.peak_rows if b else 0, "steps": b.decoder.steps if b else 0}
 
 
 def _policy_version(gw: Gateway) -> str:
@@ -508,14 +523,14 @@ def _score(gw: Gateway, policy, prompts: list[tuple[str, list[int]]], body: Any)
 
 
 def _decode_all(policy, call: Call):
-    from tentalis_pipelines.gateway.sampler import decode
+    """Decode a call on the policy's running batch (it joins at the next step) and return its choices."""
+    from tentalis_pipelines.gateway.sampler import batched_decode
 
     choices: list = []
-    with policy.lock:
-        for _ in decode(policy.model, policy.tokenizer, call.prompt_ids, n=call.body.n, max_new_tokens=call.max_tokens,
-                        temperature=call.body.temperature, top_p=call.body.top_p, stop=_stops(call.body), seed=call.body.seed,
-                        choices=choices):
-            pass
+    for _ in batched_decode(policy, call.prompt_ids, n=call.body.n, max_new_tokens=call.max_tokens,
+                            temperature=call.body.temperature, top_p=call.body.top_p, stop=_stops(call.body), seed=call.body.seed,
+                            choices=choices):
+        pass
     return choices
 
 
@@ -606,7 +621,7 @@ def sse_event(obj: Any) -> bytes:
 
 async def _stream(gw: Gateway, policy, call: Call, request: Request):
     """SSE chunks in OpenAI's format as the model writes; ``data: [DONE]`` once the turns are durable."""
-    from tentalis_pipelines.gateway.sampler import decode
+    from tentalis_pipelines.gateway.sampler import batched_decode
 
     body, chat = call.body, call.endpoint == "chat.completions"
     loop = asyncio.get_running_loop()
@@ -618,12 +633,13 @@ async def _stream(gw: Gateway, policy, call: Call, request: Request):
     def work() -> None:
         choices: list = []
         try:
-            with policy.lock:
-                for step in decode(policy.model, tok, call.prompt_ids, n=body.n, max_new_tokens=call.max_tokens,
-                                   temperature=body.temperature, top_p=body.top_p, stop=stops, seed=body.seed, choices=choices):
-                    loop.call_soon_threadsafe(queue.put_nowait, ("step", step, choices))
-                    if cancel.is_set():
-                        return
+            steps = batched_decode(policy, call.prompt_ids, n=body.n, max_new_tokens=call.max_tokens, temperature=body.temperature,
+                                   top_p=body.top_p, stop=stops, seed=body.seed, choices=choices)
+            for step in steps:  # joins the running batch; closing the generator cancels the call
+                loop.call_soon_threadsafe(queue.put_nowait, ("step", step, choices))
+                if cancel.is_set():
+                    steps.close()
+                    return
             loop.call_soon_threadsafe(queue.put_nowait, ("done", None, choices))
         except Exception as exc:  # noqa: BLE001 - reported to the client as an error chunk
             loop.call_soon_threadsafe(queue.put_nowait, ("error", exc, choices))
@@ -668,7 +684,7 @@ async def _stream(gw: Gateway, policy, call: Call, request: Request):
             for idx, token_id, logp in step.tokens:
                 c = choices[idx]
                 done = idx in step.finished
-                text = c.text
+                text = step.texts.get(idx, c.text)  # the text as of this step (the batch thread writes on)
                 if chat and body.tools and maybe_tool_call_prefix(text):
                     upto = sent.get(idx, 0)  # held back until the end: it may be a tool call
                 else:

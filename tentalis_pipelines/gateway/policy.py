@@ -25,28 +25,35 @@ log = logging.getLogger(__name__)
 @dataclass
 class Policy:
     """One loaded policy: the model, its tokenizer and the version that goes on every turn it answers.
-    ``lock`` serialises decoding on this model (one forward loop at a time: the CPU is the limit)."""
+    ``lock`` serialises forward passes on this model (the batcher holds it for each decoding step);
+    ``batcher`` is the continuous-batching scheduler (``gateway.sampler.batcher_for``), created on first
+    use, with ``max_batch_rows`` rows at most."""
 
     version: str
     model: Any
     tokenizer: Any
     adapter_dir: str | None = None
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    max_batch_rows: int = 64
+    batcher: Any = field(default=None, repr=False)
 
 
-def load_policy_version(model_dir: Path, version: str, adapter_dir: str | None, *, device: str = "auto", dtype: str = "auto") -> Policy:
+def load_policy_version(model_dir: Path, version: str, adapter_dir: str | None, *, device: str = "auto", dtype: str = "auto",
+                        max_batch_rows: int = 64) -> Policy:
     from tentalis_pipelines.inference.transformers_backend import load_policy
 
     model, tokenizer = load_policy(Path(model_dir), Path(adapter_dir) if adapter_dir else None, device=device, dtype=dtype)
-    return Policy(version=version, model=model, tokenizer=tokenizer, adapter_dir=adapter_dir)
+    return Policy(version=version, model=model, tokenizer=tokenizer, adapter_dir=adapter_dir, max_batch_rows=max_batch_rows)
 
 
 class PolicyHolder:
     """The current policy, reloaded when the serving pointer moves (polled every ``poll_seconds``)."""
 
-    def __init__(self, lake: Lakehouse, model_dir: Path, *, poll_seconds: float = 2.0, device: str = "auto", dtype: str = "auto"):
+    def __init__(self, lake: Lakehouse, model_dir: Path, *, poll_seconds: float = 2.0, device: str = "auto", dtype: str = "auto",
+                 max_batch_rows: int = 64):
         self.lake, self.model_dir = lake, Path(model_dir)
         self.poll_seconds, self.device, self.dtype = poll_seconds, device, dtype
+        self.max_batch_rows = max_batch_rows
         self._policy: Policy | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -62,7 +69,8 @@ class PolicyHolder:
     def load(self) -> Policy:
         """Load what the serving pointer names now (raises ``ServingError`` if its adapter is gone)."""
         version, adapter = serving_policy(self.lake)
-        self._policy = load_policy_version(self.model_dir, version, adapter, device=self.device, dtype=self.dtype)
+        self._policy = load_policy_version(self.model_dir, version, adapter, device=self.device, dtype=self.dtype,
+                                          max_batch_rows=self.max_batch_rows)
         return self._policy
 
     def refresh(self) -> bool:
@@ -77,7 +85,8 @@ class PolicyHolder:
         old = self._policy
         if old is not None and old.version == version:
             return False
-        new = load_policy_version(self.model_dir, version, adapter, device=self.device, dtype=self.dtype)
+        new = load_policy_version(self.model_dir, version, adapter, device=self.device, dtype=self.dtype,
+                                          max_batch_rows=self.max_batch_rows)
         self._policy = new  # requests that already hold `old` finish on it
         self.last_error = None
         self.switches.append((old.version if old else "", version))

@@ -1,0 +1,509 @@
+"""Continuous batching: every decoding request shares one forward pass per step.
+
+One ``BatchDecoder`` holds a running batch of rows (one row per choice of every request being decoded)
+and advances all of them one token per ``step``. A request submitted while others decode joins at the
+next step boundary: its prompt is prefilled on its own (reusing the KV of the longest prompt prefix it
+shares with a recent prompt: the system prompt, the earlier turns of a session), its first token is
+sampled from that prefill, and its rows are spliced into the batch, right-aligned with left padding
+masked out. A row leaves the batch as soon as it ends (EOS, a stop string, its own token limit, or its
+request is cancelled), so finished rows cost nothing.
+
+Why not transformers' own continuous batching (``generate_batch``, ``ContinuousBatchingManager``,
+paged attention)? Measured on this CPU (SmolLM2-135M, fp32, 4 x 4 x 24 tokens, one thread) it ran at
+11 tokens/s against 80 for this module's predecessor, its log-probs are taken after top-p
+renormalisation (not the temperature-scaled distribution the trainer recomputes), and it has no
+per-request seed or stop strings.
+
+The KV cache is a ``SlabCache``: one preallocated tensor per layer, ``[rows, heads, columns, dim]``,
+written in place, so a step costs no copy of the cache (transformers' ``DynamicCache`` concatenates
+the whole cache at every step: 43% of a step's time at 128 rows x 200 tokens here). Rows are compacted
+when some leave, columns that are padding for every row are dropped from the left, and the slab grows
+(doubling) when it is full.
+
+Sampling is per request: its own temperature, top-p, seed (a ``torch.Generator`` per request) and
+token limit. The log-prob recorded with every token is the one its sampler drew it from:
+``sample_next``'s (the temperature-scaled log-softmax, the raw one when greedy), the old-policy
+log-prob the trainer uses.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
+
+from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_next
+
+
+@dataclass
+class Choice:
+    """One choice being decoded: its tokens, their sampling log-probs, the text so far and its finish."""
+
+    index: int
+    token_ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    text: str = ""
+    finish_reason: str | None = None
+
+
+@dataclass
+class Step:
+    """What one decoding step added to one request: (choice index, token id, log-prob) per live choice,
+    the choices that finished at this step, and each of those choices' text after it (a snapshot: the
+    decoding thread goes on writing the ``Choice`` objects while a consumer reads the step)."""
+
+    tokens: list[tuple[int, int, float]]
+    finished: list[int]
+    texts: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
+class DecodeRequest:
+    """One prompt to continue ``n`` times, with its own sampling settings.
+
+    A choice ends at EOS ("stop"), when its text contains a ``stop`` string ("stop"; with
+    ``track_text`` the text is cut before it, the tokens are kept), or after ``max_new_tokens``
+    ("length"). ``on_step`` gets every ``Step`` and ``on_done`` the end (None, or the error that ended
+    the request), both called on the decoding thread. ``track_text`` keeps ``Choice.text`` decoded at
+    every step (for streaming); without it only stop strings are looked for, in the last tokens.
+    """
+
+    prompt_ids: list[int]
+    n: int = 1
+    max_new_tokens: int = 128
+    temperature: float = 1.0
+    top_p: float = 1.0
+    stop: tuple[str, ...] = ()
+    seed: int | None = None
+    track_text: bool = True
+    on_step: Callable[[Step], None] | None = None
+    on_done: Callable[[BaseException | None], None] | None = None
+    choices: list[Choice] = field(default_factory=list)
+    error: BaseException | None = None
+    done: bool = False
+    cancelled: bool = False
+    admitted_at: float | None = None
+    finished_at: float | None = None
+    generator: torch.Generator | None = field(default=None, repr=False)
+    live: int = 0  # rows still decoding
+
+    def cancel(self) -> None:
+        """Stop decoding this request at the next step boundary (its rows leave the batch)."""
+        self.cancelled = True
+
+
+def check_request(req: DecodeRequest) -> None:
+    """Reject a request the decoder cannot run, naming the field and the fix."""
+    if not req.prompt_ids:
+        raise ValueError("the prompt is empty: give at least one prompt token")
+    if req.n < 1:
+        raise ValueError(f"n must be at least 1 (got {req.n})")
+    if req.max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be at least 1 (got {req.max_new_tokens})")
+    if req.temperature < 0:
+        raise ValueError(f"temperature must be >= 0 (got {req.temperature})")
+    if not 0 < req.top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1] (got {req.top_p})")
+
+
+# --------------------------------------------------------------------------- the KV slab
+class _SlabLayer(DynamicLayer):
+    """One layer's view of the slab: ``update`` writes the new keys and values in place at the slab's
+    end column and returns the live window ``[:rows, :, start:end + q]`` (a view, no copy)."""
+
+    def __init__(self, slab: SlabCache, idx: int):
+        super().__init__()
+        self.slab, self.idx = slab, idx
+        self.is_initialized = True
+        self.dtype, self.device = slab.dtype, slab.device
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        s = self.slab
+        q = key_states.shape[-2]
+        bk, bv = s.k[self.idx], s.v[self.idx]
+        bk[: s.rows, :, s.end : s.end + q] = key_states
+        bv[: s.rows, :, s.end : s.end + q] = value_states
+        self.keys, self.values = bk[: s.rows, :, s.start : s.end + q], bv[: s.rows, :, s.start : s.end + q]
+        return self.keys, self.values
+
+    def get_seq_length(self) -> int:
+        return self.slab.end - self.slab.start
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:  # the slab compacts all layers at once
+        raise NotImplementedError("select rows with SlabCache.select_rows")
+
+
+class SlabCache(DynamicCache):
+    """A KV cache of preallocated per-layer tensors ``[row_capacity, kv_heads, column_capacity, head_dim]``.
+
+    Live rows are ``[:rows]``, live columns ``[start:end]``; every row's tokens end at column ``end``
+    (left padding before a row's first token is masked by the caller's attention mask). Call
+    ``reserve(q)`` before a forward pass of ``q`` new tokens per row and ``advance(q)`` after it.
+    """
+
+    def __init__(self, num_layers: int, kv_heads: int, head_dim: int, *, dtype: torch.dtype, device: torch.device):
+        self.dtype, self.device = dtype, device
+        self.kv_heads, self.head_dim = kv_heads, head_dim
+        self.rows = self.start = self.end = 0
+        self.k: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        self.v: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
+        Cache.__init__(self, layers=[_SlabLayer(self, i) for i in range(num_layers)])
+
+    @property
+    def width(self) -> int:
+        return self.end - self.start
+
+    def _capacity(self) -> tuple[int, int]:
+        return self.k[0].shape[0], self.k[0].shape[2]
+
+    def _relayout(self, row_cap: int, col_cap: int, offset: int) -> None:
+        """Copy the live block into new zeroed tensors, its columns starting at ``offset``."""
+        w = self.width
+        for i in range(len(self.k)):
+            for buf in (self.k, self.v):
+                new = torch.zeros(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
+                new[: self.rows, :, offset : offset + w] = buf[i][: self.rows, :, self.start : self.end]
+                buf[i] = new
+        self.start, self.end = offset, offset + w
+
+    def reserve(self, q: int) -> None:
+        """Room for ``q`` more columns at the end: slide the block left if half the slab is free
+        padding, otherwise grow it (doubling, so growth costs amortised O(1) per step)."""
+        row_cap, col_cap = self._capacity()
+        if self.end + q <= col_cap:
+            return
+        if self.width + q <= col_cap // 2:
+            self._relayout(row_cap, col_cap, 0)
+        else:
+            self._relayout(row_cap, max(2 * col_cap, self.width + q + 64), 0)
+
+    def advance(self, q: int) -> None:
+        self.end += q
+
+    def append_rows(self, kv: list[tuple[torch.Tensor, torch.Tensor]], n: int, reserve: int = 1) -> None:
+        """Add ``n`` rows holding one prompt's keys and values (``[1, heads, p, dim]`` per layer),
+        right-aligned so their last token sits at the end column like every other row's."""
+        p = kv[0][0].shape[-2]
+        row_cap, col_cap = self._capacity()
+        need_rows = self.rows + n
+        if self.rows == 0 and need_rows <= row_cap and p + reserve <= col_cap:
+            self.start, self.end = 0, p
+        else:
+            if self.rows == 0:
+                self.start = self.end = 0
+            width = max(self.width, p)
+            grow_left = width - self.width  # columns the block gains on its left
+            if need_rows > row_cap or width + reserve > col_cap or self.start < grow_left:
+                new_rows = max(need_rows, 2 * row_cap) if need_rows > row_cap else row_cap
+                new_cols = max(2 * col_cap, width + reserve + 64) if width + reserve > col_cap else col_cap
+                self._relayout(new_rows, new_cols, grow_left)
+            for buf in (*self.k, *self.v):  # the new left columns of the old rows: padding, no stale values
+                buf[: self.rows, :, self.start - grow_left : self.start] = 0
+            self.start -= grow_left
+        r0, r1 = self.rows, need_rows
+        for i, (k, v) in enumerate(kv):
+            for buf, src in ((self.k, k), (self.v, v)):
+                buf[i][r0:r1, :, self.start : self.end - p] = 0  # no stale values under the mask
+                buf[i][r0:r1, :, self.end - p : self.end] = src.to(self.dtype)
+        self.rows = r1
+
+    def select_rows(self, keep: torch.Tensor) -> None:
+        """Keep only rows ``keep`` (in that order), compacted to the front."""
+        m = int(keep.numel())
+        for buf in (self.k, self.v):
+            for i in range(len(buf)):
+                buf[i][:m, :, self.start : self.end] = buf[i][keep, :, self.start : self.end]
+        self.rows = m
+
+    def drop_left(self, columns: int) -> None:
+        """Forget the first ``columns`` live columns (padding for every row)."""
+        self.start += columns
+
+
+# --------------------------------------------------------------------------- the prefix cache
+class PrefixCache:
+    """The prefill KV of recent prompts, for reuse by a prompt that shares a prefix with one (a system
+    prompt, a session's earlier turns). At most ``max_tokens`` prompt tokens are held (LRU); a prefix
+    shorter than ``min_tokens`` is not worth a lookup hit."""
+
+    def __init__(self, max_tokens: int = 4096, min_tokens: int = 16):
+        self.max_tokens, self.min_tokens = max_tokens, min_tokens
+        self.entries: list[tuple[list[int], list[tuple[torch.Tensor, torch.Tensor]]]] = []
+        self.hits = self.hit_tokens = 0
+
+    def lookup(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None]:
+        """(tokens reusable, the entry's KV) for the entry sharing the longest prefix with ``ids``; at
+        most ``len(ids) - 1`` tokens, so the prompt's last token is always computed (its logits)."""
+        best, best_kv, best_i = 0, None, -1
+        for i, (stored, kv) in enumerate(self.entries):
+            k = _common_prefix(stored, ids)
+            if k > best:
+                best, best_kv, best_i = k, kv, i
+        best = min(best, len(ids) - 1)
+        if best < self.min_tokens:
+            return 0, None
+        self.entries.append(self.entries.pop(best_i))  # most recently used last
+        self.hits += 1
+        self.hit_tokens += best
+        return best, best_kv
+
+    def store(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        if self.max_tokens <= 0 or len(ids) < self.min_tokens or len(ids) > self.max_tokens:
+            return
+        self.entries = [e for e in self.entries if e[0] != ids]
+        self.entries.append((list(ids), kv))
+        while sum(len(e[0]) for e in self.entries) > self.max_tokens:
+            self.entries.pop(0)
+
+
+def _common_prefix(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+# --------------------------------------------------------------------------- the decoder
+@dataclass
+class _Row:
+    req: DecodeRequest
+    choice: Choice
+
+
+class BatchDecoder:
+    """A running batch: ``submit`` requests (any time between steps), ``step`` advances every live row
+    by one token, ``run`` steps until nothing is left. Not thread-safe: one thread drives it (see
+    ``tentalis_pipelines.gateway.sampler.Batcher`` for the gateway's scheduler thread).
+
+    Admission is first come, first served, while the batch stays under ``max_rows`` rows (a request's
+    ``n`` rows join together; an empty batch always admits the next request, so ``max_rows=1`` serves
+    one request at a time) and ``max_batch_tokens`` KV positions (rows x (width + the request's token
+    limit)).
+    """
+
+    def __init__(self, model, tokenizer, *, max_rows: int | None = None, max_batch_tokens: int = 65536,
+                 prefix_cache_tokens: int = 4096):
+        self.model, self.tokenizer = model, tokenizer
+        self.max_rows, self.max_batch_tokens = max_rows, max_batch_tokens
+        self.prefixes = PrefixCache(prefix_cache_tokens)
+        self.device = model.device
+        self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
+        self.pending: deque[DecodeRequest] = deque()
+        self.rows: list[_Row] = []
+        self.cache: SlabCache | None = None
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.nxt = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.steps = 0  # forward passes over the batch, for tests and /health
+        self._tails: dict[tuple[str, ...], int] = {}
+
+    # ---- public
+    def submit(self, req: DecodeRequest) -> DecodeRequest:
+        check_request(req)
+        req.choices[:] = [Choice(i) for i in range(req.n)]
+        seed = req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        req.generator = torch.Generator(device=self.device).manual_seed(seed)
+        self.pending.append(req)
+        return req
+
+    def busy(self) -> bool:
+        return bool(self.rows or self.pending)
+
+    @torch.inference_mode()
+    def step(self) -> None:
+        """Admit what fits, then one forward pass for every live row; a failure ends every request in
+        the batch with that error (and leaves the decoder empty, ready for the next)."""
+        try:
+            self._drop_cancelled()
+            self._admit()
+            if self.rows:
+                self._forward_and_sample()
+        except Exception as exc:  # noqa: BLE001 - handed to every request it ended
+            failed = {id(r.req): r.req for r in self.rows}
+            self._reset()
+            for req in failed.values():
+                self._end(req, exc)
+            raise
+
+    def run(self) -> None:
+        while self.busy():
+            self.step()
+
+    # ---- admission
+    def _admit(self) -> None:
+        while self.pending:
+            req = self.pending[0]
+            if req.cancelled:
+                self.pending.popleft()
+                self._end(req, None)
+                continue
+            if self.rows:
+                rows = len(self.rows) + req.n
+                width = max(self.cache.width, len(req.prompt_ids))
+                if self.max_rows is not None and rows > self.max_rows:
+                    return
+                if rows * (width + req.max_new_tokens) > self.max_batch_tokens:
+                    return
+            self.pending.popleft()
+            self._add(req)
+
+    def _add(self, req: DecodeRequest) -> None:
+        req.admitted_at = time.perf_counter()
+        ids = req.prompt_ids
+        logits, kv = self._prefill(ids)
+        logits = logits.repeat(req.n, 1) if req.n > 1 else logits
+        rows = [_Row(req, c) for c in req.choices]
+        req.live = req.n
+        nxt, keep = self._sample_and_record(req, rows, logits)
+        if keep.numel() == 0:
+            return
+        n = len(keep)
+        if self.cache is None:
+            heads = kv[0][0].shape[1]
+            self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
+        old_width = self.cache.width if self.rows else 0
+        self.cache.append_rows(kv, n)
+        width = self.cache.width
+        if width > old_width and self.rows:
+            self.mask = torch.cat([torch.zeros(len(self.rows), width - old_width, dtype=torch.long, device=self.device), self.mask], 1)
+        if not self.rows:
+            self.mask = torch.zeros(0, width, dtype=torch.long, device=self.device)
+        new_mask = torch.zeros(n, width, dtype=torch.long, device=self.device)
+        new_mask[:, width - len(ids):] = 1
+        self.mask = torch.cat([self.mask, new_mask], 0)
+        self.pos = torch.cat([self.pos, torch.full((n,), len(ids), dtype=torch.long, device=self.device)])
+        self.nxt = torch.cat([self.nxt, nxt[keep]])
+        self.rows += [rows[j] for j in keep.tolist()]
+
+    def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The last position's logits and every layer's keys and values for ``ids`` (batch of one),
+        reusing the longest cached prefix."""
+        reuse, stored = self.prefixes.lookup(ids)
+        cache = DynamicCache()
+        if stored is not None:
+            for i, (k, v) in enumerate(stored):
+                cache.update(k[:, :, :reuse], v[:, :, :reuse], i)
+        x = torch.tensor([ids[reuse:]], device=self.device)
+        positions = torch.arange(reuse, len(ids), device=self.device)[None]
+        out = self.model(input_ids=x, position_ids=positions, past_key_values=cache, use_cache=True, logits_to_keep=1)
+        kv = [(layer.keys, layer.values) for layer in out.past_key_values.layers]
+        self.prefixes.store(ids, kv)
+        return out.logits[:, -1, :].float(), kv
+
+    # ---- one step
+    def _forward_and_sample(self) -> None:
+        cache = self.cache
+        cache.reserve(1)
+        mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=self.device)], 1)
+        out = self.model(input_ids=self.nxt[:, None], attention_mask=mask, position_ids=self.pos[:, None],
+                         past_key_values=cache, use_cache=True)
+        cache.advance(1)
+        self.steps += 1
+        self.mask, self.pos = mask, self.pos + 1
+        logits = out.logits[:, -1, :].float()
+        nxt = torch.empty_like(self.nxt)
+        keep: list[int] = []
+        start = 0
+        while start < len(self.rows):  # a request's rows are contiguous: sample them together
+            req = self.rows[start].req
+            stop = start
+            while stop < len(self.rows) and self.rows[stop].req is req:
+                stop += 1
+            toks, kept = self._sample_and_record(req, self.rows[start:stop], logits[start:stop])
+            nxt[start:stop] = toks
+            keep += [start + j for j in kept.tolist()]
+            start = stop
+        self.nxt = nxt
+        if len(keep) < len(self.rows):
+            self._select(keep)
+
+    def _sample_and_record(self, req: DecodeRequest, rows: list[_Row], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Sample one token per row of ``req``, record it, tell the request; (tokens, indices of the
+        rows that go on)."""
+        tok = self.tokenizer
+        nxt, chosen = sample_next(logits, req.temperature, req.top_p, req.generator)
+        ids = nxt.tolist()
+        is_eos = torch.isin(nxt, self.eos).tolist()
+        stops = tuple(s for s in req.stop if s)
+        emitted, finished, texts, keep = [], [], {}, []
+        for j, row in enumerate(rows):
+            c = row.choice
+            c.token_ids.append(ids[j])
+            c.logprobs.append(chosen[j])
+            emitted.append((c.index, ids[j], chosen[j]))
+            hit = False
+            if req.track_text:
+                text = tok.decode(c.token_ids, skip_special_tokens=True)
+                cut = min((text.find(s) for s in stops if s in text), default=-1)
+                if cut >= 0:
+                    text, hit = text[:cut], True
+                c.text = text
+                texts[c.index] = text
+            elif stops:
+                tail = tok.decode(c.token_ids[-self._tail(stops):], skip_special_tokens=True)
+                hit = any(s in tail for s in stops)
+            if is_eos[j] or hit:
+                c.finish_reason = "stop"
+                finished.append(c.index)
+            elif len(c.token_ids) >= req.max_new_tokens:
+                c.finish_reason = "length"
+                finished.append(c.index)
+            else:
+                keep.append(j)
+        req.live -= len(finished)
+        if req.on_step is not None:
+            req.on_step(Step(emitted, finished, texts))
+        if req.live == 0:
+            self._end(req, None)
+        return nxt, torch.tensor(keep, dtype=torch.long, device=self.device)
+
+    def _tail(self, stops: tuple[str, ...]) -> int:
+        """Tokens at the end of a row that can hold a stop string (its token count, plus slack)."""
+        if stops not in self._tails:
+            self._tails[stops] = max(len(self.tokenizer(s, add_special_tokens=False)["input_ids"]) for s in stops) + 2
+        return self._tails[stops]
+
+    # ---- leaving
+    def _drop_cancelled(self) -> None:
+        if not any(r.req.cancelled for r in self.rows):
+            return
+        gone = {id(r.req): r.req for r in self.rows if r.req.cancelled}
+        self._select([j for j, r in enumerate(self.rows) if not r.req.cancelled])
+        for req in gone.values():
+            self._end(req, None)
+
+    def _select(self, keep: list[int]) -> None:
+        if not keep:  # the batch is empty: keep the slab's memory for the next request
+            self.rows = []
+            self.cache.rows = self.cache.start = self.cache.end = 0
+            self.mask = self.mask[:0, :0]
+            self.pos, self.nxt = self.pos[:0], self.nxt[:0]
+            return
+        idx = torch.tensor(keep, dtype=torch.long, device=self.device)
+        self.cache.select_rows(idx)
+        self.mask, self.pos, self.nxt = self.mask[idx], self.pos[idx], self.nxt[idx]
+        self.rows = [self.rows[j] for j in keep]
+        used = self.mask.any(0)
+        first = int(used.int().argmax()) if bool(used.any()) else 0
+        if first > 0:  # columns that are padding for every remaining row
+            self.cache.drop_left(first)
+            self.mask = self.mask[:, first:]
+
+    def _reset(self) -> None:
+        self.rows = []
+        self.cache = None
+        self.mask = torch.zeros(0, 0, dtype=torch.long, device=self.device)
+        self.pos = torch.zeros(0, dtype=torch.long, device=self.device)
+        self.nxt = torch.zeros(0, dtype=torch.long, device=self.device)
+
+    def _end(self, req: DecodeRequest, error: BaseException | None) -> None:
+        if req.done:
+            return
+        req.done, req.error, req.finished_at = True, error, time.perf_counter()
+        if req.on_done is not None:
+            req.on_done(error)

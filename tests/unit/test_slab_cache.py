@@ -1,0 +1,86 @@
+"""The continuous-batching KV slab: rows join right-aligned, leave compacted, padding columns go, and
+the slab grows without moving anyone's keys out of place (checked against hand-built layouts)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tentalis_pipelines.inference.batch_decoder import DecodeRequest, PrefixCache, SlabCache, check_request
+
+
+def _kv(tag: float, p: int, layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """A prompt's keys/values: value ``tag + position`` everywhere (values negated), so every column
+    says which prompt and position it holds."""
+    pos = torch.arange(p, dtype=torch.float32)
+    k = (tag + pos)[None, None, :, None].expand(1, 1, p, 2).clone()
+    return [(k.clone(), -k.clone()) for _ in range(layers)]
+
+
+def _live(slab: SlabCache, layer: int = 0) -> torch.Tensor:
+    """The live window of the keys, one row per batch row, the first head and dim."""
+    return slab.k[layer][: slab.rows, 0, slab.start : slab.end, 0]
+
+
+def test_rows_join_right_aligned_and_grow_the_window_to_the_left():
+    slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab.append_rows(_kv(100, 3), n=2)
+    assert (slab.rows, slab.width) == (2, 3)
+    assert _live(slab).tolist() == [[100, 101, 102]] * 2
+    slab.append_rows(_kv(200, 5), n=1)  # longer than the window: everyone gains two padding columns on the left
+    assert (slab.rows, slab.width) == (3, 5)
+    assert _live(slab).tolist() == [[0, 0, 100, 101, 102], [0, 0, 100, 101, 102], [200, 201, 202, 203, 204]]
+    slab.append_rows(_kv(300, 1), n=1)  # shorter: padded on its own left
+    assert _live(slab)[3].tolist() == [0, 0, 0, 0, 300]
+    assert torch.equal(slab.v[1][: slab.rows, 0, slab.start : slab.end, 0], -_live(slab, 1))  # values too, every layer
+
+
+def test_a_step_writes_in_place_at_the_end_column_and_the_slab_grows_when_full():
+    slab = SlabCache(1, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab.append_rows(_kv(10, 2, layers=1), n=2)
+    layer = slab.layers[0]
+    for t in range(200):  # far past the first capacity: the slab doubles and keeps every column
+        slab.reserve(1)
+        new = torch.full((2, 1, 1, 2), 1000.0 + t)
+        keys, values = layer.update(new, -new)
+        assert keys.shape == (2, 1, 2 + t + 1, 2)
+        slab.advance(1)
+    assert _live(slab)[0].tolist() == [10, 11, *[1000.0 + t for t in range(200)]]
+    assert layer.get_seq_length() == 202
+
+
+def test_leaving_rows_are_compacted_and_all_padding_columns_dropped():
+    slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab.append_rows(_kv(100, 2), n=1)
+    slab.append_rows(_kv(200, 4), n=1)
+    slab.append_rows(_kv(300, 3), n=1)
+    slab.select_rows(torch.tensor([2, 0]))
+    assert _live(slab).tolist() == [[0, 300, 301, 302], [0, 0, 100, 101]]
+    slab.drop_left(1)
+    assert _live(slab).tolist() == [[300, 301, 302], [0, 100, 101]]
+    slab.append_rows(_kv(400, 3), n=1)  # the freed left columns are reused, no stale keys show through
+    assert _live(slab)[2].tolist() == [400, 401, 402]
+
+
+def test_the_prefix_cache_reuses_the_longest_shared_prefix_but_never_the_last_token():
+    cache = PrefixCache(max_tokens=100, min_tokens=3)
+    system = list(range(50, 70))
+    cache.store(system + [1, 2, 3], _kv(0, 23, layers=1))
+    cache.store(system + [1, 2, 9, 9], _kv(0, 24, layers=1))
+    assert cache.lookup(system + [1, 2, 9, 9, 5])[0] == 24
+    assert cache.lookup(system + [1, 2, 3])[0] == 22  # the whole stored prompt, less its last token (its logits)
+    assert cache.lookup([7, 7, 7, 7])[0] == 0 and cache.lookup(list(range(50, 52)) + [0])[0] == 0  # under min_tokens
+    for i in range(10):  # LRU under the token budget
+        cache.store([1000 + i] * 20, _kv(0, 20, layers=1))
+    assert sum(len(ids) for ids, _ in cache.entries) <= 100
+
+
+@pytest.mark.parametrize(("field", "value", "message"), [
+    ("prompt_ids", [], "prompt is empty"), ("n", 0, "n must be at least 1"), ("max_new_tokens", 0, "max_new_tokens"),
+    ("temperature", -1.0, "temperature"), ("top_p", 0.0, "top_p"),
+])
+def test_a_bad_request_is_refused_naming_the_field(field, value, message):
+    req = DecodeRequest([1, 2])
+    setattr(req, field, value)
+    with pytest.raises(ValueError, match=message):
+        check_request(req)
