@@ -36,6 +36,7 @@ from tentalis_pipelines.training.losses import (
     aggregate,
     per_token_loss,
 )
+from tentalis_pipelines.training.progress import Checkpointing, Progress, fingerprint
 
 # peft asks transformers 5 for the deprecated `is_gradient_checkpointing` on every adapter load.
 warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -483,12 +484,15 @@ def _make_optimizer(params: list[tuple[str, torch.nn.Parameter]], config: GRPOCo
 
 
 def train_grpo(
-    model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None
+    model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None,
+    progress: Checkpointing | None = None,
 ) -> TrainResult:
     """Run ``num_iterations`` passes of GRPO-family updates over ``samples`` (in place on ``model``).
 
     ``state`` continues a chain (the parent checkpoint's ``TrainerState``); the returned
-    ``TrainResult.state`` is what the next cycle continues from."""
+    ``TrainResult.state`` is what the next cycle continues from. ``progress`` saves the run's progress
+    every few micro-steps, yields (raises ``Preempted``) when asked and resumes a saved progress
+    (``training/progress.py``)."""
     if not samples:
         raise ValueError("no training samples: every group had equal rewards or the batch was empty")
     torch.manual_seed(config.seed)
@@ -518,13 +522,112 @@ def train_grpo(
     # More than one optimizer step per generation batch: every step after the first is off-policy, so
     # the behaviour policy's log-probs are fixed now, before any update (TRL does the same).
     needs_old = total_steps > 1
-    fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device, needs_old=needs_old, shared=shared)
-             for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
+    run = _ProgressRun(progress, model, optimizer, params, fingerprint(samples, config.to_dict(), start_step, [n for n, _ in params]))
+    try:
+        resume = run.start()
+        if resume is not None:
+            fixed, history, position = resume.fixed, list(resume.history), resume.position
+        else:
+            fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device, needs_old=needs_old, shared=shared)
+                     for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
+            history, position = [], (0, 0, 0)
+            run.after_fixed(fixed)
+        _train_loop(model, config, optimizer, params, steps, plan, fixed, history, position, resume, run,
+                    start_step=start_step, horizon=horizon, pad_id=pad_id, device=device, dtype=dtype, shared=shared, on_step=on_step)
+    finally:
+        run.finish()
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_disable()
+    model.eval()
+    new_state = TrainerState(optimizer.state_dict(), start_step + len(history), [n for n, _ in params])
+    metrics = {
+        "loss": sum(h["loss"] for h in history) / len(history),
+        "kl": sum(h["kl"] for h in history) / len(history),
+        "clip_fraction": sum(h["clip_fraction"] for h in history) / len(history),
+        "policy_drift": max(h["policy_drift"] for h in history),
+        "grad_norm": history[-1]["grad_norm"],
+        "optimizer_steps": len(history),
+        "global_step": new_state.global_step,
+        "samples": len(samples),
+        "completion_tokens": sum(len(s.completion_ids) for s in samples),
+        "trained_tokens": sum(trained_tokens(s) for s in samples),
+        "seconds": time.perf_counter() - t0,
+        "device": str(device),
+        "dtype": dtype_name(dtype),
+    }
+    return TrainResult(metrics, history, new_state)
 
-    history = []
+
+class _ProgressRun:
+    """``train_grpo``'s side of a :class:`Checkpointing`: resume, poll, count and save (a no-op without one)."""
+
+    def __init__(self, cp: Checkpointing | None, model, optimizer, params, fp: str):
+        self.cp, self.model, self.optimizer, self.params, self.fp = cp, model, optimizer, params, fp
+        self.hooks: list = []
+        self.total_micro = 0
+        self.fixed: dict = {}
+
+    def start(self) -> Progress | None:
+        if self.cp is None:
+            return None
+        resume = self.cp.resume
+        if resume is not None:
+            if resume.fingerprint != self.fp:
+                raise ValueError("the saved training progress was made for other rows, another config or another parent "
+                                 "checkpoint: delete it (or let the idle window discard it) and train again")
+            with torch.no_grad():
+                for n, p in self.params:
+                    p.copy_(resume.params[n].to(p.device))
+            self.optimizer.load_state_dict(resume.optimizer)
+            torch.set_rng_state(resume.rng)
+            self.total_micro = resume.micro_steps
+            self.fixed = resume.fixed
+        self.hooks = self.cp.install_hooks(self.model)
+        self.cp.check()
+        return resume
+
+    def after_fixed(self, fixed: dict) -> None:
+        """The pre-update pass is done: save it (a resumed run must not recompute it on updated weights)."""
+        self.fixed = fixed
+        if self.cp is not None and self.cp.every and any(v is not None for ex in fixed.values() for v in ex.values()):
+            self.save((0, 0, 0), [], None, None)
+
+    def check(self) -> None:
+        if self.cp is not None:
+            self.cp.check()
+
+    def micro_done(self) -> bool:
+        """Count a micro-step; True when a save is due."""
+        if self.cp is None:
+            return False
+        self.cp.micro_steps += 1
+        self.total_micro += 1
+        return bool(self.cp.every) and self.cp.micro_steps % self.cp.every == 0
+
+    def save(self, position: tuple[int, int, int], history: list[dict], grads: dict | None, totals: dict | None) -> None:
+        it, si, mi = position
+        self.cp.store.save(Progress(
+            fingerprint=self.fp, iteration=it, step=si, micro=mi,
+            params={n: p.detach().cpu().clone() for n, p in self.params},
+            optimizer=self.optimizer.state_dict(), grads=grads, totals=dict(totals or {}), history=list(history),
+            fixed=self.fixed, rng=torch.get_rng_state(), micro_steps=self.total_micro, meta=self.cp.meta))
+        self.cp.saves += 1
+        self.cp.saved = position
+
+    def finish(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+
+
+def _train_loop(model, config: GRPOConfig, optimizer, params, steps, plan, fixed, history, position, resume, run: _ProgressRun, *,
+                start_step: int, horizon: int, pad_id: int, device, dtype, shared: bool, on_step) -> None:
+    """The optimizer steps of ``train_grpo`` from ``position`` (iteration, step, micro-batch) on."""
     model.train()
     for it in range(config.num_iterations):
         for si, (step_rows, mbs) in enumerate(zip(steps, plan)):
+            if (it, si) < position[:2]:
+                continue  # done before the run was preempted
             global_step = start_step + len(history)
             lr = config.learning_rate * lr_factor(config, global_step, horizon)
             for group in optimizer.param_groups:
@@ -532,7 +635,17 @@ def train_grpo(
             tokens_in_step = sum(trained_tokens(s) for s in step_rows)
             totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0}
             optimizer.zero_grad(set_to_none=True)
+            first = 0
+            if (it, si) == position[:2] and position[2] > 0:  # resuming inside this step: its gradients so far
+                first, totals = position[2], dict(resume.totals)
+                for n, p in params:
+                    g = resume.grads[n]
+                    p.grad = None if g is None else g.to(p.device).clone()
+            save_due = False
             for mi, mb in enumerate(mbs):
+                if mi < first:
+                    continue
+                run.check()
                 batch = pack(mb, pad_id, device, config.temperature, shared=shared)
                 ex = fixed[(si, mi)]
                 with autocast(device, dtype):
@@ -556,6 +669,11 @@ def train_grpo(
                 totals["drift"] += float(((logps.detach() - old).abs() * mask).sum())
                 if parts.kl is not None:
                     totals["kl"] += float((parts.kl.detach() * mask).sum())
+                save_due = run.micro_done() or save_due
+                if save_due and mi + 1 < len(mbs):  # mid-step: the gradients so far travel with the progress
+                    grads = {n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in params}
+                    run.save((it, si, mi + 1), history, grads, totals)
+                    save_due = False
             grad_norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], config.max_grad_norm)
             optimizer.step()
             rec = {
@@ -572,25 +690,11 @@ def train_grpo(
                 "rows": len(step_rows),
             }
             history.append(rec)
+            if run.cp is not None:
+                run.cp.steps += 1
             if on_step:
                 on_step(rec)
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_disable()
-    model.eval()
-    new_state = TrainerState(optimizer.state_dict(), start_step + len(history), [n for n, _ in params])
-    metrics = {
-        "loss": sum(h["loss"] for h in history) / len(history),
-        "kl": sum(h["kl"] for h in history) / len(history),
-        "clip_fraction": sum(h["clip_fraction"] for h in history) / len(history),
-        "policy_drift": max(h["policy_drift"] for h in history),
-        "grad_norm": history[-1]["grad_norm"],
-        "optimizer_steps": len(history),
-        "global_step": new_state.global_step,
-        "samples": len(samples),
-        "completion_tokens": sum(len(s.completion_ids) for s in samples),
-        "trained_tokens": sum(trained_tokens(s) for s in samples),
-        "seconds": time.perf_counter() - t0,
-        "device": str(device),
-        "dtype": dtype_name(dtype),
-    }
-    return TrainResult(metrics, history, new_state)
+            last = it == config.num_iterations - 1 and si == len(steps) - 1
+            if save_due and not last:  # at a step boundary: no gradients in flight
+                nxt = (it, si + 1, 0) if si + 1 < len(steps) else (it + 1, 0, 0)
+                run.save(nxt, history, None, None)
