@@ -122,8 +122,13 @@ class TrainerResource(ConfigurableResource):
     opd_teacher_model: str = mirrored(GRPOConfig, "opd_teacher_model")
     opd_clip: float = mirrored(GRPOConfig, "opd_clip")
     opd_min_effect: float = mirrored(GRPOConfig, "opd_min_effect")
+    max_policy_lag: int = mirrored(GRPOConfig, "max_policy_lag")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
+    # Idle-window training (sensor idle_window, job idle_train_job; docs/training.md#idle-window-training).
+    idle_minutes: float = Field(default=10.0, description="minutes the gateway must have served no model request before a window trains")
+    idle_hours: str = Field(default="", description="UTC time of day windows may open, 'HH:MM-HH:MM' (may wrap midnight); empty: any time")
+    progress_every: int = Field(default=4, description="micro-steps between saves of a window's progress (adapter, optimizer, position, RNG)")
 
     def config(self, max_completion_length: int | None = None) -> GRPOConfig:
         """The training config (``max_completion_length``: the policy's ``max_new_tokens``)."""

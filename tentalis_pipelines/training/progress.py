@@ -45,6 +45,10 @@ class Preempted(RuntimeError):
         self.micro_steps, self.steps, self.saved = micro_steps, steps, saved
 
 
+class StaleProgress(ValueError):
+    """A saved progress made for other rows, another config or another parent checkpoint."""
+
+
 @dataclass
 class Progress:
     """Where a run stands: the next micro-batch to run, at ``(iteration, step, micro)``, and the state

@@ -36,7 +36,7 @@ from tentalis_pipelines.training.losses import (
     aggregate,
     per_token_loss,
 )
-from tentalis_pipelines.training.progress import Checkpointing, Progress, fingerprint
+from tentalis_pipelines.training.progress import Checkpointing, Progress, StaleProgress, fingerprint
 
 # peft asks transformers 5 for the deprecated `is_gradient_checkpointing` on every adapter load.
 warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -105,6 +105,9 @@ class GRPOConfig:
     opd_teacher_model: str = config_field("", "the model name to request from an opd_teacher server (its key: $TENTALIS_OPD_TEACHER_API_KEY)")
     opd_clip: float = config_field(1.0, "clip of log pi_teacher - log pi_student per token (OpenClaw-RL's adv_diff_clip)")
     opd_min_effect: float = config_field(0.01, "a hint whose mean |signal| per token is below this gets no OPD term (decision no_effect)")
+    # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
+    max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
+                                       "(0: only the serving policy's own; older rows are refused and counted)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -142,6 +145,8 @@ class GRPOConfig:
             raise ValueError(f"opd_teacher_model must name the model to request from the teacher server {self.opd_teacher!r}")
         if not self.opd_clip > 0:
             raise ValueError(f"opd_clip must be above 0, got {self.opd_clip}")
+        if self.max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be 0 or more policy versions, got {self.max_policy_lag}")
         if self.opd_min_effect < 0:
             raise ValueError(f"opd_min_effect must be >= 0, got {self.opd_min_effect}")
         self.lora_target_modules = tuple(self.lora_target_modules)
@@ -573,7 +578,7 @@ class _ProgressRun:
         resume = self.cp.resume
         if resume is not None:
             if resume.fingerprint != self.fp:
-                raise ValueError("the saved training progress was made for other rows, another config or another parent "
+                raise StaleProgress("the saved training progress was made for other rows, another config or another parent "
                                  "checkpoint: delete it (or let the idle window discard it) and train again")
             with torch.no_grad():
                 for n, p in self.params:

@@ -50,7 +50,8 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
                "gradient_checkpointing": True, "lora_r": 4, "lora_alpha": 8, "lora_dropout": 0.1,
                "lora_target_modules": ["q_proj"], "seed": 7, "device": "cpu", "dtype": "float32",
                "scale_rewards": "none", "dynamic_sampling": False, "overlong_buffer": 5, "advantage_mode": "process",
-               "w_rl": 0.5, "w_opd": 2.0, "opd_teacher": "/models/teacher", "opd_teacher_model": "big-teacher", "opd_clip": 0.5, "opd_min_effect": 0.1}
+               "w_rl": 0.5, "w_opd": 2.0, "opd_teacher": "/models/teacher", "opd_teacher_model": "big-teacher", "opd_clip": 0.5, "opd_min_effect": 0.1,
+               "max_policy_lag": 2}
     assert set(changed) == {f.name for f in dataclasses.fields(GRPOConfig)} - FROM_POLICY
     cfg = TrainerResource(**changed).config(max_completion_length=77)
     for name, value in changed.items():
