@@ -113,3 +113,115 @@ def test_a_progress_for_other_rows_is_refused(tiny_model_dir, tmp_path):
     other[0].advantage = -other[0].advantage
     with pytest.raises(ValueError, match="other rows"):
         train_grpo(build_policy(tiny_model_dir, None, cfg), tok, other, cfg, progress=Checkpointing(store=store, resume=store.load()))
+
+
+# --------------------------------------------------------------------------- the stage: windows over a real lakehouse
+def _write_rows(lake, tok, batch_id: str, policy_version: str = "base") -> None:
+    from tentalis_pipelines.lakehouse import now_utc
+
+    now = now_utc()
+    rollouts, trajectories = [], []
+    for t, (q, answers) in enumerate((("What is 2 + 3?", [" 5", " 7 no", " <answer>5</answer>", " six"]),
+                                      ("What is 4 * 2?", [" 8", " 6 maybe", " <answer>8</answer>", " 42 42"]))):
+        for i, (text, adv) in enumerate(zip(answers, (1.0, -1.0, 0.5, -0.5))):
+            rid, ids = f"{batch_id}-t{t}-r{i}", tok(text, add_special_tokens=False)["input_ids"]
+            rollouts.append({"batch_id": batch_id, "rollout_id": rid, "task_id": f"t{t}", "group_index": i,
+                             "policy_version": policy_version, "backend": "transformers", "model": "tiny", "prompt_text": q,
+                             "completion": text, "steps": [], "completion_tokens": len(ids), "completion_token_ids": ids,
+                             "sampling_logprobs": [-1.0] * len(ids), "finish_reason": "stop", "temperature": 1.0, "created_at": now})
+            trajectories.append({"batch_id": batch_id, "rollout_id": rid, "task_id": f"t{t}", "group_index": i,
+                                 "policy_version": policy_version, "reward": adv, "outcome_reward": float(adv > 0), "advantage": adv, "advantage_mode": "outcome",
+                                 "kept": True, "created_at": now})
+    lake.write_batch("rollouts", batch_id, rollouts)
+    lake.write_batch("trajectories", batch_id, trajectories)
+
+
+def _window_setup(home, tiny_model_dir):
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.settings import Paths
+
+    paths = Paths.from_env(home).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    tok = _tok(tiny_model_dir)
+    for b in ("b1", "b2"):
+        _write_rows(lake, tok, b)
+    cfg = GRPOConfig(**{**CFG, "num_iterations": 1, "micro_batch_tokens": 40})
+    return paths, lake, tok, PolicySettings(model=str(tiny_model_dir)), cfg
+
+
+def _saved_adapter(lake, checkpoint_id):
+    from safetensors.torch import load_file
+
+    [row] = [r for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == checkpoint_id]
+    return row, load_file(f"{row['adapter_uri']}/adapter_model.safetensors")
+
+
+def test_a_window_preempted_twice_resumes_its_pinned_rows_to_the_uninterrupted_checkpoint(tmp_path, tiny_model_dir, monkeypatch):
+    from tentalis_pipelines import activity
+    from tentalis_pipelines.stages.idle_window import progress_path, run_window
+    from tentalis_pipelines.training import checkpoints as ckpt
+
+    # The uninterrupted window, in its own home.
+    monkeypatch.setenv("TENTALIS_HOME", str(tmp_path / "a"))
+    paths, lake, tok, policy, cfg = _window_setup(tmp_path / "a", tiny_model_dir)
+    plain = run_window(lake, paths, policy, cfg, promote=False, activity_file=activity.activity_path(paths.home))
+    assert plain.metadata["outcome"] == "finished" and plain.metadata["steps"] == 4
+    _, want = _saved_adapter(lake, plain.metadata["checkpoint_id"])
+
+    # The same rows in another home; a request arrives after the first optimizer step of each of two windows.
+    monkeypatch.setenv("TENTALIS_HOME", str(tmp_path / "b"))
+    paths, lake, tok, policy, cfg = _window_setup(tmp_path / "b", tiny_model_dir)
+    marker = activity.activity_path(paths.home)
+    activity.touch(marker)
+    for _ in range(2):
+        out = run_window(lake, paths, policy, cfg, promote=False, activity_file=marker, progress_every=1,
+                         on_step=lambda rec: activity.touch(marker))
+        assert out.metadata["outcome"] == "preempted", out.metadata
+        assert progress_path(paths).exists() and not lake.exists("checkpoints")
+        assert not ckpt.active_claims(lake)  # the claim was given up: nothing holds the trajectories
+    _write_rows(lake, tok, "b3")  # new fresh rows between windows: the resumed run keeps its pinned ones
+    last = run_window(lake, paths, policy, cfg, promote=False, activity_file=marker, progress_every=1)
+    assert last.metadata["outcome"] == "finished", last.metadata
+    assert not progress_path(paths).exists()
+    row, got = _saved_adapter(lake, last.metadata["checkpoint_id"])
+    assert sorted(row["trajectory_ids"]) == sorted(f"b{b}-t{t}-r{i}" for b in (1, 2) for t in (0, 1) for i in range(4))
+    assert set(got) == set(want)
+    assert max(float((got[k] - want[k]).abs().max()) for k in want) <= 1e-6
+
+    windows = sorted(lake.read("training_windows").to_pylist(), key=lambda r: r["started_at"])
+    assert [w["outcome"] for w in windows] == ["preempted", "preempted", "finished"]
+    assert [w["steps"] for w in windows] == [1, 1, 2]  # 4 optimizer steps in all, none done twice
+    assert windows[0]["resumed_from"] is None and windows[1]["resumed_from"] and windows[2]["resumed_from"]
+    assert all(w["trained_minutes"] > 0 and w["idle_minutes"] is not None for w in windows)
+
+
+def test_a_window_yields_within_30_seconds_of_a_request(home, tiny_model_dir):
+    import threading
+    import time
+
+    from tentalis_pipelines import activity
+    from tentalis_pipelines.stages.idle_window import run_window
+
+    paths, lake, tok, policy, cfg = _window_setup(home, tiny_model_dir)
+    cfg = GRPOConfig(**{**CFG, "num_iterations": 200})  # minutes of training if it never yields
+    marker = activity.activity_path(paths.home)
+    activity.touch(marker)
+    result, steps = {}, []
+    worker = threading.Thread(target=lambda: result.update(out=run_window(
+        lake, paths, policy, cfg, promote=False, activity_file=marker, on_step=steps.append)))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not steps and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert steps, "training never started"
+    t_request = time.monotonic()
+    activity.touch(marker)  # what the gateway does when a request arrives
+    worker.join(timeout=60)
+    stopped = time.monotonic() - t_request
+    assert not worker.is_alive()
+    assert result["out"].metadata["outcome"] == "preempted"
+    assert stopped < 30, stopped
+    [w] = lake.read("training_windows").to_pylist()
+    assert 0 <= w["yield_seconds"] < 30 and w["steps"] < 200 * 4
+    print(f"yielded {stopped:.3f} s after the request (recorded {w['yield_seconds']:.3f} s), after {w['steps']} steps")

@@ -116,8 +116,9 @@ def train_checkpoint(
     model = build_policy(model_dir, adapter, config)
     # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
     state = load_trainer_state(adapter, next(model.parameters()).device)
-    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step,
-                        progress=window.checkpointing() if window is not None else None)
+    # (progress only for a window: callers that wrap train_grpo with the older signature keep working)
+    windowed = {"progress": window.checkpointing()} if window is not None else {}
+    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step, **windowed)
 
     def extra(folder):  # written inside the atomic save: the adapter never lands without them
         save_trainer_state(folder, result.state)
