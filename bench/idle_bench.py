@@ -81,6 +81,7 @@ def window_worker(home: str, model_dir: str) -> None:
 def idle_benchmark(model_dir: Path, *, requests: int = 24, windows: int = 3, max_tokens: int = 16, home: Path | None = None) -> dict:
     from openai import OpenAI
 
+    from tentalis_pipelines.activity import activity_path, last_activity_ns
     from tentalis_pipelines.hardware import host_cpu
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.settings import Paths
@@ -126,9 +127,11 @@ def idle_benchmark(model_dir: Path, *, requests: int = 24, windows: int = 3, max
             if worker.poll() is not None:
                 raise RuntimeError(f"window {w} ended before a request came: {worker.stdout.read()[-2000:]}")
             t_first = time.perf_counter()
+            print("marker before burst", last_activity_ns(activity_path(home)), file=sys.stderr)
             for i in range(burst):
                 during.append(call(i))
                 if i == 0:
+                    print("marker after first call", last_activity_ns(activity_path(home)), file=sys.stderr)
                     worker.wait(timeout=120)
                     yields.append(time.perf_counter() - t_first)
             meta = json.loads(worker.stdout.read().strip().splitlines()[-1])
