@@ -93,6 +93,7 @@ def synthetic_trajectories(
         "reward_version": pa.array(["v0"]).take(pa.array(const)),  # the pipeline's own rewards (tentalis rescore)
         "opd_signal": pa.nulls(rows, pa.list_(pa.float64())),  # no hinted OPD term
         "guide_hint_id": pa.nulls(rows, pa.string()),  # no hint-guided samples
+        "policy_lag": pa.array([0], pa.int32()).take(pa.array(const)),  # sampled by the serving policy
         "w_rl": pa.array([1.0]).take(pa.array(const)),
         "w_opd": pa.array([0.0]).take(pa.array(const)),
     }

@@ -17,6 +17,7 @@ from assets.batch_assets import (
     trajectories,
 )
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
+from assets.idle_assets import training_windows
 from assets.partitions import task_batches
 from assets.serving_assets import serving
 from assets.skill_assets import skills
@@ -34,6 +35,13 @@ train_job = define_asset_job(
     "train_job",
     selection=AssetSelection.assets(checkpoints),
     description="Train a LoRA checkpoint on the fresh trajectories of the serving policy.",
+)
+
+idle_train_job = define_asset_job(
+    "idle_train_job",
+    selection=AssetSelection.assets(training_windows),
+    description="Train while the gateway is idle (sensor idle_window): resume the saved progress or start on the fresh "
+                "trajectories, yield when a request arrives; one training_windows row per window.",
 )
 
 benchmark_job = define_asset_job(

@@ -8,6 +8,7 @@ results start ``promotion_job``. Everything that loads a model is off until auto
 
 import json
 import os
+from datetime import datetime, timezone
 
 from dagster import (
     DagsterRunStatus,
@@ -26,6 +27,7 @@ from dagster import (
 
 from assets.partitions import checkpoint_ids, task_batches
 from tentalis_pipelines import promotion, sessions
+from tentalis_pipelines.activity import activity_path, idle_seconds, last_activity_ns
 from tentalis_pipelines.resources import (
     BenchmarkResource,
     CycleResource,
@@ -38,8 +40,9 @@ from tentalis_pipelines.settings import (
     session_review_wait_seconds,
     session_settle_seconds,
 )
+from tentalis_pipelines.stages.idle_window import in_hours, progress_path
 from tentalis_pipelines.stages.rollouts import current_policy
-from tentalis_pipelines.stages.training import untrained_trajectories
+from tentalis_pipelines.stages.training import trainable_trajectories, untrained_trajectories
 from tentalis_pipelines.tasks.batches import (
     RefusedEntry,
     register_file_batch,
@@ -204,6 +207,43 @@ def fresh_trajectories(context: SensorEvaluationContext, lakehouse: LakehouseRes
                           "or after a nightly cycle's rollouts")
     why = f"nightly cycle batch {cycle[0]}" if cycle else f"{n} fresh trajectories"
     return RunRequest(run_key=_training_run_key(lakehouse), tags={"tentalis/fresh_trajectories": str(n), "tentalis/reason": why})
+
+
+_IN_FLIGHT = [DagsterRunStatus.QUEUED, DagsterRunStatus.NOT_STARTED, DagsterRunStatus.STARTING, DagsterRunStatus.STARTED]
+
+
+@sensor(job_name="idle_train_job", minimum_interval_seconds=30, default_status=automation_sensor_status())
+def idle_window(context: SensorEvaluationContext, lakehouse: LakehouseResource, trainer: TrainerResource):
+    """Opens an idle training window when the gateway (``tentalis serve`` on this box) has served no
+    model request for ``trainer.idle_minutes``, inside ``trainer.idle_hours`` (UTC, e.g. ``22:00-06:00``;
+    empty: any time), no training run is queued or running, and there is work: a window's saved
+    progress to resume, or ``trainer.fresh_trajectory_threshold`` fresh trajectories. The run is told
+    the activity stamp seen here and yields as soon as it changes; the run key holds that stamp and the
+    tables' versions, so one quiet spell opens one window per state of the data."""
+    paths = lakehouse.paths()
+    marker = activity_path(paths.home)
+    stamp, idle = last_activity_ns(marker), idle_seconds(marker)
+    if idle is not None and idle < trainer.idle_minutes * 60:
+        return SkipReason(f"the gateway served {idle:.0f} s ago; a window opens after {trainer.idle_minutes:g} idle minutes")
+    now = datetime.now(timezone.utc)
+    if not in_hours(now, trainer.idle_hours):
+        return SkipReason(f"{now:%H:%M} UTC is outside trainer.idle_hours = {trainer.idle_hours}")
+    busy = context.instance.get_run_records(filters=RunsFilter(job_name="idle_train_job", statuses=_IN_FLIGHT), limit=1) or \
+        context.instance.get_run_records(filters=RunsFilter(job_name="train_job", statuses=_IN_FLIGHT), limit=1)
+    if busy:
+        return SkipReason(f"training run {busy[0].dagster_run.run_id} of {busy[0].dagster_run.job_name} is in flight")
+    lake = lakehouse.lakehouse()
+    resume = progress_path(paths).exists()
+    if not resume:
+        version, _ = current_policy(lake, paths)
+        n = len(trainable_trajectories(lake, version, trainer.max_policy_lag)[0])
+        if n < trainer.fresh_trajectory_threshold:
+            return SkipReason(f"{n} fresh trajectories and no saved window progress; a window trains from "
+                              f"{trainer.fresh_trajectory_threshold} (trainer.fresh_trajectory_threshold)")
+    quiet = "never served" if idle is None else f"idle {idle / 60:.1f} min"
+    return RunRequest(run_key=f"idle-{stamp or 0}-{_training_run_key(lakehouse)}",
+                      run_config={"ops": {"training_windows": {"config": {"idle_since_ns": stamp}}}},
+                      tags={"tentalis/trigger": "idle", "tentalis/reason": f"gateway {quiet}; {'resume' if resume else 'fresh start'}"})
 
 
 @schedule(job_name="rollout_job", cron_schedule="0 2 * * *", execution_timezone="UTC",

@@ -17,12 +17,14 @@ from assets.batch_assets import (
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve, prm_evaluation
 from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
+from assets.idle_assets import training_windows
 from assets.serving_assets import serving
 from assets.skill_assets import skills
 from assets.training_assets import checkpoints
 from assets.trust_assets import judge_agreement, reward_versions
 from jobs.jobs import (
     benchmark_job,
+    idle_train_job,
     judge_agreement_job,
     promotion_job,
     rescore_job,
@@ -35,6 +37,7 @@ from jobs.sensors import (
     fresh_sessions,
     fresh_trajectories,
     gate_ready,
+    idle_window,
     new_checkpoints,
     nightly_learning_cycle,
     task_inbox,
@@ -54,11 +57,11 @@ from tentalis_pipelines.resources import (
 install_log_filter()
 
 defs = Definitions(
-    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, guided_rollouts, trajectories, checkpoints, benchmark_results, serving,
+    assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, guided_rollouts, trajectories, checkpoints, training_windows, benchmark_results, serving,
             learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills],
     asset_checks=FORENSICS_CHECKS,
-    jobs=[rollout_job, train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],
-    sensors=[task_inbox, fresh_sessions, fresh_trajectories, new_checkpoints, gate_ready],
+    jobs=[rollout_job, train_job, idle_train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],
+    sensors=[task_inbox, fresh_sessions, fresh_trajectories, idle_window, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={
         "lakehouse": LakehouseResource(home=env_or("TENTALIS_HOME", None)),

@@ -46,6 +46,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import group_advantages
 from tentalis_pipelines.rewards.scoring import RewardWeights
 from tentalis_pipelines.training import multiturn
+from tentalis_pipelines.training.policy_lag import with_policy_lag
 
 if TYPE_CHECKING:
     from tentalis_pipelines.policy import PolicySettings
@@ -339,7 +340,7 @@ def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewa
             "w_rl": float(w_rl), "w_opd": float(w_opd), "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
             "turn_rewards": [reward] * len(spans), "turn_advantages": [a] * len(spans),
         })
-    n = lake.write_batch("trajectories", batch_id, rows)
+    n = lake.write_batch("trajectories", batch_id, with_policy_lag(lake, rows))  # how stale each row is
     groups = {t for t, _, _ in episodes}
     return n, {"num_trajectories": n, "kind": "multi_turn", "episodes": len(episodes), "groups": len(groups),
                "groups_with_signal": len({t for (t, _, e) in episodes if by_episode[e][1]}), "kept": sum(r["kept"] for r in rows),

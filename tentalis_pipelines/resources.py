@@ -128,6 +128,7 @@ class TrainerResource(ConfigurableResource):
     guide_importance: str = mirrored(GRPOConfig, "guide_importance")
     guide_shaping_gamma: float = mirrored(GRPOConfig, "guide_shaping_gamma")
     guide_with_hint: bool = mirrored(GRPOConfig, "guide_with_hint")
+    max_policy_lag: int = mirrored(GRPOConfig, "max_policy_lag")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
     launcher: str = Field(default="in_process", description="where training runs (training/launchers.py, docs/launchers.md): in_process, "
@@ -136,6 +137,10 @@ class TrainerResource(ConfigurableResource):
                                     "(unset: $TENTALIS_RAY_ADDRESS)")
     ray_python: str = Field(default="python", description="launcher ray: the interpreter on the cluster that has Tentalis installed")
     ray_num_gpus: float = Field(default=0.0, description="launcher ray: GPUs the training job asks the cluster for")
+    # Idle-window training (sensor idle_window, job idle_train_job; docs/training.md#idle-window-training).
+    idle_minutes: float = Field(default=10.0, description="minutes the gateway must have served no model request before a window trains")
+    idle_hours: str = Field(default="", description="UTC time of day windows may open, 'HH:MM-HH:MM' (may wrap midnight); empty: any time")
+    progress_every: int = Field(default=4, description="micro-steps between saves of a window's progress (adapter, optimizer, position, RNG)")
 
     def config(self, max_completion_length: int | None = None) -> GRPOConfig:
         """The training config (``max_completion_length``: the policy's ``max_new_tokens``)."""

@@ -210,6 +210,9 @@ SCHEMAS: dict[str, pa.Schema] = {
                 "carries (`tentalis rescore`); null = the pipeline's own (v0)"),
             col("guide_hint_id", pa.string(),
                 "a guided sample (guided_rollouts.rollout_id = rollout_id): the hint it was drawn with; null otherwise"),
+            col("policy_lag", pa.int32(),
+                "policy versions between the one that sampled the row and the one serving when the row was "
+                "written (0 = the serving policy; the chain is checkpoints.parent_id); null = outside the chain"),
         ],
         metadata={DESCRIPTION: (
             "One training sample: the reward components, the reward, the advantages and the kept flag."
@@ -432,6 +435,36 @@ SCHEMAS: dict[str, pa.Schema] = {
         ],
         metadata={DESCRIPTION: (
             "The events of training runs' claims on fresh trajectories (claimed, done, abandoned)."
+        )},
+    ),
+    "training_windows": pa.schema(
+        [
+            col("window_id", pa.string(), "one idle-window training run", nullable=False),
+            col("run_id", pa.string(), "the Dagster run (or the program) that trained in it"),
+            col("policy_version", pa.string(), "the serving policy whose fresh trajectories it trained on"),
+            col("outcome", pa.string(),
+                "finished (a checkpoint was recorded) | preempted (a request arrived; progress saved) | "
+                "nothing (no fresh trajectories) | failed", nullable=False),
+            col("idle_minutes", pa.float64(),
+                "how long the gateway had been idle when the window opened; null = it never served"),
+            col("trained_minutes", pa.float64(), "wall minutes from the window's start to its end"),
+            col("micro_steps", pa.int64(), "forward/backward micro-batches completed in this window"),
+            col("steps", pa.int64(), "optimizer steps completed in this window"),
+            col("saves", pa.int64(), "progress saves in this window"),
+            col("resumed_from", pa.string(),
+                "the saved position it resumed at, 'iteration/step/micro-batch'; null = a fresh start"),
+            col("saved_at", pa.string(), "the position of its last saved progress; null = none saved"),
+            col("yield_seconds", pa.float64(),
+                "preempted: seconds from the request that ended the window to the run's stop"),
+            col("checkpoint_id", pa.string(), "finished: the checkpoint it recorded"),
+            col("refused_policy_lag", pa.int64(),
+                "fresh trajectories refused as older than trainer.max_policy_lag"),
+            col("reason", pa.string(), "what ended the window, in words"),
+            col("started_at", TS, "when the window opened (UTC)"),
+            col("ended_at", TS, "when it ended (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "One idle-window training run: how long the box was idle, how long it trained, and whether it finished or yielded."
         )},
     ),
     "quarantine": pa.schema(

@@ -40,6 +40,7 @@ from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
 from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
 from tentalis_pipelines.training import multiturn, opd
+from tentalis_pipelines.training.policy_lag import with_policy_lag
 from tentalis_pipelines.training.trainer import TrainSample
 
 if TYPE_CHECKING:
@@ -537,7 +538,7 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
             "turn_rewards": [adv[s["turn_id"]].reward if s["turn_id"] in adv else None for s in spans],
             "turn_advantages": [turn_adv.get(s["turn_id"]) for s in spans],
         })
-    n = lake.write_batch("trajectories", batch_id, rows)
+    n = lake.write_batch("trajectories", batch_id, with_policy_lag(lake, rows))  # how stale each row is
     groups = {a.group for a in adv.values()}
     return n, {"num_trajectories": n, "kind": "multi_turn", "rewarded_turns": len(items),
                "opd_rows": sum(r["opd_signal"] is not None for r in rows), "kept": sum(r["kept"] for r in rows),

@@ -27,6 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from tentalis_pipelines.activity import ActivityMiddleware, ActivityRecorder, activity_path
 from tentalis_pipelines.gateway import landing
 from tentalis_pipelines.gateway.auth import LOCAL_TENANT, AuthError, KeyStore
 from tentalis_pipelines.gateway.chat import (
@@ -160,18 +161,24 @@ class ReviewRequest(BaseModel):
 # --------------------------------------------------------------------------- app
 def create_app(cfg: GatewayConfig) -> FastAPI:
     state: dict[str, Gateway] = {}
+    # When the last model request was served: idle-window training starts after a quiet spell and
+    # yields as soon as a request arrives (tentalis_pipelines/activity.py).
+    activity = ActivityRecorder(activity_path(cfg.home))
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI):
         gw = await run_in_threadpool(_start, cfg)
         state["gw"] = gw
         app.state.gateway = gw
+        activity.start()
         try:
             yield
         finally:
+            activity.stop()
             await run_in_threadpool(_stop, gw)
 
     app = FastAPI(title="Tentalis gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.add_middleware(ActivityMiddleware, recorder=activity)
 
     def gw() -> Gateway:
         return state["gw"]

@@ -18,6 +18,7 @@ from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import launchers, opd, serving
+from tentalis_pipelines.training.policy_lag import checkpoint_parents, policy_lags, split_by_lag
 from tentalis_pipelines.training.trainer import (
     GRPOConfig,
     TrainSample,
@@ -45,6 +46,27 @@ def untrained_trajectories(lake: Lakehouse, policy_version: str, versions: dict[
         con.close()
 
 
+FRESH_ANY_POLICY_SQL = """
+select t.* from trajectories t
+where t.kept and t.rollout_id not in (""" + ckpt.CONSUMED_SQL + """)
+"""
+
+
+def trainable_trajectories(lake: Lakehouse, policy_version: str, max_policy_lag: int,
+                           versions: dict[str, int | None] | None = None) -> tuple[list[dict], int]:
+    """(untrained kept trajectories sampled at most ``max_policy_lag`` policy versions behind
+    ``policy_version``, the number of untrained ones refused as older or outside its chain); see
+    ``training/policy_lag.py``. With ``max_policy_lag = 0`` the rows are :func:`untrained_trajectories`'."""
+    con = lake.duckdb(["trajectories", "checkpoints", "training_claims"],
+                      versions={"trajectories": versions["trajectories"]} if versions else None)
+    try:
+        rows = con.execute(FRESH_ANY_POLICY_SQL).fetch_arrow_table().to_pylist()
+    finally:
+        con.close()
+    kept, refused = split_by_lag(rows, policy_lags(checkpoint_parents(lake), policy_version), max_policy_lag)
+    return kept, len(refused)
+
+
 def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
     version, _ = current_policy(lake, paths)
     return untrained_trajectories(lake, version).num_rows
@@ -53,23 +75,30 @@ def fresh_trajectory_count(lake: Lakehouse, paths: Paths) -> int:
 @ckpt.abandons_claims_on_error
 def train_checkpoint(
     lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool = True, on_step=None,
-    launcher=None,
+    launcher=None, window=None,
 ) -> StageResult:
-    """Train a checkpoint on the serving policy's fresh trajectories and record it.
+    """Train a checkpoint on the serving policy's fresh trajectories (those at most
+    ``config.max_policy_lag`` versions old; the count refused is in the metadata) and record it.
 
     Here, in the caller's process: pin the tables' versions, claim the fresh trajectories, name the
     checkpoint. The training itself (:func:`run_training`) runs wherever ``launcher`` puts it
     (``training/launchers.py``; None: in this process). Then here again: the lineage, the checkpoint row,
-    the promotion, the claim's end. A launch that fails leaves nothing under the checkpoint's id."""
+    the promotion, the claim's end. A launch that fails leaves nothing under the checkpoint's id.
+    ``window`` (an ``stages.idle_window.WindowRun``) pins a resumed run's rows and saves its progress as
+    it trains (in this process)."""
     ckpt.reconcile(lake, paths)  # settle what earlier crashed runs left (see training/checkpoints.py)
     version, adapter = current_policy(lake, paths)
     # Pin every table's version before reading anything: the manifest then names exactly what was read.
     versions = lineage.table_versions(lake)
-    fresh = lineage.order_trajectories(untrained_trajectories(lake, version, versions).to_pylist())
+    fresh, refused = trainable_trajectories(lake, version, config.max_policy_lag, versions)
+    fresh = lineage.order_trajectories(fresh)
+    if window is not None:  # an idle window resuming a saved run trains on that run's rows
+        versions, fresh = window.pin(lake, version, versions, fresh, refused)
     if not fresh:
         raise ValueError(
             f"no fresh trajectories for policy {version!r}: run rollouts for a new batch first "
-            "(every trajectory sampled by this policy has been trained on)"
+            f"(every trajectory sampled by this policy has been trained on; {refused} untrained ones are more than "
+            f"trainer.max_policy_lag = {config.max_policy_lag} versions old)"
         )
     ids = {r["rollout_id"] for r in fresh}
     claim = ckpt.claim_training(lake, paths, version, ids, promote=promote)  # a second trainer fails fast here
@@ -82,7 +111,13 @@ def train_checkpoint(
         policy_version=version, parent_adapter=None if adapter is None else str(adapter), versions=dict(versions),
         trajectory_ids=[r["rollout_id"] for r in fresh], model=policy.model, base_model=policy.model_name, config=config.to_dict())
     try:
-        result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)
+        if window is not None:  # an idle window saves its progress from this process: it trains here
+            if launcher is not None and not isinstance(launcher, launchers.InProcessLauncher):
+                raise ValueError(f"an idle window trains in process (its progress is saved by this process), not through "
+                                 f"the {launcher.name!r} launcher: set trainer.launcher = in_process for idle windows")
+            result = run_training(job, on_step=on_step, progress=window.checkpointing())
+        else:
+            result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)
     except BaseException:
         launchers.discard_partial(paths.checkpoints, checkpoint_id)  # no half checkpoint, wherever it trained
         raise
@@ -110,6 +145,8 @@ def train_checkpoint(
         serving.promote(lake, checkpoint_id, actor="trainer", reason=f"trained on {len(fresh)} fresh trajectories of {version} "
                         "(trainer.promotion = always)", expect_from=version)
     ckpt.finish_claim(lake, claim)
+    if window is not None:
+        window.finished()
     return StageResult(
         1,
         {
@@ -117,6 +154,8 @@ def train_checkpoint(
             "parent_id": version,
             "promoted": promote,
             "trained_on": ", ".join(batches),
+            "max_policy_lag": config.max_policy_lag,
+            "refused_policy_lag": refused,  # untrained rows older than max_policy_lag versions
             "history": markdown_table(result.history, limit=50),
             **{k: round(v, 5) if isinstance(v, float) else v for k, v in metrics.items()},
         },
@@ -139,7 +178,7 @@ def claimed_trajectories(lake: Lakehouse, versions: dict[str, int | None], ids: 
     return lineage.order_trajectories(rows)
 
 
-def run_training(job: launchers.TrainingJob, on_step=None) -> launchers.TrainingOutput:
+def run_training(job: launchers.TrainingJob, on_step=None, progress=None) -> launchers.TrainingOutput:
     """The training entry point every launcher runs: the job's trajectories read at its pinned versions,
     GRPO on a LoRA adapter that continues the parent's (optimizer state included), and the adapter folder
     written atomically under ``job.checkpoints`` with its trainer state, lineage manifest and metrics.
@@ -168,7 +207,9 @@ def run_training(job: launchers.TrainingJob, on_step=None) -> launchers.Training
     model = build_policy(model_dir, adapter, config)
     # The chain continues: AdamW's moments and the schedule's step come from the parent checkpoint.
     state = load_trainer_state(adapter, next(model.parameters()).device)
-    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step)
+    # (progress only for an idle window: callers that wrap train_grpo with the older signature keep working)
+    windowed = {"progress": progress} if progress is not None else {}
+    result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step, **windowed)
 
     def extra(folder):  # written inside the atomic save: the adapter never lands without them
         save_trainer_state(folder, result.state)

@@ -20,6 +20,7 @@ from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
 from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import opd
+from tentalis_pipelines.training.policy_lag import with_policy_lag
 
 
 def build_trajectories(
@@ -121,7 +122,7 @@ def single_turn_trajectories(
         # OPD only (w_rl = 0): a row without a used hint has no signal at all and is not trained on.
         row["kept"] = opd.keeps(rl_signal, signal_opd, w_rl=w_rl, w_opd=w_opd)
         row["kind"] = "single"
-    n = lake.write_batch("trajectories", batch_id, rows)
+    n = lake.write_batch("trajectories", batch_id, with_policy_lag(lake, rows))  # how stale each row is
     return StageResult(
         n,
         {

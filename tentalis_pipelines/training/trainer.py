@@ -37,6 +37,7 @@ from tentalis_pipelines.training.losses import (
     per_token_loss,
     shaped_guided_loss,
 )
+from tentalis_pipelines.training.progress import Checkpointing, Progress, StaleProgress, fingerprint
 
 # peft asks transformers 5 for the deprecated `is_gradient_checkpointing` on every adapter load.
 warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", category=FutureWarning)
@@ -117,6 +118,9 @@ class GRPOConfig:
     guide_shaping_gamma: float = config_field(0.1, "gamma of LUFFY's policy shaping r / (r + gamma) (guide_importance = shaping)")
     guide_with_hint: bool = config_field(True, "false: resample all-fail groups without the hint (the ablation that tells the "
                                          "hint's words from more samples for the hard tasks)")
+    # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
+    max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
+                                       "(0: only the serving policy's own; older rows are refused and counted)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -154,6 +158,8 @@ class GRPOConfig:
             raise ValueError(f"opd_teacher_model must name the model to request from the teacher server {self.opd_teacher!r}")
         if not self.opd_clip > 0:
             raise ValueError(f"opd_clip must be above 0, got {self.opd_clip}")
+        if self.max_policy_lag < 0:
+            raise ValueError(f"max_policy_lag must be 0 or more policy versions, got {self.max_policy_lag}")
         if self.opd_min_effect < 0:
             raise ValueError(f"opd_min_effect must be >= 0, got {self.opd_min_effect}")
         if self.guide_generations < 1:
@@ -522,12 +528,15 @@ def _make_optimizer(params: list[tuple[str, torch.nn.Parameter]], config: GRPOCo
 
 
 def train_grpo(
-    model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None
+    model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None,
+    progress: Checkpointing | None = None,
 ) -> TrainResult:
     """Run ``num_iterations`` passes of GRPO-family updates over ``samples`` (in place on ``model``).
 
     ``state`` continues a chain (the parent checkpoint's ``TrainerState``); the returned
-    ``TrainResult.state`` is what the next cycle continues from."""
+    ``TrainResult.state`` is what the next cycle continues from. ``progress`` saves the run's progress
+    every few micro-steps, yields (raises ``Preempted``) when asked and resumes a saved progress
+    (``training/progress.py``)."""
     if not samples:
         raise ValueError("no training samples: every group had equal rewards or the batch was empty")
     torch.manual_seed(config.seed)
@@ -557,13 +566,115 @@ def train_grpo(
     # More than one optimizer step per generation batch: every step after the first is off-policy, so
     # the behaviour policy's log-probs are fixed now, before any update (TRL does the same).
     needs_old = total_steps > 1
-    fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device, needs_old=needs_old, shared=shared)
-             for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
+    run = _ProgressRun(progress, model, optimizer, params, fingerprint(samples, config.to_dict(), start_step, [n for n, _ in params]))
+    try:
+        resume = run.start()
+        if resume is not None:
+            fixed, history, position = resume.fixed, list(resume.history), resume.position
+        else:
+            fixed = {(si, mi): _fixed_logps(model, mb, config, pad_id, device, needs_old=needs_old, shared=shared)
+                     for si, mbs in enumerate(plan) for mi, mb in enumerate(mbs)}
+            history, position = [], (0, 0, 0)
+            run.after_fixed(fixed)
+        _train_loop(model, config, optimizer, params, steps, plan, fixed, history, position, resume, run,
+                    start_step=start_step, horizon=horizon, pad_id=pad_id, device=device, dtype=dtype, shared=shared, on_step=on_step)
+    finally:
+        run.finish()
+        if config.gradient_checkpointing:
+            model.gradient_checkpointing_disable()
+    model.eval()
+    new_state = TrainerState(optimizer.state_dict(), start_step + len(history), [n for n, _ in params])
+    metrics = {
+        "loss": sum(h["loss"] for h in history) / len(history),
+        "kl": sum(h["kl"] for h in history) / len(history),
+        "clip_fraction": sum(h["clip_fraction"] for h in history) / len(history),
+        "policy_drift": max(h["policy_drift"] for h in history),
+        "grad_norm": history[-1]["grad_norm"],
+        "optimizer_steps": len(history),
+        "global_step": new_state.global_step,
+        "samples": len(samples),
+        "guided_samples": sum(s.guided for s in samples),
+        # The first pass's mean log-ratio of guided tokens: how far the hint moved the behaviour policy.
+        "guided_log_ratio": next((h["guided_log_ratio"] for h in history if h.get("guided_log_ratio") is not None), None),
+        "completion_tokens": sum(len(s.completion_ids) for s in samples),
+        "trained_tokens": sum(trained_tokens(s) for s in samples),
+        "seconds": time.perf_counter() - t0,
+        "device": str(device),
+        "dtype": dtype_name(dtype),
+    }
+    return TrainResult(metrics, history, new_state)
 
-    history = []
+
+class _ProgressRun:
+    """``train_grpo``'s side of a :class:`Checkpointing`: resume, poll, count and save (a no-op without one)."""
+
+    def __init__(self, cp: Checkpointing | None, model, optimizer, params, fp: str):
+        self.cp, self.model, self.optimizer, self.params, self.fp = cp, model, optimizer, params, fp
+        self.hooks: list = []
+        self.total_micro = 0
+        self.fixed: dict = {}
+
+    def start(self) -> Progress | None:
+        if self.cp is None:
+            return None
+        resume = self.cp.resume
+        if resume is not None:
+            if resume.fingerprint != self.fp:
+                raise StaleProgress("the saved training progress was made for other rows, another config or another parent "
+                                 "checkpoint: delete it (or let the idle window discard it) and train again")
+            with torch.no_grad():
+                for n, p in self.params:
+                    p.copy_(resume.params[n].to(p.device))
+            self.optimizer.load_state_dict(resume.optimizer)
+            torch.set_rng_state(resume.rng)
+            self.total_micro = resume.micro_steps
+            self.fixed = resume.fixed
+        self.hooks = self.cp.install_hooks(self.model)
+        self.cp.check()
+        return resume
+
+    def after_fixed(self, fixed: dict) -> None:
+        """The pre-update pass is done: save it (a resumed run must not recompute it on updated weights)."""
+        self.fixed = fixed
+        if self.cp is not None and self.cp.every and any(v is not None for ex in fixed.values() for v in ex.values()):
+            self.save((0, 0, 0), [], None, None)
+
+    def check(self) -> None:
+        if self.cp is not None:
+            self.cp.check()
+
+    def micro_done(self) -> bool:
+        """Count a micro-step; True when a save is due."""
+        if self.cp is None:
+            return False
+        self.cp.micro_steps += 1
+        self.total_micro += 1
+        return bool(self.cp.every) and self.cp.micro_steps % self.cp.every == 0
+
+    def save(self, position: tuple[int, int, int], history: list[dict], grads: dict | None, totals: dict | None) -> None:
+        it, si, mi = position
+        self.cp.store.save(Progress(
+            fingerprint=self.fp, iteration=it, step=si, micro=mi,
+            params={n: p.detach().cpu().clone() for n, p in self.params},
+            optimizer=self.optimizer.state_dict(), grads=grads, totals=dict(totals or {}), history=list(history),
+            fixed=self.fixed, rng=torch.get_rng_state(), micro_steps=self.total_micro, meta=self.cp.meta))
+        self.cp.saves += 1
+        self.cp.saved = position
+
+    def finish(self) -> None:
+        for h in self.hooks:
+            h.remove()
+        self.hooks = []
+
+
+def _train_loop(model, config: GRPOConfig, optimizer, params, steps, plan, fixed, history, position, resume, run: _ProgressRun, *,
+                start_step: int, horizon: int, pad_id: int, device, dtype, shared: bool, on_step) -> None:
+    """The optimizer steps of ``train_grpo`` from ``position`` (iteration, step, micro-batch) on."""
     model.train()
     for it in range(config.num_iterations):
         for si, (step_rows, mbs) in enumerate(zip(steps, plan)):
+            if (it, si) < position[:2]:
+                continue  # done before the run was preempted
             global_step = start_step + len(history)
             lr = config.learning_rate * lr_factor(config, global_step, horizon)
             for group in optimizer.param_groups:
@@ -571,7 +682,17 @@ def train_grpo(
             tokens_in_step = sum(trained_tokens(s) for s in step_rows)
             totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "tokens": 0.0, "drift": 0.0, "guided_tokens": 0.0, "guided_log_ratio": 0.0}
             optimizer.zero_grad(set_to_none=True)
+            first = 0
+            if (it, si) == position[:2] and position[2] > 0:  # resuming inside this step: its gradients so far
+                first, totals = position[2], dict(resume.totals)
+                for n, p in params:
+                    g = resume.grads[n]
+                    p.grad = None if g is None else g.to(p.device).clone()
+            save_due = False
             for mi, mb in enumerate(mbs):
+                if mi < first:
+                    continue
+                run.check()
                 batch = pack(mb, pad_id, device, config.temperature, shared=shared)
                 ex = fixed[(si, mi)]
                 with autocast(device, dtype):
@@ -608,6 +729,11 @@ def train_grpo(
                 totals["drift"] += float(((logps.detach() - old).abs() * mask).sum())
                 if parts.kl is not None:
                     totals["kl"] += float((parts.kl.detach() * mask).sum())
+                save_due = run.micro_done() or save_due
+                if save_due and mi + 1 < len(mbs):  # mid-step: the gradients so far travel with the progress
+                    grads = {n: None if p.grad is None else p.grad.detach().cpu().clone() for n, p in params}
+                    run.save((it, si, mi + 1), history, grads, totals)
+                    save_due = False
             grad_norm = torch.nn.utils.clip_grad_norm_([p for _, p in params], config.max_grad_norm)
             optimizer.step()
             rec = {
@@ -627,28 +753,11 @@ def train_grpo(
                 "guided_log_ratio": totals["guided_log_ratio"] / totals["guided_tokens"] if totals["guided_tokens"] else None,
             }
             history.append(rec)
+            if run.cp is not None:
+                run.cp.steps += 1
             if on_step:
                 on_step(rec)
-    if config.gradient_checkpointing:
-        model.gradient_checkpointing_disable()
-    model.eval()
-    new_state = TrainerState(optimizer.state_dict(), start_step + len(history), [n for n, _ in params])
-    metrics = {
-        "loss": sum(h["loss"] for h in history) / len(history),
-        "kl": sum(h["kl"] for h in history) / len(history),
-        "clip_fraction": sum(h["clip_fraction"] for h in history) / len(history),
-        "policy_drift": max(h["policy_drift"] for h in history),
-        "grad_norm": history[-1]["grad_norm"],
-        "optimizer_steps": len(history),
-        "global_step": new_state.global_step,
-        "samples": len(samples),
-        "guided_samples": sum(s.guided for s in samples),
-        # The first pass's mean log-ratio of guided tokens: how far the hint moved the behaviour policy.
-        "guided_log_ratio": next((h["guided_log_ratio"] for h in history if h["guided_log_ratio"] is not None), None),
-        "completion_tokens": sum(len(s.completion_ids) for s in samples),
-        "trained_tokens": sum(trained_tokens(s) for s in samples),
-        "seconds": time.perf_counter() - t0,
-        "device": str(device),
-        "dtype": dtype_name(dtype),
-    }
-    return TrainResult(metrics, history, new_state)
+            last = it == config.num_iterations - 1 and si == len(steps) - 1
+            if save_due and not last:  # at a step boundary: no gradients in flight
+                nxt = (it, si + 1, 0) if si + 1 < len(steps) else (it + 1, 0, 0)
+                run.save(nxt, history, None, None)
