@@ -62,8 +62,9 @@ def _write_trajectories(home: Path, model_dir: Path, batches: int) -> None:
         lake.write_batch("trajectories", f"b{b}", trajectories)
 
 
-def window_worker(home: str, model_dir: str) -> None:
-    """One idle window in this process (what the ``training_windows`` asset runs)."""
+def window_worker(home: str, model_dir: str, idle_since_ns: str) -> None:
+    """One idle window in this process (what the ``training_windows`` asset runs), told the activity
+    stamp seen before it started, as the sensor tells it."""
     from tentalis_pipelines.activity import activity_path
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.policy import PolicySettings
@@ -74,7 +75,7 @@ def window_worker(home: str, model_dir: str) -> None:
     paths = Paths.from_env(home).ensure()
     cfg = GRPOConfig(num_iterations=1000, per_step_rows=8, device="cpu")
     out = run_window(Lakehouse(paths.lakehouse), paths, PolicySettings(model=model_dir), cfg, promote=False,
-                     activity_file=activity_path(paths.home), progress_every=1)
+                     activity_file=activity_path(paths.home), idle_since_ns=int(idle_since_ns), progress_every=1)
     print(json.dumps(out.metadata, default=str))
 
 
@@ -118,20 +119,21 @@ def idle_benchmark(model_dir: Path, *, requests: int = 24, windows: int = 3, max
         during, yields, recorded = [], [], []
         burst = max(1, requests // windows)
         for w in range(windows):
-            worker = subprocess.Popen([sys.executable, "-m", "bench.idle_bench", "--worker", str(home), str(model_dir)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            stamp, started = last_activity_ns(activity_path(home)), time.time()
+            worker = subprocess.Popen([sys.executable, "-m", "bench.idle_bench", "--worker", str(home), str(model_dir), str(stamp)],
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
             deadline = time.monotonic() + 600
-            while not progress_path(Paths.from_env(home)).exists() and worker.poll() is None and time.monotonic() < deadline:
+            saved = progress_path(Paths.from_env(home))
+            # Training has begun once this window saved progress (an earlier window's file does not count).
+            while (not saved.exists() or saved.stat().st_mtime < started) and worker.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
             time.sleep(1.0)  # training for a while
             if worker.poll() is not None:
                 raise RuntimeError(f"window {w} ended before a request came: {worker.stdout.read()[-2000:]}")
             t_first = time.perf_counter()
-            print("marker before burst", last_activity_ns(activity_path(home)), file=sys.stderr)
             for i in range(burst):
                 during.append(call(i))
                 if i == 0:
-                    print("marker after first call", last_activity_ns(activity_path(home)), file=sys.stderr)
                     worker.wait(timeout=120)
                     yields.append(time.perf_counter() - t_first)
             meta = json.loads(worker.stdout.read().strip().splitlines()[-1])
@@ -158,7 +160,7 @@ def main(argv: list[str]) -> None:
     import argparse
 
     if argv[:1] == ["--worker"]:
-        return window_worker(argv[1], argv[2])
+        return window_worker(argv[1], argv[2], argv[3])
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--tiny", action="store_true", help="the tiny random Llama (seconds) instead of the embedded SmolLM2")
     p.add_argument("--requests", type=int, default=24)

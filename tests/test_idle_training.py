@@ -225,3 +225,26 @@ def test_a_window_yields_within_30_seconds_of_a_request(home, tiny_model_dir):
     [w] = lake.read("training_windows").to_pylist()
     assert 0 <= w["yield_seconds"] < 30 and w["steps"] < 200 * 4
     print(f"yielded {stopped:.3f} s after the request (recorded {w['yield_seconds']:.3f} s), after {w['steps']} steps")
+
+
+def test_the_gateway_records_model_requests_and_not_health_checks(tmp_path, tiny_model_dir):
+    from fastapi.testclient import TestClient
+
+    from tentalis_pipelines.activity import activity_path, last_activity_ns
+    from tentalis_pipelines.gateway.app import GatewayConfig, create_app
+
+    home = tmp_path / "home"
+    marker = activity_path(home)
+    cfg = GatewayConfig(home=home, lakehouse=home / "lakehouse", model_dir=tiny_model_dir, no_auth=True, poll_seconds=0,
+                        device="cpu", dtype="float32")
+    chat = {"model": "tentalis", "max_tokens": 4, "temperature": 0, "messages": [{"role": "user", "content": "hi"}]}
+    with TestClient(create_app(cfg)) as client:
+        assert client.get("/health").status_code == 200 and last_activity_ns(marker) is None
+        assert client.post("/v1/chat/completions", json=chat).status_code == 200
+        first = last_activity_ns(marker)
+        assert first is not None
+        for path in ("/health", "/v1/models"):
+            client.get(path)
+        assert last_activity_ns(marker) == first  # monitoring never wakes the box
+        assert client.post("/v1/completions", json={"model": "tentalis", "prompt": "1 + 1 =", "max_tokens": 2}).status_code == 200
+        assert last_activity_ns(marker) > first
