@@ -306,8 +306,11 @@ class RayCluster:
                f"--temp-dir={self.root}", "--disable-usage-stats"]
         log = self.root / "ray-start.log"
         with open(log, "w") as fh:  # the child keeps its own copy of the descriptor
-            self._proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True,
-                                          env={**os.environ, "RAY_USAGE_STATS_ENABLED": "0"})
+            # Patient health checks: on a busy 2-core host (tests run under `nice -n 19`) the default ones
+            # (3 misses of 10 s) declared the head node dead mid-test and the cluster went away.
+            env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_health_check_timeout_ms": "60000",
+                   "RAY_health_check_period_ms": "10000", "RAY_health_check_failure_threshold": "30"}
+            self._proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True, env=env)
         deadline, last = time.monotonic() + timeout, None
         while True:
             if self._proc.poll() is not None:
@@ -323,6 +326,13 @@ class RayCluster:
                 self.stop()
                 raise ServerUnavailable(f"Ray's dashboard at {self.address} did not answer within {timeout:.0f} s: {last}")
             time.sleep(1)
+
+    def died(self) -> str | None:
+        """None while the cluster runs; else why it ended (the tail of `ray start`'s log)."""
+        if self._proc is None or self._proc.poll() is None:
+            return None
+        log = self.root / "ray-start.log" if self.root else None
+        return f"ray start exited {self._proc.returncode}: " + (log.read_text()[-1500:] if log and log.exists() else "")
 
     def stop(self) -> None:
         if self._proc is not None:

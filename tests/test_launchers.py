@@ -59,15 +59,18 @@ def cycle_home(home, tiny_model_dir) -> Path:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """A real local Ray cluster for the module; yields the dashboard address the jobs are submitted to."""
+    """A real local Ray cluster for the module (its job API at ``.address``); a cluster that died meanwhile
+    fails the teardown with its log."""
     try:
         cluster = RayCluster().start()
     except ServerUnavailable as exc:
         skip_unavailable("a local Ray cluster", exc)
     try:
-        yield cluster.address
+        yield cluster
     finally:
+        death = cluster.died()
         cluster.stop()
+        assert death is None, f"the Ray cluster died during the tests: {death}"
 
 
 def _trainer(**kw) -> TrainerResource:
@@ -104,7 +107,7 @@ def test_in_process_subprocess_and_ray_launchers_train_the_same_adapter_and_line
         shutil.copytree(cycle_home, homes[name])
     out = {}
     for name, h in homes.items():
-        extra = {"ray_address": ray_cluster, "ray_python": sys.executable} if name == "ray" else {}
+        extra = {"ray_address": ray_cluster.address, "ray_python": sys.executable} if name == "ray" else {}
         with DagsterInstance.ephemeral() as instance:
             res = _materialize(h, tiny_model_dir, _trainer(launcher=name, **extra), instance)
             logs = [e.user_message for e in instance.all_logs(res.run_id)]
@@ -145,10 +148,10 @@ def test_a_ray_job_killed_mid_run_leaves_no_half_checkpoint_and_frees_the_gpu_sl
     from dagster import instance_for_test
     from ray.job_submission import JobStatus, JobSubmissionClient
 
-    client = JobSubmissionClient(ray_cluster)
+    client = JobSubmissionClient(ray_cluster.address)
     paths = Paths.from_env(cycle_home)
     lake = Lakehouse(paths.lakehouse)
-    long_run = _trainer(launcher="ray", ray_address=ray_cluster, ray_python=sys.executable, num_iterations=400)
+    long_run = _trainer(launcher="ray", ray_address=ray_cluster.address, ray_python=sys.executable, num_iterations=400)
     with instance_for_test(overrides={"concurrency": {"pools": {"default_limit": 1}}}) as instance:
         box = {}
         runner = threading.Thread(target=lambda: box.setdefault("res", _materialize(cycle_home, tiny_model_dir, long_run, instance,
