@@ -119,6 +119,9 @@ def idle_benchmark(model_dir: Path, *, requests: int = 24, windows: int = 3, max
         during, yields, recorded = [], [], []
         burst = max(1, requests // windows)
         for w in range(windows):
+            # The gateway stamps a request's end after the client has its reply: let that stamp land first,
+            # or the window sees it as a request that came after the idle time it was started for.
+            time.sleep(1.0)
             stamp, started = last_activity_ns(activity_path(home)), time.time()
             worker = subprocess.Popen([sys.executable, "-m", "bench.idle_bench", "--worker", str(home), str(model_dir), str(stamp)],
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
