@@ -114,26 +114,11 @@ def _write(rows: list[dict], out: Path) -> None:
 
 
 def spearman(x: list[float], y: list[float]) -> float:
-    """Spearman's rho: Pearson's correlation of the ranks (ties get their mean rank)."""
-    def ranks(v):
-        order = sorted(range(len(v)), key=lambda i: v[i])
-        r = [0.0] * len(v)
-        i = 0
-        while i < len(v):
-            j = i
-            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                r[order[k]] = (i + j) / 2 + 1
-            i = j + 1
-        return r
+    """Spearman's rho (the product's, ``rewards/agreement.py``); nan when undefined."""
+    from tentalis_pipelines.rewards.agreement import spearman as rho
 
-    rx, ry = ranks(x), ranks(y)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    sx = sum((a - mx) ** 2 for a in rx) ** 0.5
-    sy = sum((b - my) ** 2 for b in ry) ** 0.5
-    return cov / (sx * sy) if sx and sy else float("nan")
+    v = rho(x, y)
+    return float("nan") if v is None else v
 
 
 def bootstrap_ci(x: list[float], y: list[float], n: int = 2000, seed: int = 0) -> tuple[float, float]:
