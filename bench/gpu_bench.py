@@ -1,4 +1,5 @@
-"""Rollout tokens/s and one GRPO update on one GPU, against TRL's GRPOTrainer on the same GPU.
+"""Rollout tokens/s and one GRPO update on one GPU, against Hugging Face's batched ``generate`` and TRL's
+GRPOTrainer on the same GPU.
 
 A lent GPU machine has torch, transformers and peft but no internet and no Dagster: the model is
 built **from a config with random weights** (default: the shape of Qwen2.5-0.5B, 24 layers, hidden
@@ -124,6 +125,49 @@ def run_tentalis(model_dir: Path, config: GpuBenchConfig) -> dict:
             "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady)}
 
 
+def run_hf_generate(model_dir: Path, config: GpuBenchConfig, *, repeats: int = 2) -> dict:
+    """The same rollout workload through Hugging Face's batched ``generate`` alone (what TRL calls without
+    vLLM): every prompt left-padded in one call, ``num_return_sequences`` samples each, the same
+    precision and length. Tokens count up to and including EOS, as the Tentalis side counts them. The
+    first repeat includes warm-up and is left out of the median."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tentalis_pipelines.hardware import resolve_device, resolve_dtype
+
+    device = resolve_device(config.device)
+    dtype = resolve_dtype(config.dtype, device)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    tok.padding_side = "left"
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype).to(device).eval()
+    eos = model.generation_config.eos_token_id
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    records = []
+    for r in range(repeats):
+        prompts = _prompts(tok, config.prompts, config.seed + r)
+        enc = tok(prompts, add_special_tokens=False, return_tensors="pt", padding=True).to(device)
+        torch.manual_seed(config.seed + r)
+        sync()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = model.generate(**enc, max_new_tokens=config.max_new_tokens, do_sample=True, temperature=1.0, top_p=None,
+                                 top_k=None, num_return_sequences=config.num_generations, pad_token_id=tok.pad_token_id,
+                                 eos_token_id=eos)
+        sync()
+        dt = time.perf_counter() - t0
+        new = out[:, enc["input_ids"].shape[1]:].tolist()
+        tokens = 0
+        for row in new:
+            tokens += next((i + 1 for i, t in enumerate(row) if t == eos), len(row))
+        records.append({"repeat": r + 1, "generation_s": round(dt, 3), "completion_tokens": tokens,
+                        "tokens_per_s": round(tokens / dt, 1)})
+    steady = records[1:] if len(records) > 1 else records
+    return {"generator": "hf_generate", "repeats": records,
+            "median_tokens_per_s": statistics.median(r["tokens_per_s"] for r in steady)}
+
+
 def run_trl(model_dir: Path, config: GpuBenchConfig) -> dict:
     """The same updates with TRL's GRPOTrainer (peft LoRA, bf16 where the device has it, no vLLM)."""
     import torch
@@ -173,6 +217,9 @@ def gpu_bench(tokenizer_dir: Path, config: GpuBenchConfig, *, with_trl: bool = T
         report: dict = {"config": asdict(config), "torch": torch.__version__,
                         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                         "tentalis": run_tentalis(model_dir, config)}
+        report["hf_generate"] = run_hf_generate(model_dir, config)
+        report["generation_ratio_tentalis_over_hf"] = round(
+            report["tentalis"]["median_tokens_per_s"] / report["hf_generate"]["median_tokens_per_s"], 3)
         if with_trl:
             try:
                 report["trl"] = run_trl(model_dir, config)

@@ -66,6 +66,11 @@ def test_gpu_bench_path_runs_on_cpu_with_a_tiny_config(embedded_model_dir):
     assert 0 < u["completion_tokens"] <= cfg.prompts * cfg.num_generations * cfg.max_new_tokens
     assert u["update_s"] == pytest.approx(u["generation_s"] + u["train_s"], abs=2e-3)
     assert u["device"] == "cpu" and u["dtype"] in ("bfloat16", "float32")
+    hf = report["hf_generate"]
+    assert len(hf["repeats"]) == 2
+    assert all(0 < r["completion_tokens"] <= cfg.prompts * cfg.num_generations * cfg.max_new_tokens for r in hf["repeats"])
+    assert report["generation_ratio_tentalis_over_hf"] == pytest.approx(
+        t["median_tokens_per_s"] / hf["median_tokens_per_s"], abs=1e-3)
 
 
 def test_dtype_bench_compares_both_precisions(tiny_model_dir):
