@@ -27,6 +27,7 @@ from tentalis_pipelines.stages.step_scores import build_step_scores
 from tentalis_pipelines.stages.tasks import SCREEN_KEY, build_tasks
 from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
 from tentalis_pipelines.stages.trajectories import build_trajectories
+from tentalis_pipelines.training import serving
 
 
 def stage_metadata(result: StageResult, table: str, lake=None) -> dict:
@@ -108,8 +109,11 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
     """The manager's review of every rollout: score, critique and hint. A live-sessions batch: the live
     reviews of its sessions, and with `review.manager = llm` the judge's review of each session no person reviewed."""
     # Built on first use: a sessions batch whose sessions all have a person's review loads no judge model.
-    llm = partial(review.llm_manager, lakehouse.paths().models) if review.manager == "llm" else None
     lake = lakehouse.lakehouse()
+    llm = None
+    if review.manager == "llm":  # the serving manager: a trained adapter once one is promoted (training/manager_rl.py)
+        version, adapter = serving.serving_policy(lake, "manager")
+        llm = partial(review.llm_manager, lakehouse.paths().models, adapter_dir=adapter, version=version)
     res = build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
     checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]
     return to_materialize_result(res, "reviews", lake, checks)

@@ -225,6 +225,22 @@ def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
+def manager_lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``lineage`` rows of a manager checkpoint (``stages/manager_training.py``): its manifest, the
+    table versions it read, each failed rollout it learned to review (kind ``manager_failure``) and each
+    sampled review that taught it (kind ``manager_sample``, a ``manager_samples`` row)."""
+    cid, now = manifest["checkpoint_id"], now_utc()
+    versions = manifest["tables"]
+    base = {"checkpoint_id": cid, "created_at": now, "detail": None, "batch_id": None, "row_id": None}
+    rows = [{**base, "kind": "manifest", "table_name": None, "table_version": None, "detail": dumps(manifest)}]
+    rows += [{**base, "kind": "table", "table_name": name, "table_version": v} for name, v in sorted(versions.items())]
+    rows += [{**base, "kind": "manager_failure", "table_name": "rollouts", "table_version": versions.get("rollouts"),
+              "row_id": f["rollout_id"], "batch_id": f["batch_id"]} for f in manifest["failures"]]
+    rows += [{**base, "kind": "manager_sample", "table_name": "manager_samples", "table_version": versions.get("manager_samples"),
+              "row_id": sid} for sid in manifest["manager_samples"]]
+    return rows
+
+
 def record(lake: Lakehouse, manifest: dict[str, Any]) -> int:
     """Append the manifest's rows to ``lineage`` (written before the checkpoint row, so no recorded
     checkpoint is ever without its lineage). Returns the rows written."""

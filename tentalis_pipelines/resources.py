@@ -190,14 +190,16 @@ class ReviewResource(ConfigurableResource):
         cfg = JudgeConfig(num_votes=self.num_votes, temperature=self.judge_temperature, forced_verdict=self.judge_forced_verdict)
         return JudgePRM(backend, cfg)
 
-    def llm_manager(self, models_dir, rubric: str | None = None):
-        """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's)."""
+    def llm_manager(self, models_dir, rubric: str | None = None, adapter_dir=None, version: str = "base"):
+        """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's);
+        ``adapter_dir``/``version``: a trained manager's adapter and id (the serving one:
+        ``serving.serving_policy(lake, "manager")``), recorded in each review's ``reviewer``."""
         from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
         from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager
 
-        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir)),
-                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC)
+        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir), adapter_dir=adapter_dir),
+                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC, version=version)
 
 
 class BenchmarkResource(ConfigurableResource):

@@ -392,6 +392,89 @@ SCHEMAS: dict[str, pa.Schema] = {
             "The serving log: each change of the policy that serves; the highest seq serves."
         )},
     ),
+    "manager_checkpoints": pa.schema(
+        [
+            col("checkpoint_id", pa.string(),
+                "the manager's LoRA adapter id ('m-…'); manager_serving names what reviews", nullable=False),
+            col("parent_id", pa.string(), "the manager checkpoint it was trained from; null = the untrained manager"),
+            col("base_model", pa.string(), "the base model the adapter applies to (review.judge_model)"),
+            col("adapter_uri", pa.string(), "where the adapter folder lies"),
+            col("algorithm", pa.string(), "the loss (GRPO family, as checkpoints.algorithm)"),
+            col("config", pa.string(), "JSON: the manager's training configuration (ManagerRLConfig and GRPOConfig)"),
+            col("trained_on", pa.list_(pa.string()), "the batches whose failed rollouts it learned to review"),
+            col("trajectory_ids", pa.list_(pa.string()), "the failed rollouts it learned to write hints for, sorted"),
+            col("trajectory_count", pa.int64(), "how many failed rollouts"),
+            col("metrics", pa.string(),
+                "JSON: mean reward, rescue rate of its hints, share of usable hints, score error against the verifier"),
+            col("promoted", pa.bool_(), "true once it has been promoted to review (manager_serving records every move)"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "One trained manager adapter (meta-RL: hints rewarded by the worker's rescue, scores kept accurate) "
+            "with its lineage."
+        )},
+    ),
+    "manager_serving": pa.schema(
+        [
+            col("seq", pa.int64(), "position in the manager's serving log; the highest seq reviews", nullable=False),
+            col("from_checkpoint", pa.string(), "what reviewed before this change: a manager checkpoint id or 'base'"),
+            col("to_checkpoint", pa.string(), "what reviews from this change on: a manager checkpoint id or 'base'",
+                nullable=False),
+            col("action", pa.string(), "promote | rollback | gate | retract"),
+            col("actor", pa.string(), "who: a user name or 'gate'"),
+            col("reason", pa.string(), "why, in words"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "The manager's serving log: which manager adapter writes the llm reviews; the highest seq serves."
+        )},
+    ),
+    "manager_samples": pa.schema(
+        [
+            col("checkpoint_id", pa.string(), "the manager checkpoint these samples trained", nullable=False),
+            col("sample_id", pa.string(), "'ms-' + hash of (checkpoint, failed rollout, index)", nullable=False),
+            col("batch_id", pa.string(), "the batch of the failed rollout"),
+            col("rollout_id", pa.string(), "the failed rollout the manager reviewed (rollouts.rollout_id)"),
+            col("task_id", pa.string(), "its task"),
+            col("sample_index", pa.int32(), "0..num_generations-1: which of the group's sampled reviews"),
+            col("manager_version", pa.string(), "the manager checkpoint that sampled the review, or 'base'"),
+            col("worker_version", pa.string(), "the worker checkpoint whose rescue measured the hint, or 'base'"),
+            col("review_text", pa.string(), "the manager's reply as generated"),
+            col("score", pa.float64(), "the score it gave, in [0, 1] (null: unparseable)"),
+            col("hint", pa.string(), "the hint it wrote"),
+            col("hint_decision", pa.string(), "the OPD hint screen: used | no_hint | trivial | leaks_answer"),
+            col("rescue_k", pa.int32(), "worker samples drawn with the hint"),
+            col("rescued", pa.int32(), "how many of them the verifier accepted"),
+            col("dense_reward", pa.float64(), "the hint's dense reward (rewards/hint_reward.py), when that is the reward"),
+            col("verifier_score", pa.float64(), "the verifier manager's score of the same rollout"),
+            col("worker_correct", pa.bool_(), "the verifier accepted the rollout: no hint is measured, the score alone counts"),
+            col("reward", pa.float64(), "the manager's reward: hint value - accuracy_weight * |score - verifier_score|"),
+            col("advantage", pa.float64(), "its group-relative advantage (group = the failed rollout)"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: "What taught a manager checkpoint: each sampled review, what its hint did, its reward."},
+    ),
+    "manager_evals": pa.schema(
+        [
+            col("checkpoint_id", pa.string(), "the manager evaluated: a manager checkpoint id or 'base'", nullable=False),
+            col("rollout_id", pa.string(), "a held-out failed rollout (rollouts.rollout_id)", nullable=False),
+            col("task_id", pa.string(), "its task"),
+            col("worker_version", pa.string(), "the worker checkpoint whose rescue measured the hint, or 'base'"),
+            col("score", pa.float64(), "the manager's score (greedy review; null: unparseable)"),
+            col("hint", pa.string(), "the hint it wrote"),
+            col("hint_decision", pa.string(), "the OPD hint screen: used | no_hint | trivial | leaks_answer"),
+            col("rescue_k", pa.int32(), "worker samples drawn with the hint (0 when it was not usable)"),
+            col("rescued", pa.int32(), "how many of them the verifier accepted"),
+            col("verifier_score", pa.float64(), "the verifier manager's score of the same rollout"),
+            col("worker_correct", pa.bool_(), "the verifier accepted the rollout: only its score is compared"),
+            col("seed", pa.int64(), "the rescue sampling seed (the same for every manager compared)"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "A manager on held-out failures: its greedy review, whether its hint rescued the worker, its score "
+            "against the verifier's. The manager's promotion gate compares two managers on the same rows."
+        )},
+    ),
     "gate_decisions": pa.schema(
         [
             col("checkpoint_id", pa.string(),

@@ -235,6 +235,8 @@ def learn(
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
                                 "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
     skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),
+    manager: str | None = typer.Option(None, help="Who reviews: verifier | llm (the serving manager: the judge model with the "
+                                       "adapter promoted by `tentalis promote --role manager`, else untrained); default: the review resource's."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -259,6 +261,8 @@ def learn(
         fail(f"{flag}: {exc}")
     if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe"):
         fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe")
+    if manager not in (None, "verifier", "llm"):
+        fail(f"--manager {manager!r}: choose verifier or llm")
     if tasks in ("terminal", "bfcl", "swe") and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
     sampling_temperature = recipe_temperature(tasks, temperature)
@@ -268,6 +272,8 @@ def learn(
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
                                      skills_top_k=skills_top_k if skills else None, temperature=sampling_temperature)
+        if manager is not None:
+            resources.setdefault("review", {"config": {}})["config"]["manager"] = manager
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
             held_out = held_out_benchmark(tasks, tuple(lv))
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})

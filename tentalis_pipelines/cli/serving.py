@@ -83,22 +83,27 @@ def reconcile_home(paths) -> dict:
     return report
 
 
+RoleOpt = typer.Option("worker", "--role", help="worker (the policy) | manager (the llm manager's adapter, training/manager_rl.py).")
+
+
 @app.command()
 def promote(
     checkpoint_id: str = typer.Argument(..., help="The checkpoint to serve (or 'base')."),
     reason: str = typer.Option(..., "--reason", help="Why (kept in the serving history)."),
     actor: str | None = typer.Option(None, "--actor", help="Who (default: $USER, else 'cli')."),
+    role: str = RoleOpt,
     home: str | None = HomeOpt,
 ):
-    """Serve CHECKPOINT_ID from the next rollout on (recorded in the `serving` table)."""
+    """Serve CHECKPOINT_ID from the next rollout on (recorded in the `serving` table; `--role manager`: the
+    manager's checkpoint that writes the llm reviews, in `manager_serving`)."""
     paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.training.serving import ServingError
     from tentalis_pipelines.training.serving import promote as do_promote
 
     try:
-        row = do_promote(Lakehouse(paths.lakehouse), checkpoint_id, actor=actor_name(actor), reason=reason)
-    except ServingError as exc:
+        row = do_promote(Lakehouse(paths.lakehouse), checkpoint_id, actor=actor_name(actor), reason=reason, role=role)
+    except (ServingError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     console.print(f"serving [bold]{row['to_checkpoint']}[/] (was {row['from_checkpoint']}; seq {row['seq']})")
@@ -109,17 +114,19 @@ def rollback(
     reason: str = typer.Option(..., "--reason", help="Why (kept in the serving history)."),
     to: str | None = typer.Option(None, "--to", help="Checkpoint id or 'base' (default: what served before the current one)."),
     actor: str | None = typer.Option(None, "--actor", help="Who (default: $USER, else 'cli')."),
+    role: str = RoleOpt,
     home: str | None = HomeOpt,
 ):
-    """Go back to what served before the current policy (or to --to); recorded in the `serving` table."""
+    """Go back to what served before the current policy (or to --to); recorded in the `serving` table
+    (`--role manager`: the manager's, in `manager_serving`)."""
     paths = home_paths(home)
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.training.serving import ServingError
     from tentalis_pipelines.training.serving import rollback as do_rollback
 
     try:
-        row = do_rollback(Lakehouse(paths.lakehouse), actor=actor_name(actor), reason=reason, to=to)
-    except ServingError as exc:
+        row = do_rollback(Lakehouse(paths.lakehouse), actor=actor_name(actor), reason=reason, to=to, role=role)
+    except (ServingError, ValueError) as exc:
         err.print(f"[red]error:[/] {exc}")
         raise typer.Exit(2) from None
     console.print(f"serving [bold]{row['to_checkpoint']}[/] (rolled back from {row['from_checkpoint']}; seq {row['seq']})")

@@ -38,6 +38,12 @@ _FENCE_TAG = re.compile(r"<\s*/?\s*" + FENCE + r"[^>]*>", re.I)
 WRONG_ANSWER_CAP = 0.5
 NO_ANSWER_CAP = 0.2
 _JSON = re.compile(r"\{[^{}]*\}", re.S)
+PREFILL = '{"score": '  # the reply is pre-filled up to the score
+# A reply that leaves the hint out is asked for it: its text without the closing brace, then this bridge,
+# and the model writes the hint up to the closing quote (a small model closes the object after the critique
+# far more often than it writes a hint; the manager's meta-RL trains both passes, training/manager_rl.py).
+HINT_BRIDGE = ', "hint": "'
+HINT_MAX_NEW_TOKENS = 48
 
 SESSION_RUBRIC = (
     "You are a manager reviewing an AI assistant's work in one session with a user (it may call tools). Grade the "
@@ -99,12 +105,36 @@ def parse_review(text: str) -> tuple[float, str, str] | None:
     return None
 
 
+def parse_reply(text: str) -> tuple[float, str, str] | None:
+    """(score, critique, hint) from a generated continuation of the pre-filled reply, or None."""
+    full = PREFILL + (text or "")
+    return parse_review(full if full.rstrip().endswith("}") else full + "}")
+
+
+def hint_prompt(prompt: str, reply: str) -> str:
+    """The prompt that asks a reply without a hint for one: the manager's prompt, its reply up to (not
+    including) the closing brace, and ``HINT_BRIDGE``; the model writes the hint up to the closing quote."""
+    body = (reply or "").rstrip()
+    if body.endswith("}"):
+        body = body[:-1].rstrip()
+    return prompt + body + HINT_BRIDGE
+
+
+def read_hint(text: str) -> str:
+    """The hint written after ``HINT_BRIDGE``: the text before the closing quote."""
+    return (text or "").split('"', 1)[0].strip()
+
+
 class LLMManager:
     name = "llm"
 
-    def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0, rubric: str = RUBRIC):
+    def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0, rubric: str = RUBRIC,
+                 version: str = "base"):
         # ``rubric``: the system prompt the manager grades by (a re-score may try another one).
+        # ``version``: the manager checkpoint whose adapter the backend carries ('base': untrained), see
+        # training/manager_rl.py; each review names it in ``reviews.reviewer``.
         self.backend, self.max_new_tokens, self.seed, self.rubric = backend, max_new_tokens, seed, rubric
+        self.version = version
         self.fallback = VerifierManager()
 
     def prompt(self, task: str, completion: str, x: ReviewInput) -> str:
@@ -115,22 +145,29 @@ class LLMManager:
         messages = [{"role": "system", "content": self.rubric}, {"role": "user", "content": user}]
         tok = getattr(self.backend, "tokenizer", None)
         if tok is not None and getattr(tok, "chat_template", None):
-            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + '{"score": '
-        return self.rubric + "\n\n" + user + '\n{"score": '
+            return tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True) + PREFILL
+        return self.rubric + "\n\n" + user + "\n" + PREFILL
 
     def review_many(self, items: Sequence[tuple[str, str, ReviewInput]]) -> list[Review]:
-        """One batched generate call for all rollouts (the reply is pre-filled up to the score)."""
+        """One batched generate call for all rollouts (the reply is pre-filled up to the score), and one
+        more for the parsed replies that wrote no hint (``hint_prompt``: asked for the hint alone)."""
         prompts = [self.prompt(t, c, x) for t, c, x in items]
         params = SamplingParams(num_generations=1, max_new_tokens=self.max_new_tokens, temperature=0.0, seed=self.seed, stop=("}",))
+        replies = [gens[0].text for gens in (self.backend.generate(prompts, params) if prompts else [])]
+        parsed = [parse_reply(text) for text in replies]
+        ask = [i for i, p in enumerate(parsed) if p is not None and not p[2].strip()]
+        if ask:
+            hint_params = SamplingParams(num_generations=1, max_new_tokens=HINT_MAX_NEW_TOKENS, temperature=0.0, seed=self.seed,
+                                         stop=('"',))
+            for i, gens in zip(ask, self.backend.generate([hint_prompt(prompts[i], replies[i]) for i in ask], hint_params)):
+                parsed[i] = (parsed[i][0], parsed[i][1], read_hint(gens[0].text))
         out = []
-        for (_, _, x), gens in zip(items, self.backend.generate(prompts, params) if prompts else []):
-            text = '{"score": ' + gens[0].text
-            parsed = parse_review(text if text.rstrip().endswith("}") else text + "}")
-            if parsed is None:
+        for (_, _, x), p in zip(items, parsed):
+            if p is None:
                 fb = self.fallback.review(x)
                 out.append(Review(fb.score, f"(manager reply unparseable; verifier review) {fb.critique}", fb.hint))
             else:
-                score, critique, hint = parsed
+                score, critique, hint = p
                 out.append(Review(bound_by_ground_truth(score, x), critique, hint))
         return out
 

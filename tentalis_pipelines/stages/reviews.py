@@ -125,7 +125,8 @@ def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
             row = {"manager": "human", "score": h["score"], "critique": h["critique"], "hint": h["hint"]}
         elif rid in llm_reviews:
             rev = llm_reviews[rid]
-            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
+            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint,
+                   "reviewer": f"llm-manager:{getattr(llm_manager, 'version', 'base')}"}
         elif manager == "hackable":
             rev = hackable.review(x)
             row = {"manager": "hackable", "score": rev.score, "critique": rev.critique, "hint": rev.hint}

@@ -238,8 +238,11 @@ def record_checkpoint(lake: Lakehouse, row: dict[str, Any]) -> None:
     lake.append("checkpoints", [row])
 
 
-def checkpoint_row(lake: Lakehouse, checkpoint_id: str) -> dict[str, Any] | None:
-    return next((r for r in lake.read("checkpoints").to_pylist() if r["checkpoint_id"] == checkpoint_id), None)
+def checkpoint_row(lake: Lakehouse, checkpoint_id: str, *, table: str = "checkpoints") -> dict[str, Any] | None:
+    """The row of ``checkpoint_id`` in ``table`` (``checkpoints``, or ``manager_checkpoints``), or None."""
+    if table != "checkpoints" and not lake.exists(table):
+        return None
+    return next((r for r in lake.read(table).to_pylist() if r["checkpoint_id"] == checkpoint_id), None)
 
 
 # --------------------------------------------------------------------------- training claims

@@ -274,6 +274,35 @@ def test_llm_manager_fences_the_completion_and_bounds_the_score():
     assert LLMManager(backend).review_many([(TASK, "hmm", none)])[0].score == 0.2
 
 
+class _TwoPassBackend(_RecordingBackend):
+    """Replies without a hint, then writes the hint when asked for it (the bridge ends the prompt)."""
+
+    def generate(self, prompts, params):
+        from tentalis_pipelines.inference.base import Generation
+        from tentalis_pipelines.rewards.llm_manager import HINT_BRIDGE
+
+        self.prompts.extend(prompts)
+        return [[Generation(text='Add 3 and 4 in one step.' if p.endswith(HINT_BRIDGE) else ' 2, "critique": "Wrong sum."}',
+                            token_ids=[1], finish_reason="stop", prompt_tokens=1, seconds=0.0)] for p in prompts]
+
+
+def test_llm_manager_asks_a_reply_without_a_hint_for_one():
+    from tentalis_pipelines.rewards.llm_manager import LLMManager, hint_prompt
+
+    backend = _TwoPassBackend("")
+    x = ReviewInput(reference="7", answer="12", correct=False, answer_tagged=True, format_score=1.0, steps=[],
+                    step_scores=[], step_rationales=[], finish_reason="stop")
+    review = LLMManager(backend).review_many([(TASK, "<answer>12</answer>", x)])[0]
+    assert review.hint == "Add 3 and 4 in one step." and review.critique == "Wrong sum." and review.score == pytest.approx(0.2)
+    assert len(backend.prompts) == 2
+    assert backend.prompts[1] == hint_prompt(backend.prompts[0], ' 2, "critique": "Wrong sum."}')
+    assert backend.prompts[1].endswith('{"score":  2, "critique": "Wrong sum.", "hint": "')  # the reply began with a space
+    # A reply with its hint is not asked again.
+    backend2 = _RecordingBackend(' 2, "critique": "Wrong.", "hint": "Check the sum."}')
+    assert LLMManager(backend2).review_many([(TASK, "<answer>12</answer>", x)])[0].hint == "Check the sum."
+    assert len(backend2.prompts) == 1
+
+
 def test_repeating_a_step_earns_nothing_extra(tmp_path):
     from tentalis_pipelines.lakehouse import Lakehouse
 

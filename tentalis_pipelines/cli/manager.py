@@ -1,0 +1,142 @@
+"""`tentalis manager train | evaluate | gate | status`: the manager that learns (training/manager_rl.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import typer
+from rich.table import Table
+
+from tentalis_pipelines.cli.common import HomeOpt, app, console, fail, home_paths
+
+manager_app = typer.Typer(help="The manager that learns: GRPO on its reviews, rewarded by what its hints do for the worker.",
+                          no_args_is_help=True)
+app.add_typer(manager_app, name="manager")
+
+RewardOpt = typer.Option("rescue", help="rescue (the worker's success with the hint) | dense (RLT's log-prob gain of the answer).")
+SeedOpt = typer.Option(0, help="Sampling and LoRA seed; also the held-out split's.")
+
+
+def _settings(temperature: float, max_new_tokens: int, seed: int, **manager):
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.training.manager_rl import ManagerRLConfig
+
+    policy = PolicySettings(model=os.environ.get("TENTALIS_MODEL", "embedded"), temperature=temperature,
+                            max_new_tokens=max_new_tokens, seed=seed)
+    try:
+        return policy, ManagerRLConfig(seed=seed, **manager)
+    except ValueError as exc:
+        fail(str(exc))
+
+
+@manager_app.command("train")
+def train(
+    updates: int = typer.Option(1, min=1, help="GRPO updates (each its own checkpoint, chained from the last)."),
+    failures: int = typer.Option(32, min=1, help="Failed rollouts per update."),
+    num_generations: int = typer.Option(4, min=2, help="Reviews sampled per failure (the group)."),
+    rescue_samples: int = typer.Option(4, min=1, help="Worker samples per hint."),
+    accuracy_weight: float = typer.Option(0.5, min=0.0, help="Weight of |score - verifier score| against the hint's value."),
+    reward: str = RewardOpt,
+    learning_rate: float = typer.Option(1e-4, min=0.0, help="LoRA learning rate."),
+    temperature: float = typer.Option(0.8, help="The worker's sampling temperature when it is rescued."),
+    max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
+    manager_model: str = typer.Option("embedded", help="The manager's base model (review.judge_model)."),
+    seed: int = SeedOpt,
+    home: str | None = HomeOpt,
+):
+    """Train the serving manager on failed rollouts of the lakehouse's task batches; each update writes a
+    `manager_checkpoints` row (not promoted: `tentalis manager evaluate` then `gate`, or `tentalis promote --role manager`)."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.stages.manager_training import train_manager
+    from tentalis_pipelines.training import serving
+
+    paths = home_paths(home)
+    lake = Lakehouse(paths.lakehouse)
+    policy, config = _settings(temperature, max_new_tokens, seed, max_failures=failures, num_generations=num_generations,
+                               rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate)
+    for u in range(updates):
+        try:
+            row = train_manager(lake, paths, policy, config, manager_model=manager_model)
+        except ValueError as exc:
+            fail(str(exc))
+        m = json.loads(row["metrics"])
+        console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent {row['parent_id'] or 'base'}): "
+                      f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
+                      f"score error {m['score_error']:.3f}")
+        if u + 1 < updates:  # chain: the next update samples from this one
+            serving.promote(lake, row["checkpoint_id"], actor="manager-train", reason=f"chained update {u + 1} of {updates}",
+                            role="manager")
+
+
+@manager_app.command("evaluate")
+def evaluate(
+    checkpoint: str = typer.Option("base", help="A manager checkpoint id, or 'base' (the untrained manager)."),
+    limit: int | None = typer.Option(None, min=1, help="Held-out failures to use (default: all)."),
+    eval_rescue_samples: int = typer.Option(8, min=1, help="Worker samples per hint."),
+    temperature: float = typer.Option(0.8, help="The worker's sampling temperature."),
+    max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
+    manager_model: str = typer.Option("embedded", help="The manager's base model."),
+    seed: int = SeedOpt,
+    home: str | None = HomeOpt,
+):
+    """One greedy review per held-out failure and what its hint does for the serving worker (`manager_evals`)."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.stages.manager_training import evaluate_manager
+
+    paths = home_paths(home)
+    policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples)
+    try:
+        rows = evaluate_manager(Lakehouse(paths.lakehouse), paths, policy, config, checkpoint, manager_model=manager_model, limit=limit)
+    except ValueError as exc:
+        fail(str(exc))
+    k = sum(r["rescue_k"] for r in rows)
+    used = sum(r["hint_decision"] == "used" for r in rows)
+    errors = [abs(r["score"] - r["verifier_score"]) if r["score"] is not None else 1.0 for r in rows]
+    console.print(f"{checkpoint}: {len(rows)} held-out failures, usable hints {used}/{len(rows)}, rescued "
+                  f"{sum(r['rescued'] for r in rows)}/{k} worker samples, mean rescue per failure "
+                  f"{sum(r['rescued'] / r['rescue_k'] if r['rescue_k'] else 0 for r in rows) / len(rows):.3f}, "
+                  f"score error {sum(errors) / len(errors):.3f}")
+
+
+@manager_app.command("gate")
+def gate(
+    checkpoint: str = typer.Argument(..., help="The candidate manager checkpoint."),
+    margin: float = typer.Option(0.0, min=0.0, help="Rejected when the rescue difference's interval lies below -margin."),
+    score_tolerance: float = typer.Option(0.05, min=0.0, help="Rejected when its score error exceeds the incumbent's by more."),
+    home: str | None = HomeOpt,
+):
+    """Compare a candidate manager with the serving one on the same held-out failures; a pass promotes it."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.promotion import GateNotReady
+    from tentalis_pipelines.stages.manager_training import decide_manager_gate
+    from tentalis_pipelines.training.manager_rl import ManagerRLConfig
+
+    paths = home_paths(home)
+    try:
+        incumbent, d, err_c, err_i = decide_manager_gate(Lakehouse(paths.lakehouse), checkpoint,
+                                                         ManagerRLConfig(gate_margin=margin, score_tolerance=score_tolerance))
+    except (GateNotReady, ValueError) as exc:
+        fail(str(exc))
+    console.print(f"{checkpoint} vs {incumbent}: {d.reason}; score error {err_c:.3f} vs {err_i:.3f}")
+
+
+@manager_app.command("status")
+def status(home: str | None = HomeOpt):
+    """The manager's checkpoints, what reviews now, and its serving history."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.training import serving
+
+    lake = Lakehouse(home_paths(home).lakehouse)
+    console.print(f"the manager that reviews: [bold]{serving.serving_checkpoint(lake, 'manager')}[/]")
+    if lake.exists("manager_checkpoints"):
+        t = Table(title="manager checkpoints")
+        for c in ("checkpoint_id", "parent", "failures", "reward", "usable hints", "rescue", "score error", "created"):
+            t.add_column(c)
+        for r in sorted(lake.read("manager_checkpoints").to_pylist(), key=lambda r: r["created_at"]):
+            m = json.loads(r["metrics"])
+            t.add_row(r["checkpoint_id"], r["parent_id"] or "base", str(r["trajectory_count"]), f"{m['reward_mean']:+.3f}",
+                      f"{m['usable_hint_share']:.0%}", str(m.get("rescue_rate")), f"{m['score_error']:.3f}", str(r["created_at"])[:19])
+        console.print(t)
+    for r in serving.serving_history(lake, "manager"):
+        console.print(f"seq {r['seq']}: {r['from_checkpoint']} -> {r['to_checkpoint']} ({r['action']} by {r['actor']}: {r['reason']})")

@@ -1,0 +1,379 @@
+"""The manager's meta-RL stages: train the llm manager on failed rollouts, evaluate it, gate it.
+
+See ``training/manager_rl.py`` for the method. Failed rollouts of task batches are split by task (a
+stable hash) into the manager's training side and its held-out side. Training samples
+``num_generations`` reviews per failure from the serving manager, measures each usable hint by the
+serving worker's rescue (or the dense reward), and runs one GRPO update of the manager's adapter; the
+checkpoint is a ``manager_checkpoints`` row with its lineage (the failures, every sampled review in
+``manager_samples``, the table versions). Evaluation writes one greedy review per held-out failure and
+what its hint did (``manager_evals``); the gate compares a candidate with the serving manager on the
+same failures (paired bootstrap of the rescue rate) and refuses one whose scores drift further from the
+verifier's; a pass moves ``manager_serving`` (``tentalis promote --role manager`` by hand).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tentalis_pipelines import audit, lineage
+from tentalis_pipelines.inference.base import SamplingParams
+from tentalis_pipelines.inference.models import resolve_model
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+from tentalis_pipelines.rewards.llm_manager import (
+    HINT_MAX_NEW_TOKENS,
+    PREFILL,
+    LLMManager,
+    hint_prompt,
+    parse_reply,
+    read_hint,
+)
+from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
+from tentalis_pipelines.rewards.math_answers import answers_match
+from tentalis_pipelines.rewards.steps import parse_completion
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.tasks.kinds import TaskBatch, batch_kind
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training import manager_rl, opd, serving
+from tentalis_pipelines.training.manager_rl import ManagerRLConfig, ReviewOutcome
+
+GATE_BENCHMARK = "manager-hints"  # gate_decisions.benchmark of the manager's gate
+ROLE = "manager"
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A failed rollout of a task batch, with what the manager and the worker need to revisit it."""
+
+    batch_id: str
+    rollout_id: str
+    task_id: str
+    task_prompt: str
+    reference: str
+    prompt_text: str
+    completion: str
+    review_input: ReviewInput
+    verifier_score: float
+
+    @property
+    def correct(self) -> bool:
+        return self.review_input.correct
+
+
+def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, batch_ids: list[str] | None = None,
+                     limit: int | None = None, correct: bool = False) -> list[Failure]:
+    """One failed rollout per task (its lowest group index), newest batches first, on one side of the
+    held-out split; at most ``limit``. Only task batches with reviews count (a failure needs a verifier).
+    ``correct``: the rollouts the verifier accepted instead (their reviews train and test the score alone)."""
+    from tentalis_pipelines.stages.reviews import review_inputs
+
+    if not lake.exists("reviews"):
+        return []
+    if batch_ids is None:
+        reviewed = lake.read("reviews", columns=["batch_id", "created_at"]).to_pylist()
+        newest: dict[str, Any] = {}
+        for r in reviewed:
+            newest[r["batch_id"]] = max(newest.get(r["batch_id"], r["created_at"]), r["created_at"])
+        batch_ids = sorted(newest, key=lambda b: (newest[b], b), reverse=True)
+    verifier = VerifierManager()
+    out: list[Failure] = []
+    seen: set[str] = set()
+    for batch_id in batch_ids:
+        if not isinstance(batch_kind(lake, batch_id), TaskBatch):
+            continue
+        tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        for r, x in sorted(review_inputs(lake, batch_id), key=lambda p: (p[0]["task_id"], p[0]["group_index"])):
+            tid = r["task_id"]
+            if x.correct != correct or tid in seen or manager_rl.is_heldout(tid, config.heldout_fraction, config.seed) != heldout:
+                continue
+            seen.add(tid)
+            out.append(Failure(batch_id, r["rollout_id"], tid, tasks[tid]["prompt"], x.reference, r["prompt_text"],
+                               r["completion"], x, verifier.review(x).score))
+            if limit is not None and len(out) >= limit:
+                return out
+    return out
+
+
+def manager_prompts(backend, failures: list[Failure]) -> list[str]:
+    """The llm manager's exact prompt for each failure (pre-filled up to the score, as in production)."""
+    mgr = LLMManager(backend)
+    return [mgr.prompt(f.task_prompt, f.completion, f.review_input) for f in failures]
+
+
+@dataclass(frozen=True)
+class SampledReview:
+    """One review as the llm manager writes it: the reply (pre-filled up to the score) and, when the
+    reply wrote no hint, the second pass that asked for it (``llm_manager.hint_prompt``)."""
+
+    score: float | None
+    hint: str
+    reply: Any  # the reply's Generation
+    hint_prompt: str | None = None
+    hint_reply: Any = None  # the hint pass's Generation
+
+    @property
+    def text(self) -> str:
+        return PREFILL + self.reply.text + ("" if self.hint_reply is None else f' [hint pass] {self.hint_reply.text}')
+
+
+def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int, seed: int) -> list[list[SampledReview]]:
+    """``n`` reviews per prompt, each completed by the hint pass when its reply parsed but wrote no hint
+    (what ``LLMManager.review_many`` does, here at ``temperature``)."""
+    gens = backend.generate(prompts, SamplingParams(num_generations=n, max_new_tokens=max_new_tokens, temperature=temperature,
+                                                    seed=seed, stop=("}",))) if prompts else []
+    parsed = [[parse_reply(g.text) for g in group] for group in gens]
+    ask = [(i, j) for i, group in enumerate(parsed) for j, p in enumerate(group) if p is not None and not p[2].strip()]
+    hint_prompts = {(i, j): hint_prompt(prompts[i], gens[i][j].text) for i, j in ask}
+    hint_gens = {}
+    if ask:
+        out = backend.generate([hint_prompts[a] for a in ask], SamplingParams(
+            num_generations=1, max_new_tokens=HINT_MAX_NEW_TOKENS, temperature=temperature, seed=seed + 1, stop=('"',)))
+        hint_gens = {a: g[0] for a, g in zip(ask, out)}
+    result = []
+    for i, group in enumerate(gens):
+        row = []
+        for j, g in enumerate(group):
+            p = parsed[i][j]
+            if (i, j) in hint_gens:
+                row.append(SampledReview(p[0], read_hint(hint_gens[(i, j)].text), g, hint_prompts[(i, j)], hint_gens[(i, j)]))
+            else:
+                row.append(SampledReview(None if p is None else p[0], "" if p is None else p[2].strip(), g))
+        result.append(row)
+    return result
+
+
+def rescue(worker, policy: PolicySettings, items: list[tuple[Failure, str]], *, k: int, seed: int) -> list[int]:
+    """For each (failure, hint): how many of ``k`` worker samples drawn with the hint after the task (as
+    guidance draws them, ``opd.hinted_prompt``) the verifier accepts."""
+    if not items:
+        return []
+    prompts = [opd.hinted_prompt(f.prompt_text, f.task_prompt, h) for f, h in items]
+    params = SamplingParams(num_generations=k, max_new_tokens=policy.max_new_tokens, temperature=policy.temperature,
+                            top_p=policy.top_p, seed=seed)
+    gens = worker.generate(prompts, params)
+    return [sum(answers_match(parse_completion(g.text).answer, f.reference) for g in group) for (f, _), group in zip(items, gens)]
+
+
+def outcomes_for(worker, policy: PolicySettings, config: ManagerRLConfig, failures: list[Failure],
+                 reviews: list[list[tuple[float | None, str]]], *, k: int, seed: int) -> list[list[ReviewOutcome]]:
+    """What each review's hint did: screened, then measured by rescue (or the dense reward) when usable. A
+    rollout the verifier accepted needs no hint: its reviews are scored on their score alone (value 0)."""
+    todo, where = [], []
+    for i, (f, group) in enumerate(zip(failures, reviews)):
+        for j, (_, hint) in enumerate(group):
+            if not f.correct and manager_rl.hint_decision(hint, f.reference) == opd.USED:
+                todo.append((f, hint.strip()))
+                where.append((i, j))
+    rescued = rescue(worker, policy, todo, k=k, seed=seed) if config.reward == "rescue" else [0] * len(todo)
+    dense: list[float | None] = [None] * len(todo)
+    if config.reward == "dense" and todo:
+        dense = [d.reward for d in hint_rewards(worker.model, worker.tokenizer,
+                                                [HintQuery(f.prompt_text, f.task_prompt, h, f.reference) for f, h in todo],
+                                                dtype=policy.dtype)]
+    measured = {pos: (n, d) for pos, n, d in zip(where, rescued, dense)}
+    out = []
+    for i, (f, group) in enumerate(zip(failures, reviews)):
+        row = []
+        for j, (score, hint) in enumerate(group):
+            n, d = measured.get((i, j), (0, None))
+            used = (i, j) in measured
+            row.append(ReviewOutcome(score, hint, manager_rl.hint_decision(hint, f.reference), n,
+                                     k if used and config.reward == "rescue" else 0, f.verifier_score, d))
+        out.append(row)
+    return out
+
+
+def _versions(lake: Lakehouse) -> dict[str, int | None]:
+    return {t: v for t, v in lineage.table_versions(lake).items() if t in ("rollouts", "reviews", "tasks", "step_scores")}
+
+
+def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, *, manager_model: str,
+                  batch_ids: list[str] | None = None, manager_backend=None, worker=None, grpo: dict | None = None) -> dict[str, Any]:
+    """One GRPO update of the serving manager on the training side's failures; returns the new
+    ``manager_checkpoints`` row (not promoted: the gate or a person decides). ``manager_backend`` /
+    ``worker``: backends to sample with (tests); by default the serving manager's and worker's."""
+    from tentalis_pipelines.rewards.advantages import group_advantages
+    from tentalis_pipelines.training.trainer import GRPOConfig, TrainSample, build_policy, train_grpo
+
+    failures = collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, limit=config.max_failures)
+    if not failures:
+        raise ValueError("no failed rollouts on the manager's training side: run task batches (`tentalis run` / the "
+                         "rollout job) whose rollouts the verifier rejects, then train the manager")
+    # Accepted answers too, for the score alone: trained on failures only, "always low" would look accurate.
+    failures += collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, correct=True,
+                                 limit=round(config.success_share * len(failures)))
+    versions = _versions(lake)
+    parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
+    worker_version, worker_adapter = serving.serving_policy(lake)
+    model_dir = resolve_model(manager_model, paths.models)
+    if manager_backend is None:
+        manager_backend = policy.make_backend(model_dir, parent_adapter)
+    if worker is None:
+        worker = policy.make_backend(resolve_model(policy.model, paths.models), worker_adapter)
+    prompts = manager_prompts(manager_backend, failures)
+    sampled = sample_reviews(manager_backend, prompts, n=config.num_generations, temperature=config.temperature,
+                             max_new_tokens=config.max_new_tokens, seed=config.seed)
+    reviews = [[(r.score, r.hint) for r in group] for group in sampled]
+    outcomes = outcomes_for(worker, policy, config, failures, reviews, k=config.rescue_samples, seed=config.seed + 1)
+    keys, rewards = [], []
+    for f, group in zip(failures, outcomes):
+        for o in group:
+            keys.append(f.rollout_id)
+            rewards.append(manager_rl.manager_reward(o, reward=config.reward, accuracy_weight=config.accuracy_weight))
+    gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
+                         "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
+                         "per_step_rows": len(rewards), "dtype": policy.dtype, **(grpo or {})})
+    advantages, _ = group_advantages(keys, rewards, scale_rewards=gcfg.trajectory_settings()["scale_rewards"])
+    tok = manager_backend.tokenizer
+    flat = [(f, j, g, o) for f, group, outs in zip(failures, sampled, outcomes) for j, (g, o) in enumerate(zip(group, outs))]
+    prompt_ids = {f.rollout_id: tok(p, add_special_tokens=False)["input_ids"] for f, p in zip(failures, prompts)}
+    # A review's tokens as sampled (the stop '}' included) with its group-relative advantage and sampling
+    # log-probs; a hint pass is a second sample (its own prompt: the reply and the bridge) with the same advantage.
+    samples = []
+    for (f, _, r, _), adv in zip(flat, advantages):
+        for prompt, g in ((prompt_ids[f.rollout_id], r.reply), (r.hint_prompt, r.hint_reply)):
+            if g is None or not g.token_ids:
+                continue
+            ids = prompt if isinstance(prompt, list) else tok(prompt, add_special_tokens=False)["input_ids"]
+            samples.append(TrainSample(ids, list(g.token_ids), adv, old_logps=list(g.logprobs) if g.logprobs else None,
+                                       temperature=config.temperature))
+    checkpoint_id = manager_rl.manager_checkpoint_id(None if parent_id == serving.BASE else parent_id,
+                                                     [f.rollout_id for f in failures], config.seed, nonce=ckpt.new_checkpoint_id())
+    model = build_policy(model_dir, Path(parent_adapter) if parent_adapter else None, gcfg)
+    result = train_grpo(model, tok, samples, gcfg)
+    created = now_utc()
+    sample_rows = [{"checkpoint_id": checkpoint_id, "sample_id": manager_rl.sample_id(checkpoint_id, f.rollout_id, j),
+                    "batch_id": f.batch_id, "rollout_id": f.rollout_id, "task_id": f.task_id, "sample_index": j,
+                    "manager_version": parent_id, "worker_version": worker_version, "review_text": g.text,
+                    "score": o.score, "hint": o.hint, "hint_decision": o.hint_decision, "rescue_k": o.rescue_k,
+                    "rescued": o.rescued, "dense_reward": o.dense_reward, "verifier_score": o.verifier_score,
+                    "worker_correct": f.correct, "reward": r, "advantage": a, "created_at": created}
+                   for (f, j, g, o), r, a in zip(flat, rewards, advantages)]
+    lake.append("manager_samples", sample_rows)
+    versions["manager_samples"] = lineage.table_versions(lake).get("manager_samples")
+    all_outcomes = [o for group in outcomes for o in group]
+    on_failures = [o for f, group in zip(failures, outcomes) if not f.correct for o in group]
+    used = [o for o in on_failures if o.hint_decision == opd.USED]
+    metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples),
+               "failures": len(on_failures) // config.num_generations, "accepted": len(failures) - len(on_failures) // config.num_generations,
+               "usable_hint_share": len(used) / len(on_failures),
+               "rescue_rate": (sum(o.rescued for o in used) / sum(o.rescue_k for o in used)) if used and config.reward == "rescue" else None,
+               "score_error": manager_rl.mean_score_error(all_outcomes),
+               "unparseable": sum(o.score is None for o in all_outcomes),
+               "loss": result.metrics.get("loss"), "worker_version": worker_version}
+    manifest = {"manifest_version": lineage.MANIFEST_VERSION, "role": ROLE, "checkpoint_id": checkpoint_id,
+                "parent_id": None if parent_id == serving.BASE else parent_id, "base_model": manager_model,
+                "worker_version": worker_version, "created_at": created.isoformat(), "code_version": lineage.code_version(),
+                "config": {"manager": config.as_dict(), "grpo": {k: v for k, v in vars(gcfg).items() if k != "lora_target_modules"}},
+                "tables": versions, "batches": sorted({f.batch_id for f in failures}),
+                "failures": [{"batch_id": f.batch_id, "rollout_id": f.rollout_id} for f in failures],
+                "manager_samples": [r["sample_id"] for r in sample_rows],
+                "samples": len(samples), "samples_digest": lineage.samples_digest(samples)}
+    lake.append("lineage", lineage.manager_lineage_rows(manifest))  # before the checkpoint row, as for the worker
+    path = ckpt.save_adapter(model, paths.checkpoints / "managers", checkpoint_id,
+                             extra=lambda folder: lineage.write_manifest_file(folder, manifest))
+    row = {"checkpoint_id": checkpoint_id, "parent_id": manifest["parent_id"], "base_model": manager_model,
+           "adapter_uri": path.as_posix(), "algorithm": gcfg.loss_type, "config": json.dumps(manifest["config"], default=str),
+           "trained_on": manifest["batches"], "trajectory_ids": sorted(f.rollout_id for f in failures),
+           "trajectory_count": len(failures), "metrics": json.dumps(metrics, default=str), "promoted": False, "created_at": created}
+    lake.append("manager_checkpoints", [row])
+    return row
+
+
+def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, checkpoint_id: str, *,
+                     manager_model: str, batch_ids: list[str] | None = None, manager_backend=None, worker=None,
+                     limit: int | None = None) -> list[dict[str, Any]]:
+    """A manager (``checkpoint_id`` or 'base') on the held-out failures: one greedy review each (as the
+    llm manager reviews in production), its hint's rescue of the serving worker with
+    ``eval_rescue_samples`` samples at a seed shared by every manager compared. Replaces the manager's
+    earlier ``manager_evals`` rows; returns the new ones."""
+    failures = collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, limit=limit)
+    if not failures:
+        raise ValueError("no failed rollouts on the manager's held-out side: run more task batches first")
+    failures += collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, correct=True,
+                                 limit=round(config.success_share * len(failures)))
+    worker_version, worker_adapter = serving.serving_policy(lake)
+    if manager_backend is None:
+        adapter = None
+        if checkpoint_id != serving.BASE:
+            row = ckpt.checkpoint_row(lake, checkpoint_id, table="manager_checkpoints")
+            if row is None:
+                raise ValueError(f"no manager checkpoint {checkpoint_id!r} in manager_checkpoints: train one with `tentalis manager train`")
+            adapter = ckpt.verify_adapter(row["adapter_uri"])
+        manager_backend = policy.make_backend(resolve_model(manager_model, paths.models), adapter)
+    if worker is None:
+        worker = policy.make_backend(resolve_model(policy.model, paths.models), worker_adapter)
+    prompts = manager_prompts(manager_backend, failures)
+    sampled = sample_reviews(manager_backend, prompts, n=1, temperature=0.0, max_new_tokens=config.max_new_tokens, seed=config.seed)
+    reviews = [[(group[0].score, group[0].hint)] for group in sampled]
+    seed = config.seed + 7919
+    outcomes = outcomes_for(worker, policy, ManagerRLConfig(**{**config.as_dict(), "reward": "rescue"}), failures, reviews,
+                            k=config.eval_rescue_samples, seed=seed)
+    created = now_utc()
+    rows = [{"checkpoint_id": checkpoint_id, "rollout_id": f.rollout_id, "task_id": f.task_id, "worker_version": worker_version,
+             "score": o.score, "hint": o.hint, "hint_decision": o.hint_decision, "rescue_k": o.rescue_k, "rescued": o.rescued,
+             "verifier_score": o.verifier_score, "worker_correct": f.correct, "seed": seed, "created_at": created}
+            for f, (o,) in zip(failures, outcomes)]
+    lake.replace_where("manager_evals", {"checkpoint_id": checkpoint_id}, rows)
+    return rows
+
+
+def _item_values(rows: list[dict]) -> dict[str, float]:
+    """{failed rollout_id: rescue rate} (0 for a hint that was not usable); accepted rollouts need no hint."""
+    return {r["rollout_id"]: (r["rescued"] / r["rescue_k"] if r["rescue_k"] else 0.0) for r in rows if not r["worker_correct"]}
+
+
+def manager_incumbent(lake: Lakehouse, checkpoint_id: str) -> str:
+    """What a candidate manager is compared with: the serving manager, or its parent when it serves itself."""
+    current = serving.serving_checkpoint(lake, ROLE)
+    if current != checkpoint_id:
+        return current
+    row = ckpt.checkpoint_row(lake, checkpoint_id, table="manager_checkpoints")
+    return (row or {}).get("parent_id") or serving.BASE
+
+
+def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLConfig, *, apply: bool = True):
+    """The manager's gate: paired bootstrap of the rescue rate against the incumbent on the same held-out
+    failures (measured with the same worker), and no more than ``score_tolerance`` worse mean score error.
+    With ``apply`` the decision is a ``gate_decisions`` row (benchmark ``manager-hints``) and a pass moves
+    ``manager_serving``. Returns (incumbent, GateDecision, candidate error, incumbent error)."""
+    import dataclasses
+
+    from tentalis_pipelines.evaluation.benchmarks import gate_decision
+    from tentalis_pipelines.promotion import GateNotReady
+
+    incumbent = manager_incumbent(lake, checkpoint_id)
+    evals = lake.read("manager_evals").to_pylist() if lake.exists("manager_evals") else []
+    cand = [r for r in evals if r["checkpoint_id"] == checkpoint_id]
+    inc = [r for r in evals if r["checkpoint_id"] == incumbent]
+    for who, rows in ((checkpoint_id, cand), (incumbent, inc)):
+        if not rows:
+            raise GateNotReady(f"no manager_evals rows for {who!r}: run `tentalis manager evaluate --checkpoint {who}` first")
+    workers = {r["worker_version"] for r in cand} | {r["worker_version"] for r in inc}
+    if len(workers) > 1:
+        raise GateNotReady(f"the two managers' hints were measured with different workers ({sorted(workers)}): evaluate both "
+                           "again under the serving worker so the gate compares like with like")
+    cv, iv = _item_values(cand), _item_values(inc)
+    decision = gate_decision(cv, iv, margin=config.gate_margin)
+    paired = {r["rollout_id"] for r in cand} & {r["rollout_id"] for r in inc}  # the score is compared on accepted answers too
+    err = {name: sum(manager_rl.score_error(r["score"], r["verifier_score"]) for r in rows if r["rollout_id"] in paired) / max(1, len(paired))
+           for name, rows in (("cand", cand), ("inc", inc))}
+    if decision.promote and err["cand"] > err["inc"] + config.score_tolerance:
+        decision = dataclasses.replace(decision, promote=False, reason=(
+            f"rejected: its scores drift from the verifier's (mean error {err['cand']:.3f} vs {err['inc']:.3f}, tolerance "
+            f"{config.score_tolerance}); the hints alone would pass: {decision.reason}"))
+    if apply:
+        row = {"checkpoint_id": checkpoint_id, "benchmark": GATE_BENCHMARK, "incumbent": incumbent, **decision.as_dict(),
+               "margin": float(config.gate_margin), "created_at": now_utc()}
+        lake.replace_where("gate_decisions", {"checkpoint_id": checkpoint_id, "benchmark": GATE_BENCHMARK}, [row])
+        audit.record(lake, actor="gate", action="gate_decision", subject=checkpoint_id, from_state=incumbent,
+                     to_state="promote" if decision.promote else "reject", reason=f"{GATE_BENCHMARK}: {decision.reason}",
+                     detail={"role": ROLE, "score_error": err["cand"], "incumbent_score_error": err["inc"]})
+        if decision.promote:
+            serving.promote(lake, checkpoint_id, actor="gate", action="gate", role=ROLE,
+                            reason=f"{GATE_BENCHMARK} vs {incumbent}: {decision.reason}")
+    return incumbent, decision, err["cand"], err["inc"]

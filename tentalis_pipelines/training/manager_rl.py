@@ -1,0 +1,133 @@
+"""The manager learns (meta-RL): GRPO on the llm manager's reviews, rewarded by what its hints do.
+
+The llm manager (``rewards/llm_manager.py``) writes a review (score, critique, hint) of a worker's
+failed answer. Its hint is worth what it does for the worker: resample the worker ``rescue_samples``
+times with the hint in the context (exactly as ``--method guide`` will, ``opd.hinted_prompt``) and
+count the answers the verifier accepts. That **rescue rate** is the hint's value (``reward =
+"rescue"``); RLT's dense reward, ``log p(answer | prompt + hint) − log p(answer | prompt)``
+(``rewards/hint_reward.py``), is the cheaper alternative (``reward = "dense"``), measured in this
+repository to predict the realised efficacy poorly (experiments/guided_resampling). A hint the OPD
+screen refuses (empty, generic, or leaking the answer) is worth 0: a hint that gives the answer
+teaches copying, and guidance would never use it.
+
+Rewarding helpfulness alone makes critics helpful but not discriminating (Critique-RL), so the reward
+also charges the score's distance from the verifier's score of the same answer:
+
+    reward = hint_value − accuracy_weight · |score − verifier_score|
+
+with an unparseable review charged the full distance (1). Each failed rollout is one GRPO group of
+``num_generations`` sampled reviews; advantages are group-relative (``rewards.advantages``) and the
+update is the worker's own trainer (``train_grpo``) on the manager's adapter. This module holds the
+pure parts (config, reward, split, ids, samples); the sampling and the checkpoint are the stage's
+(``stages/manager_training.py``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+
+from tentalis_pipelines.config_fields import config_field
+from tentalis_pipelines.training import opd
+
+REWARDS = ("rescue", "dense")
+
+
+@dataclass
+class ManagerRLConfig:
+    """How the manager is trained, evaluated and gated (one documented config for this concern)."""
+
+    num_generations: int = config_field(4, "reviews sampled per failed rollout (the GRPO group)")
+    rescue_samples: int = config_field(4, "worker samples drawn with each hint to measure its rescue rate")
+    reward: str = config_field("rescue", "rescue (the worker's realised success with the hint) | dense (RLT's log-prob gain)")
+    accuracy_weight: float = config_field(0.5, "weight of |score - verifier score| charged against the hint's value")
+    temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
+    max_new_tokens: int = config_field(64, "tokens of one review")
+    max_failures: int = config_field(32, "failed rollouts per training run (newest batches first)")
+    success_share: float = config_field(0.25, "accepted rollouts added per failure, reviewed for their score alone (keeps the "
+                                        "score discriminating)")
+    heldout_fraction: float = config_field(0.25, "share of failed tasks kept for the manager's gate, by task id hash")
+    eval_rescue_samples: int = config_field(8, "worker samples per held-out failure when two managers are compared")
+    gate_margin: float = config_field(0.0, "rejected when the rescue-rate difference's interval lies below -margin")
+    score_tolerance: float = config_field(0.05, "rejected when its mean score error exceeds the incumbent's by more")
+    learning_rate: float = config_field(1e-4, "AdamW learning rate of the manager's LoRA")
+    num_iterations: int = config_field(1, "updates per batch of sampled reviews")
+    seed: int = config_field(0, "sampling and LoRA seed")
+
+    def __post_init__(self) -> None:
+        if self.reward not in REWARDS:
+            raise ValueError(f"manager reward {self.reward!r} is unknown: choose one of {', '.join(REWARDS)}")
+        if self.num_generations < 2:
+            raise ValueError(f"num_generations = {self.num_generations}: a GRPO group needs at least 2 reviews per failure")
+        if self.rescue_samples < 1 or self.eval_rescue_samples < 1:
+            raise ValueError("rescue_samples and eval_rescue_samples must be at least 1")
+        if not 0.0 < self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction = {self.heldout_fraction}: choose a share strictly between 0 and 1")
+        if self.accuracy_weight < 0:
+            raise ValueError(f"accuracy_weight = {self.accuracy_weight}: it must be >= 0")
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class ReviewOutcome:
+    """One sampled review of a failed rollout and what its hint did."""
+
+    score: float | None  # in [0, 1]; None when the reply could not be parsed
+    hint: str
+    hint_decision: str  # opd.screen_hint's decision
+    rescued: int  # worker samples the verifier accepted (0 when the hint was not used)
+    rescue_k: int  # worker samples drawn with the hint (0 when it was not used)
+    verifier_score: float
+    dense_reward: float | None = None
+
+
+def hint_decision(hint: str, reference: str | None) -> str:
+    """The OPD screen's decision for a hint (``opd.USED`` or why not): the same screen guidance uses."""
+    decision, _ = opd.screen_hint((hint or "").strip(), reference)
+    return decision
+
+
+def hint_value(outcome: ReviewOutcome, reward: str = "rescue") -> float:
+    """What the hint is worth: 0 unless the screen would use it; else its rescue rate, or its dense
+    reward (``reward = "dense"``; a missing dense reward counts 0)."""
+    if outcome.hint_decision != opd.USED:
+        return 0.0
+    if reward == "dense":
+        return float(outcome.dense_reward or 0.0)
+    return outcome.rescued / outcome.rescue_k if outcome.rescue_k else 0.0
+
+
+def score_error(score: float | None, verifier_score: float) -> float:
+    """|score − verifier score|, or 1 (the most a [0, 1] score can miss by) when there is no score."""
+    return 1.0 if score is None else abs(float(score) - float(verifier_score))
+
+
+def manager_reward(outcome: ReviewOutcome, *, reward: str = "rescue", accuracy_weight: float = 0.5) -> float:
+    """The manager's reward for one review: hint value − accuracy_weight · score error."""
+    return hint_value(outcome, reward) - accuracy_weight * score_error(outcome.score, outcome.verifier_score)
+
+
+def is_heldout(task_id: str, fraction: float, seed: int = 0) -> bool:
+    """Whether a failed task belongs to the manager's held-out split (a stable hash of the task id, so a
+    task's failures are all on one side and the split never moves between runs)."""
+    h = int(hashlib.sha1(f"{seed}\x1f{task_id}".encode()).hexdigest()[:8], 16)
+    return h / 0xFFFFFFFF < fraction
+
+
+def manager_checkpoint_id(parent: str | None, failures: Sequence[str], seed: int, nonce: str = "") -> str:
+    """``m-`` and a hash of the parent, the failures trained on, the seed and a nonce (the stage passes a
+    fresh one, so training twice on the same failures never writes one id twice)."""
+    key = "\x1f".join([parent or "base", str(seed), nonce, *sorted(failures)])
+    return "m-" + hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+def sample_id(checkpoint_id: str, rollout_id: str, index: int) -> str:
+    return "ms-" + hashlib.sha1(f"{checkpoint_id}\x1f{rollout_id}\x1f{index}".encode()).hexdigest()[:16]
+
+
+def mean_score_error(outcomes: Sequence[ReviewOutcome]) -> float | None:
+    """Mean |score − verifier score| (unparseable reviews count 1); None for no outcomes."""
+    return sum(score_error(o.score, o.verifier_score) for o in outcomes) / len(outcomes) if outcomes else None

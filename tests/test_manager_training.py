@@ -1,0 +1,260 @@
+"""The manager that learns (training/manager_rl.py, stages/manager_training.py) on a real lakehouse.
+
+The worker's batch is real (the Dagster assets, the tiny random model: every sample fails). The manager's
+reviews and the worker's rescue are scripted backends whose log-probs are the tiny model's own, so the
+rewards, advantages and training samples are checked by hand: a review whose hint names the plan is
+rescued by the worker, a generic one is not, and a review whose score is far from the verifier's is
+charged for it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from dagster import DagsterInstance, materialize
+
+from assets.batch_assets import reviews, rollouts, step_scores, tasks
+from tentalis_pipelines.inference.base import Generation
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.promotion import GateNotReady
+from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages import manager_training as mt
+from tentalis_pipelines.tasks.batches import register_file_batch
+from tentalis_pipelines.training import manager_rl, opd, serving
+from tentalis_pipelines.training.manager_rl import ManagerRLConfig
+
+PROMPTS = [{"prompt": f"Ann has {a} pens and buys {b} more. How many pens does Ann have?", "reference": str(a + b)}
+           for a, b in [(2, 3), (4, 5), (6, 2), (7, 8), (3, 9), (5, 5), (8, 1), (9, 4)]]
+GOOD = ' 2, "critique": "The sum is wrong.", "hint": "Add the two numbers in one step, then answer."}'
+GENERIC = ' 9, "critique": "Fine.", "hint": "try again"}'
+
+
+class Scripted:
+    """Writes a fixed reply per prompt, with the tiny model's own log-probs of it given that prompt."""
+
+    name = "scripted"
+
+    def __init__(self, model_dir, tokenizer, reply):
+        from transformers import AutoModelForCausalLM
+
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
+        self.tokenizer, self.reply, self.prompts = tokenizer, reply, []
+
+    def generate(self, prompts, params):
+        out = []
+        for p in prompts:
+            self.prompts.append(p)
+            texts = [self.reply(p, j) for j in range(params.num_generations)]
+            group = []
+            for text in texts:
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+                item = opd.OPDItem(self.tokenizer(p, add_special_tokens=False)["input_ids"], [], ids, max(params.temperature, 1e-3))
+                lp = opd.side_logprobs(self.model, self.tokenizer, [item], "student", dtype="float32")[0]
+                group.append(Generation(text, ids, "stop", len(item.student_prompt_ids), 0.0, logprobs=lp))
+            out.append(group)
+        return out
+
+
+def worker_reply(prompt: str, _j: int) -> str:
+    """The worker: right when the plan hint is in its context, wrong otherwise."""
+    import re
+
+    a, b = map(int, re.findall(r"Ann has (\d+) pens and buys (\d+)", prompt)[-1])
+    if "Add the two numbers" in prompt:
+        return f"<step>{a} + {b} = {a + b}</step><answer>{a + b}</answer>"
+    return "<step>I guess</step><answer>0</answer>"
+
+
+@pytest.fixture()
+def lake_with_failures(home, tiny_model_dir):
+    paths = Paths.from_env(home).ensure()
+    src = paths.inbox / "mgr.jsonl"
+    src.write_text("\n".join(json.dumps(r) for r in PROMPTS) + "\n")
+    batch_id = register_file_batch(paths.batches, src)
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("task_batches", [batch_id])
+        res = {"lakehouse": LakehouseResource(home=str(home)),
+               "policy": PolicyResource(model=str(tiny_model_dir), num_generations=2, max_new_tokens=8, dtype="float32"),
+               "review": ReviewResource()}
+        assert materialize([tasks, rollouts, step_scores, reviews], partition_key=batch_id, instance=instance, resources=res).success
+    return paths, Lakehouse(paths.lakehouse), batch_id
+
+
+def _backends(tiny_model_dir, manager_reply):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    return Scripted(tiny_model_dir, tok, manager_reply), Scripted(tiny_model_dir, tok, worker_reply), tok
+
+
+CONFIG = ManagerRLConfig(num_generations=2, rescue_samples=3, heldout_fraction=0.5, accuracy_weight=0.5, max_new_tokens=40,
+                         learning_rate=1e-2)
+
+
+def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_with_failures, tiny_model_dir, monkeypatch):
+    paths, lake, batch_id = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    train_side = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    held_side = mt.collect_failures(lake, heldout=True, config=CONFIG)
+    assert train_side and held_side  # 8 tasks, half held out by hash
+    assert not {f.task_id for f in train_side} & {f.task_id for f in held_side}
+    assert len({f.task_id for f in train_side}) == len(train_side)  # one failure per task
+    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    seen = []
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    real = trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    row = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                           grpo={"device": "cpu"})
+
+    # The worker was asked with the usable hint after the task, never with the generic one.
+    assert worker.prompts and all("Add the two numbers" in p for p in worker.prompts)
+    assert len(worker.prompts) == len(train_side)
+    samples = lake.read("manager_samples").to_pylist()
+    assert len(samples) == 2 * len(train_side) and {s["checkpoint_id"] for s in samples} == {row["checkpoint_id"]}
+    by_failure = {}
+    for s in samples:
+        by_failure.setdefault(s["rollout_id"], {})[s["sample_index"]] = s
+    for f in train_side:
+        good, generic = by_failure[f.rollout_id][0], by_failure[f.rollout_id][1]
+        v = f.verifier_score
+        assert good["hint_decision"] == opd.USED and good["rescued"] == 3 and good["rescue_k"] == 3
+        assert generic["hint_decision"] == opd.TRIVIAL and generic["rescue_k"] == 0
+        # by hand: 3/3 rescued - 0.5 * |0.2 - v|, and 0 - 0.5 * |0.9 - v|
+        assert good["reward"] == pytest.approx(1.0 - 0.5 * abs(0.2 - v))
+        assert generic["reward"] == pytest.approx(-0.5 * abs(0.9 - v))
+        d = good["reward"] - generic["reward"]
+        std = abs(d) / 2 ** 0.5  # two samples, unbiased
+        assert good["advantage"] == pytest.approx((d / 2) / (std + 1e-4), rel=1e-4)
+        assert generic["advantage"] == pytest.approx(-good["advantage"])
+    # What the trainer saw: the manager's exact prompt, the review's tokens as sampled, its advantage.
+    prompts = dict(zip([f.rollout_id for f in train_side], mt.manager_prompts(manager, train_side)))
+    assert len(seen) == 2 * len(train_side)
+    good_ids = tok(GOOD, add_special_tokens=False)["input_ids"]
+    for s in seen:
+        match = [f for f in train_side if s.prompt_ids == tok(prompts[f.rollout_id], add_special_tokens=False)["input_ids"]]
+        assert len(match) == 1
+        assert (s.advantage > 0) == (s.completion_ids == good_ids)
+    # The checkpoint: a row, an adapter with its manifest, lineage to every failure and sampled review.
+    assert row["parent_id"] is None and row["trajectory_ids"] == sorted(f.rollout_id for f in train_side)
+    assert lake.read("manager_checkpoints").num_rows == 1 and not lake.exists("checkpoints")
+    manifest = json.loads((paths.checkpoints / "managers" / row["checkpoint_id"] / "lineage.json").read_text())
+    assert manifest["role"] == "manager" and manifest["worker_version"] == "base"
+    lin = [r for r in lake.read("lineage").to_pylist() if r["checkpoint_id"] == row["checkpoint_id"]]
+    assert sorted(r["row_id"] for r in lin if r["kind"] == "manager_failure") == row["trajectory_ids"]
+    assert sorted(r["row_id"] for r in lin if r["kind"] == "manager_sample") == sorted(s["sample_id"] for s in samples)
+    m = json.loads(row["metrics"])
+    assert m["usable_hint_share"] == pytest.approx(0.5) and m["rescue_rate"] == pytest.approx(1.0)
+    # Not promoted: the worker's and the manager's serving pointers are untouched.
+    assert serving.serving_checkpoint(lake, "manager") == serving.BASE and serving.serving_checkpoint(lake) == serving.BASE
+
+
+def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_dir):
+    """A rollout the verifier accepts is reviewed for its score only: no hint is measured, and its reward
+    is minus the weighted distance of the score from the verifier's."""
+    paths, lake, batch_id = lake_with_failures
+    train_side = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    f = train_side[0]
+    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
+    for r in ro:  # the first training-side task's first sample now answers right, in the required format
+        if r["rollout_id"] == f.rollout_id:
+            r["completion"] = f"<step>the sum is {f.reference}</step><answer>{f.reference}</answer>"
+            r["steps"] = [f"the sum is {f.reference}"]
+            r["finish_reason"] = "stop"
+    lake.write_batch("rollouts", batch_id, ro)
+    accepted = mt.collect_failures(lake, heldout=False, config=CONFIG, correct=True)
+    assert [a.rollout_id for a in accepted] == [f.rollout_id] and accepted[0].correct and accepted[0].verifier_score == 1.0
+    assert f.rollout_id not in {x.rollout_id for x in mt.collect_failures(lake, heldout=False, config=CONFIG)}
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "success_share": 1.0})
+    mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                     grpo={"device": "cpu"})
+    rows = [r for r in lake.read("manager_samples").to_pylist() if r["rollout_id"] == f.rollout_id]
+    assert len(rows) == 2 and all(r["worker_correct"] and r["rescue_k"] == 0 for r in rows)
+    by = {r["sample_index"]: r for r in rows}
+    assert by[0]["reward"] == pytest.approx(-0.5 * abs(0.2 - 1.0)) and by[1]["reward"] == pytest.approx(-0.5 * abs(0.9 - 1.0))
+    assert by[1]["advantage"] > 0 > by[0]["advantage"]  # on a right answer, the high score is the accurate one
+    # The worker is asked to be rescued once per failure (the task's other, failed sample now stands for
+    # it), never on the accepted answer.
+    assert len(worker.prompts) == len(mt.collect_failures(lake, heldout=False, config=CONFIG)) == len(train_side)
+
+
+def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_scores_drift(lake_with_failures, tiny_model_dir):
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40)
+    good_mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
+    generic_mgr, _, _ = _backends(tiny_model_dir, lambda p, j: GENERIC)
+    row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=good_mgr, worker=worker,
+                           grpo={"device": "cpu"})
+    cid = row["checkpoint_id"]
+    with pytest.raises(GateNotReady, match="manager evaluate"):
+        mt.decide_manager_gate(lake, cid, cfg)
+    base_rows = mt.evaluate_manager(lake, paths, policy, cfg, "base", manager_model=str(tiny_model_dir), manager_backend=generic_mgr,
+                                    worker=worker)
+    cand_rows = mt.evaluate_manager(lake, paths, policy, cfg, cid, manager_model=str(tiny_model_dir), manager_backend=good_mgr,
+                                    worker=worker)
+    held = mt.collect_failures(lake, heldout=True, config=cfg)
+    assert sorted(r["rollout_id"] for r in cand_rows) == sorted(f.rollout_id for f in held)
+    assert all(r["rescued"] == 2 for r in cand_rows) and all(r["rescue_k"] == 0 for r in base_rows)
+    incumbent, d, err_c, err_i = mt.decide_manager_gate(lake, cid, cfg)
+    assert incumbent == "base" and d.promote and d.diff == pytest.approx(1.0) and d.n_paired == len(held)
+    verifier = [f.verifier_score for f in held]
+    assert err_c == pytest.approx(sum(abs(0.2 - v) for v in verifier) / len(held))
+    assert err_i == pytest.approx(sum(abs(0.9 - v) for v in verifier) / len(held))
+    assert serving.serving_checkpoint(lake, "manager") == cid and serving.serving_checkpoint(lake) == serving.BASE
+    gd = [r for r in lake.read("gate_decisions").to_pylist() if r["benchmark"] == mt.GATE_BENCHMARK]
+    assert len(gd) == 1 and gd[0]["promote"]
+    # Rolled back by hand, like the worker; the worker's pointer does not move.
+    serving.rollback(lake, actor="test", reason="check", role="manager")
+    assert serving.serving_checkpoint(lake, "manager") == serving.BASE and not lake.exists("serving")
+
+    # A candidate whose hints rescue as well but whose scores drift from the verifier's is refused.
+    drift = lambda p, j: GOOD.replace(" 2,", " 10,")  # noqa: E731
+    drift_mgr, _, _ = _backends(tiny_model_dir, drift)
+    mt.evaluate_manager(lake, paths, policy, cfg, cid, manager_model=str(tiny_model_dir), manager_backend=drift_mgr, worker=worker)
+    _, d2, err_c2, _ = mt.decide_manager_gate(lake, cid, ManagerRLConfig(score_tolerance=0.05, heldout_fraction=0.5))
+    assert not d2.promote and "drift" in d2.reason and err_c2 > err_i
+    assert serving.serving_checkpoint(lake, "manager") == serving.BASE
+    # Two managers whose hints were measured with different workers are not compared.
+    lake.replace_where("manager_evals", {"checkpoint_id": "base"}, [{**r, "worker_version": "ckpt-other"} for r in base_rows])
+    with pytest.raises(GateNotReady, match="different workers"):
+        mt.decide_manager_gate(lake, cid, cfg)
+
+
+def test_the_reviews_asset_uses_the_serving_manager_and_names_it(lake_with_failures, tiny_model_dir, home):
+    paths, lake, batch_id = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    good_mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    row = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=good_mgr, worker=worker,
+                           grpo={"device": "cpu"})
+    serving.promote(lake, row["checkpoint_id"], actor="test", reason="serve the trained manager", role="manager")
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("task_batches", [batch_id])
+        res = {"lakehouse": LakehouseResource(home=str(home)),
+               "policy": PolicyResource(model=str(tiny_model_dir), num_generations=2, max_new_tokens=8, dtype="float32"),
+               "review": ReviewResource(manager="llm", judge_model=str(tiny_model_dir), manager_max_new_tokens=8)}
+        assert materialize([reviews], partition_key=batch_id, instance=instance, resources=res,
+                           selection=[reviews]).success
+    revs = lake.read("reviews", batch_id=batch_id).to_pylist()
+    assert revs and {r["reviewer"] for r in revs} == {f"llm-manager:{row['checkpoint_id']}"}
+    # A serving manager whose adapter is gone is an error naming the way back, never a silent base model.
+    import shutil
+
+    shutil.rmtree(row["adapter_uri"])
+    with pytest.raises(serving.ServingError, match="rollback --role manager"):
+        serving.serving_policy(lake, "manager")
+
+
+def test_roles_are_checked_and_the_worker_pointer_is_separate(lake_with_failures):
+    _, lake, _ = lake_with_failures
+    with pytest.raises(ValueError, match="unknown role"):
+        serving.serving_checkpoint(lake, "critic")
+    with pytest.raises(serving.ServingError, match="manager_checkpoints"):
+        serving.promote(lake, "m-missing", actor="t", reason="r", role="manager")
+    assert manager_rl.ManagerRLConfig().reward == "rescue"

@@ -1,0 +1,91 @@
+"""The manager's meta-RL reward and split (training/manager_rl.py), checked by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from tentalis_pipelines.rewards.advantages import group_advantages
+from tentalis_pipelines.training import manager_rl, opd
+from tentalis_pipelines.training.manager_rl import ManagerRLConfig, ReviewOutcome
+
+HINT = "The question asks you to add 7 to 12: write that as one step."
+
+
+def outcome(score=0.1, hint=HINT, decision=opd.USED, rescued=3, k=4, verifier=0.1, dense=None):
+    return ReviewOutcome(score, hint, decision, rescued, k, verifier, dense)
+
+
+def test_reward_is_rescue_rate_minus_weighted_score_error():
+    # 3 of 4 rescued = 0.75; |0.6 - 0.1| = 0.5; 0.75 - 0.5 * 0.5 = 0.5
+    assert manager_rl.manager_reward(outcome(score=0.6), accuracy_weight=0.5) == pytest.approx(0.5)
+    # a larger weight charges more: 0.75 - 2 * 0.5 = -0.25
+    assert manager_rl.manager_reward(outcome(score=0.6), accuracy_weight=2.0) == pytest.approx(-0.25)
+    # an exact score costs nothing
+    assert manager_rl.manager_reward(outcome(score=0.1, rescued=1), accuracy_weight=0.5) == pytest.approx(0.25)
+
+
+def test_an_unusable_hint_is_worth_nothing_whatever_it_rescued():
+    for decision in (opd.NO_HINT, opd.TRIVIAL, opd.LEAKS_ANSWER):
+        assert manager_rl.hint_value(outcome(decision=decision, rescued=4)) == 0.0
+        assert manager_rl.manager_reward(outcome(decision=decision, rescued=4, score=0.1)) == 0.0
+
+
+def test_an_unparseable_review_is_charged_the_full_distance():
+    assert manager_rl.score_error(None, 0.7) == 1.0
+    assert manager_rl.manager_reward(outcome(score=None, rescued=0), accuracy_weight=0.5) == pytest.approx(-0.5)
+    assert manager_rl.mean_score_error([outcome(score=None), outcome(score=0.4, verifier=0.1)]) == pytest.approx((1.0 + 0.3) / 2)
+    assert manager_rl.mean_score_error([]) is None
+
+
+def test_the_dense_reward_replaces_the_rescue_rate_when_chosen():
+    o = outcome(rescued=0, k=0, dense=0.8, score=0.1)
+    assert manager_rl.hint_value(o, "dense") == pytest.approx(0.8)
+    assert manager_rl.hint_value(o, "rescue") == 0.0
+    assert manager_rl.hint_value(outcome(dense=None), "dense") == 0.0
+    assert manager_rl.manager_reward(o, reward="dense", accuracy_weight=1.0) == pytest.approx(0.8)
+
+
+def test_the_hint_screen_is_guidances():
+    assert manager_rl.hint_decision(HINT, "19") == opd.USED
+    assert manager_rl.hint_decision("The answer is 19.", "19") == opd.LEAKS_ANSWER
+    assert manager_rl.hint_decision("  ", "19") == opd.NO_HINT
+    assert manager_rl.hint_decision("try again", "19") == opd.TRIVIAL
+
+
+def test_group_advantages_of_a_failures_reviews_by_hand():
+    # one failure, four reviews: rewards 0.5, 0, -0.5, 0 -> mean 0, unbiased std sqrt(1/6)
+    rewards = [manager_rl.manager_reward(o) for o in (outcome(score=0.6), outcome(decision=opd.TRIVIAL, score=0.1),
+                                                     outcome(score=None, rescued=0), outcome(score=0.1, rescued=0))]
+    assert rewards == pytest.approx([0.5, 0.0, -0.5, 0.0])
+    adv, signal = group_advantages(["f"] * 4, rewards)
+    std = (0.5 / 3) ** 0.5  # sum of squares 0.5 over n-1 = 3
+    assert adv == pytest.approx([0.5 / (std + 1e-4), 0.0, -0.5 / (std + 1e-4), 0.0])
+    assert signal == [True] * 4
+
+
+def test_the_heldout_split_is_stable_and_near_its_fraction():
+    ids = [f"task-{i}" for i in range(2000)]
+    held = [t for t in ids if manager_rl.is_heldout(t, 0.25)]
+    assert 0.21 < len(held) / len(ids) < 0.29
+    assert held == [t for t in ids if manager_rl.is_heldout(t, 0.25)]  # the same call, the same side
+    # another seed draws another split; a larger fraction holds out a superset
+    assert held != [t for t in ids if manager_rl.is_heldout(t, 0.25, seed=1)]
+    assert set(held) <= {t for t in ids if manager_rl.is_heldout(t, 0.5)}
+
+
+def test_checkpoint_ids_name_parent_failures_and_seed():
+    a = manager_rl.manager_checkpoint_id(None, ["r2", "r1"], 0)
+    assert a.startswith("m-") and a == manager_rl.manager_checkpoint_id(None, ["r1", "r2"], 0)
+    assert a != manager_rl.manager_checkpoint_id("m-x", ["r1", "r2"], 0)
+    assert a != manager_rl.manager_checkpoint_id(None, ["r1", "r2"], 1)
+    assert a != manager_rl.manager_checkpoint_id(None, ["r1"], 0)
+    assert a != manager_rl.manager_checkpoint_id(None, ["r1", "r2"], 0, nonce="again")
+    assert manager_rl.sample_id(a, "r1", 0) != manager_rl.sample_id(a, "r1", 1)
+
+
+@pytest.mark.parametrize("field,value,needle", [("reward", "vibes", "manager reward"), ("num_generations", 1, "at least 2"),
+                                                ("rescue_samples", 0, "at least 1"), ("heldout_fraction", 1.0, "strictly between"),
+                                                ("accuracy_weight", -0.1, ">= 0")])
+def test_bad_settings_are_refused_by_name(field, value, needle):
+    with pytest.raises(ValueError, match=needle):
+        ManagerRLConfig(**{field: value})
