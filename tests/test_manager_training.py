@@ -151,6 +151,13 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
     assert m["usable_hint_share"] == pytest.approx(0.5) and m["rescue_rate"] == pytest.approx(1.0)
     # Not promoted: the worker's and the manager's serving pointers are untouched.
     assert serving.serving_checkpoint(lake, "manager") == serving.BASE and serving.serving_checkpoint(lake) == serving.BASE
+    # A second run learns from fresh failures only (each task's other failed sample), then says there are none.
+    second = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                              grpo={"device": "cpu"})
+    assert set(second["trajectory_ids"]).isdisjoint(row["trajectory_ids"]) and len(second["trajectory_ids"]) == len(train_side)
+    with pytest.raises(ValueError, match="no fresh failed rollouts"):
+        mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                         grpo={"device": "cpu"})
 
 
 def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_dir):

@@ -65,10 +65,11 @@ class Failure:
 
 
 def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, batch_ids: list[str] | None = None,
-                     limit: int | None = None, correct: bool = False) -> list[Failure]:
+                     limit: int | None = None, correct: bool = False, exclude: set[str] | frozenset = frozenset()) -> list[Failure]:
     """One failed rollout per task (its lowest group index), newest batches first, on one side of the
     held-out split; at most ``limit``. Only task batches with reviews count (a failure needs a verifier).
-    ``correct``: the rollouts the verifier accepted instead (their reviews train and test the score alone)."""
+    ``correct``: the rollouts the verifier accepted instead (their reviews train and test the score alone).
+    ``exclude``: rollout ids to pass over (those earlier manager checkpoints trained on)."""
     from tentalis_pipelines.stages.reviews import review_inputs
 
     if not lake.exists("reviews"):
@@ -88,7 +89,8 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
         tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
         for r, x in sorted(review_inputs(lake, batch_id), key=lambda p: (p[0]["task_id"], p[0]["group_index"])):
             tid = r["task_id"]
-            if x.correct != correct or tid in seen or manager_rl.is_heldout(tid, config.heldout_fraction, config.seed) != heldout:
+            if (x.correct != correct or tid in seen or r["rollout_id"] in exclude
+                    or manager_rl.is_heldout(tid, config.heldout_fraction, config.seed) != heldout):
                 continue
             seen.add(tid)
             out.append(Failure(batch_id, r["rollout_id"], tid, tasks[tid]["prompt"], x.reference, r["prompt_text"],
@@ -199,12 +201,16 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     from tentalis_pipelines.rewards.advantages import group_advantages
     from tentalis_pipelines.training.trainer import GRPOConfig, TrainSample, build_policy, train_grpo
 
-    failures = collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, limit=config.max_failures)
+    # Fresh rollouts only, as the worker trains on fresh trajectories: none an earlier manager checkpoint learned from.
+    used = ({i for r in lake.read("manager_checkpoints", columns=["trajectory_ids"]).to_pylist() for i in r["trajectory_ids"] or ()}
+            if lake.exists("manager_checkpoints") else set())
+    failures = collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, limit=config.max_failures, exclude=used)
     if not failures:
-        raise ValueError("no failed rollouts on the manager's training side: run task batches (`tentalis run` / the "
-                         "rollout job) whose rollouts the verifier rejects, then train the manager")
+        raise ValueError("no fresh failed rollouts on the manager's training side (earlier manager checkpoints used "
+                         f"{len(used)}): run task batches (`tentalis run --no-train`) whose rollouts the verifier rejects, "
+                         "then train the manager")
     # Accepted answers too, for the score alone: trained on failures only, "always low" would look accurate.
-    failures += collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, correct=True,
+    failures += collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, correct=True, exclude=used,
                                  limit=round(config.success_share * len(failures)))
     versions = _versions(lake)
     parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
