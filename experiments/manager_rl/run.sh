@@ -1,0 +1,40 @@
+#!/bin/bash
+# The manager that learns (issue 32, must-hold 3): train the llm manager by GRPO on failures of the base
+# worker, gate it against the untrained one, then guided learning with each manager's hints.
+#   phase manager  : harvest failures (3 x 64 level-1 tasks x 4 samples), evaluate base, train, evaluate, gate
+#   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
+# Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained). Homes under $RUNS (default /work/runs).
+set -euo pipefail
+RUNS=${RUNS:-/work/runs}
+CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
+PY=${PY:-/work/main/.venv/bin/python}
+export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1
+unset DAGSTER_HOME
+T="$PY -m tentalis_pipelines.cli"
+cd "$CODE"
+case "$1" in
+  harvest)
+    export TENTALIS_HOME=$RUNS/mgr-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+    $T init >/dev/null
+    for s in 1 2 3; do $T run --no-train --num-tasks 64 --num-generations 4 --levels 1 --max-new-tokens 96 --seed $s; done ;;
+  manager)
+    export TENTALIS_HOME=$RUNS/mgr-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+    $T manager evaluate --checkpoint base --eval-rescue-samples 8
+    $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations 4 --rescue-samples 4 --learning-rate 2e-4
+    LAST=$($PY -c "
+from tentalis_pipelines.lakehouse import Lakehouse
+rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()
+print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
+    # the chain promoted its own updates to sample from them: the gate compares the last with the untrained one
+    $T rollback --role manager --to base --reason "gate the chain's last update against the untrained manager"
+    $T manager evaluate --checkpoint $LAST --eval-rescue-samples 8
+    $T manager gate $LAST
+    $T manager status ;;
+  worker)
+    ARM=$2; SEED=$3; H=$RUNS/mgr-$ARM-s$SEED
+    export TENTALIS_HOME=$H OMP_NUM_THREADS=1
+    rm -rf $H; $T init >/dev/null
+    if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/mgr-exp --target $H; fi
+    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED ;;
+  *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
+esac
