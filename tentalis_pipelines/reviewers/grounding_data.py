@@ -253,7 +253,7 @@ def calendar(rng: random.Random):
     length = rng.choice([30, 45, 60, 90])
     people = rng.sample(PEOPLE, 3)
     organiser = people[0]
-    out = "\n".join([f"BEGIN:VEVENT", f"SUMMARY:{title}", f"DTSTART:{d.isoformat()} {_time_text(start, '24')}",
+    out = "\n".join(["BEGIN:VEVENT", f"SUMMARY:{title}", f"DTSTART:{d.isoformat()} {_time_text(start, '24')}",
                      f"DTEND:{d.isoformat()} {_time_text(start + length, '24')}", f"LOCATION:{room}", f"ORGANIZER:{organiser}",
                      "ATTENDEES:" + ", ".join(people), f"DURATION_MIN:{length}", "END:VEVENT"])
     style = rng.choice(["24", "12"])
