@@ -67,7 +67,8 @@ def percentile(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]
 
 
-def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out: Path, tagger_dir: Path | None) -> list[dict]:
+def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out: Path, tagger_dir: Path | None,
+        rules_only: bool = False) -> list[dict]:
     import torch
 
     threads = int(os.environ.get("OMP_NUM_THREADS", "0") or 0)
@@ -79,7 +80,10 @@ def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out
     print(f"{len(pairs)} pairs in {sessions} sessions: train {len(train)}, test {len(test)} "
           f"({sum(p.hallucinated for p in test)} hallucinated)")
     started = time.time()
-    if tagger_dir is not None:
+    tagger: GroundingTagger | None
+    if rules_only:
+        tagger, train_s = None, 0.0
+    elif tagger_dir is not None:
         tagger = GroundingTagger.load(tagger_dir)
         train_s = 0.0
     else:
@@ -97,7 +101,7 @@ def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out
         t0 = time.perf_counter()
         rules = check_answer(p.answer, p.context)
         t1 = time.perf_counter()
-        tagged = tagger.predict(p.answer, p.context)
+        tagged = tagger.predict(p.answer, p.context) if tagger is not None else []
         t2 = time.perf_counter()
         both = combine(rules, tagged)
         t3 = time.perf_counter()
@@ -109,7 +113,7 @@ def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out
         lat["combined"].append(t3 - t0)
     load_after = os.getloadavg()
     cpu = host_cpu()
-    for name in preds:
+    for name in (["rules"] if tagger is None else preds):
         ms = [x * 1000 for x in lat[name]]
         rows.append({"detector": name, "test_pairs": len(test), "train_pairs": len(train), **score(test, preds[name]),
                      "p50_ms": round(percentile(ms, 0.5), 2), "p95_ms": round(percentile(ms, 0.95), 2),
@@ -133,9 +137,10 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save", type=Path, default=None, help="save the trained tagger here (review.grounding_tagger)")
     ap.add_argument("--tagger", type=Path, default=None, help="evaluate this saved tagger instead of training one")
+    ap.add_argument("--rules-only", action="store_true", help="the deterministic check alone (no tagger trained)")
     ap.add_argument("--out", type=Path, default=HERE / "results.csv")
     a = ap.parse_args()
-    run(a.sessions, a.epochs, a.lr, a.seed, a.save, a.out, a.tagger)
+    run(a.sessions, a.epochs, a.lr, a.seed, a.save, a.out, a.tagger, a.rules_only)
 
 
 if __name__ == "__main__":
