@@ -39,6 +39,11 @@ def test_each_kind_is_flagged_with_its_exact_span():
         assert answer[f.start:f.end] == f.text
 
 
+def test_a_listed_file_under_another_folder_is_flagged():
+    assert kinds("q1_summary.csv is 326 KB.") == []
+    assert kinds("See /home/bob/q1_summary.csv.") == [("path", "/home/bob/q1_summary.csv")]
+
+
 def test_a_number_the_context_gives_in_another_unit_is_a_unit_flag():
     ctx = "wind: 8 mph, humidity 65"
     assert kinds_of("The humidity is 65% and the wind 8 km/h.", ctx) == [("unit", "8 km/h")]
@@ -86,7 +91,7 @@ def test_gold_spans_are_exactly_the_corrupted_values():
     for p in pairs:
         by_session.setdefault(p.session_id, []).append(p)
     assert {p.tool for p in pairs} == {"weather", "stock", "order", "files", "calendar", "account"}
-    for sid, group in by_session.items():
+    for group in by_session.values():
         assert len({p.context for p in group}) == 1
         clean = [p for p in group if not p.spans]
         assert len(clean) == 2
