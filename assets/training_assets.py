@@ -4,13 +4,14 @@
 from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from assets.batch_assets import guided_rollouts, rollouts, to_materialize_result, trajectories
+from assets.grounding_assets import grounding_flags
 from assets.partitions import checkpoint_ids
 from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.stages.training import train_checkpoint
 
 
-@asset(deps=[trajectories, rollouts, guided_rollouts], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
+@asset(deps=[trajectories, rollouts, guided_rollouts, grounding_flags], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
        metadata=table_definition_metadata("checkpoints"))
 def checkpoints(
     context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource, trainer: TrainerResource

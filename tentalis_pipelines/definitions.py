@@ -17,6 +17,7 @@ from assets.batch_assets import (
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve, prm_evaluation
 from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
+from assets.grounding_assets import grounding_flags
 from assets.idle_assets import training_windows
 from assets.serving_assets import serving
 from assets.skill_assets import skills
@@ -58,7 +59,7 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, guided_rollouts, trajectories, checkpoints, training_windows, benchmark_results, serving,
-            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills],
+            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills, grounding_flags],
     asset_checks=FORENSICS_CHECKS,
     jobs=[rollout_job, train_job, idle_train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, idle_window, new_checkpoints, gate_ready],

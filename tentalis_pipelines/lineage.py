@@ -44,7 +44,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
 # Tables every training run reads (directly, or through the stages that made its trajectories).
 TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")
 # Tables other features add; their version is recorded when they exist.
-OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills")
+OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills", "grounding_flags")
 MANIFEST_FILE = "lineage.json"
 MANIFEST_VERSION = 1
 
@@ -318,7 +318,9 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
         tokenizer = AutoTokenizer.from_pretrained(manifest["model"])
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
-    samples, _ = build_samples(lake, tokenizer, order_trajectories(rows), versions)
+    config = manifest.get("config") or {}
+    samples, _ = build_samples(lake, tokenizer, order_trajectories(rows), versions,
+                               grounding_policy=config.get("grounding_policy", "off"), grounding_penalty=config.get("grounding_penalty", 1.0))
     return samples
 
 

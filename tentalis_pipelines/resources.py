@@ -129,6 +129,8 @@ class TrainerResource(ConfigurableResource):
     guide_shaping_gamma: float = mirrored(GRPOConfig, "guide_shaping_gamma")
     guide_with_hint: bool = mirrored(GRPOConfig, "guide_with_hint")
     max_policy_lag: int = mirrored(GRPOConfig, "max_policy_lag")
+    grounding_policy: str = mirrored(GRPOConfig, "grounding_policy")
+    grounding_penalty: float = mirrored(GRPOConfig, "grounding_penalty")
     promotion: str = Field(default="gate", description="gate: the benchmarks decide (see the benchmark resource); always: promote on training")
     fresh_trajectory_threshold: int = Field(default=64, description="fresh trajectories of the serving policy that trigger training (sensor fresh_trajectories)")
     launcher: str = Field(default="in_process", description="where training runs (training/launchers.py, docs/launchers.md): in_process, "
@@ -172,6 +174,10 @@ class ReviewResource(ConfigurableResource):
     judge_temperature: float = 0.7
     judge_forced_verdict: bool = True
     manager_max_new_tokens: int = 96
+    grounding: bool = Field(default=False, description="write grounding_flags: the claims of agent turns that their session's "
+                            "tool outputs do not support (docs/grounding.md); trainer.grounding_policy decides what training does")
+    grounding_tagger: str = Field(default="", description="a trained grounding tagger folder joined with the rules "
+                                  "(experiments/grounding); empty: the deterministic check alone")
     reward_weights: str = Field(default="", description='JSON weights of the reward components for every environment, e.g. '
                                 '{"outcome": 0, "format": 0, "process": 0, "manager": 1}; empty: the per-environment defaults')
 

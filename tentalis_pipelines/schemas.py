@@ -118,6 +118,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             "One scored reasoning step of a rollout (calculator verifier or LLM judge with votes)."
         )},
     ),
+    "grounding_flags": pa.schema(
+        [
+            col("batch_id", pa.string(), "the task batch (partition key; a dynamic partition of task_batches)", nullable=False),
+            col("rollout_id", pa.string(), "the rollout whose completion holds the flagged turn (rollouts.rollout_id)", nullable=False),
+            col("turn_index", pa.int32(), "the assistant turn's index in its session or episode (0 for a single-turn rollout)"),
+            col("turn_token_start", pa.int32(), "first completion token of the flagged turn (its span in rollouts.completion_token_ids)"),
+            col("turn_token_end", pa.int32(), "end (exclusive) of the flagged turn's completion tokens"),
+            col("char_start", pa.int32(), "first character of the flagged claim in the turn's decoded text"),
+            col("char_end", pa.int32(), "end (exclusive) of the flagged claim in the turn's decoded text"),
+            col("token_start", pa.int32(), "first completion token of the claim (index into rollouts.completion_token_ids)"),
+            col("token_end", pa.int32(), "end (exclusive) of the claim's completion tokens"),
+            col("text", pa.string(), "the flagged claim as the answer states it"),
+            col("kind", pa.string(), "number, unit, date, time, path or entity (the tagger's spans: entity)"),
+            col("reason", pa.string(), "why it was flagged (what the context lacks)"),
+            col("detector", pa.string(), "`rules` (the deterministic check) or `tagger` (the MiniLM token tagger)"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "One claim of an agent's answer that the tool outputs and context of its session do not support "
+            "(the grounding check, docs/grounding.md)."
+        )},
+    ),
     "step_labels": pa.schema(
         [
             col("batch_id", pa.string(),
@@ -842,7 +864,8 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 
 # Tables with one partition per task batch: a re-run of a batch replaces exactly that batch's rows.
-BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "guided_rollouts", "trajectories")
+BATCH_TABLES = ("tasks", "rollouts", "step_scores", "step_labels", "reviews", "teacher_logprobs", "guided_rollouts", "trajectories",
+                "grounding_flags")
 
 
 def column_descriptions(table: str) -> dict[str, str]:

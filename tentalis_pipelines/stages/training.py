@@ -9,11 +9,13 @@ from tentalis_pipelines import lineage, sessions
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.reviewers.grounding_policy import apply_flags
 from tentalis_pipelines.rewards.advantages import (
     token_advantages,
     token_step_index,
 )
 from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages import grounding
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.training import checkpoints as ckpt
@@ -192,13 +194,15 @@ def run_training(job: launchers.TrainingJob, on_step=None, progress=None) -> lau
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    samples, rollouts = build_samples(lake, tokenizer, fresh, versions)
+    config = GRPOConfig(**job.config)
+    grounding_counts: dict[str, int] = {}
+    samples, rollouts = build_samples(lake, tokenizer, fresh, versions, grounding_policy=config.grounding_policy,
+                                      grounding_penalty=config.grounding_penalty, grounding_counts=grounding_counts)
     if not any(abs(s.advantage) > 1e-8 or any(abs(a) > 1e-8 for a in (s.token_advantages or [])) for s in samples):
         raise ValueError(
             f"the {len(samples)} fresh trajectories carry no learning signal (every group's rewards are equal): "
             "sample more generations per task, raise the temperature, or add easier tasks"
         )
-    config = GRPOConfig(**job.config)
     version = job.policy_version
     manifest = lineage.build_manifest(
         lake, checkpoint_id=job.checkpoint_id, parent_id=None if version == "base" else version, policy_version=version, versions=versions,
@@ -210,6 +214,9 @@ def run_training(job: launchers.TrainingJob, on_step=None, progress=None) -> lau
     # (progress only for an idle window: callers that wrap train_grpo with the older signature keep working)
     windowed = {"progress": progress} if progress is not None else {}
     result = train_grpo(model, tokenizer, samples, config, state=state, on_step=on_step, **windowed)
+    if config.grounding_policy != "off":  # what the grounding flags changed, in the checkpoint's metrics
+        result.metrics.update({f"grounding_{k}": v for k, v in
+                               {"penalized_tokens": 0, "blocked_turns": 0, **grounding_counts}.items()})
 
     def extra(folder):  # written inside the atomic save: the adapter never lands without them
         save_trainer_state(folder, result.state)
@@ -220,11 +227,16 @@ def run_training(job: launchers.TrainingJob, on_step=None, progress=None) -> lau
     return launchers.TrainingOutput(str(path), result.metrics, manifest, result.history)
 
 
-def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions: dict[str, int | None] | None = None
+def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions: dict[str, int | None] | None = None, *,
+                  grounding_policy: str = "off", grounding_penalty: float = 1.0, grounding_counts: dict[str, int] | None = None,
                   ) -> tuple[list[TrainSample], dict[str, dict]]:
     """The trainer's samples for ``trajectories`` (in their order), from their rollouts read at
     ``versions['rollouts']`` (None: the current version). Also returns the rollouts by id. Training
-    and ``lineage.replay`` both build the set here, so a replay is the same computation on the same rows."""
+    and ``lineage.replay`` both build the set here, so a replay is the same computation on the same rows.
+
+    ``grounding_policy`` (``penalize`` or ``block``) applies the batches' ``grounding_flags`` (at
+    ``versions['grounding_flags']``) to the samples (``reviewers/grounding_policy.py``); the penalized
+    tokens and blocked turns are added to ``grounding_counts``."""
     ids = {r["rollout_id"] for r in trajectories}
     rollout_version = (versions or {}).get("rollouts")
     names = lake.dataset("rollouts", version=rollout_version).schema.names
@@ -247,6 +259,17 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
     if missing:
         raise ValueError(f"{len(missing)} trajectories have no rollout row (rollouts@{rollout_version}): {sorted(missing)[:5]}; "
                          "re-run the batch's rollouts and trajectories")
+    flags = {}
+    if grounding_policy != "off":
+        flags = grounding.flags_by_rollout(lake, sorted({r["batch_id"] for r in trajectories}), (versions or {}).get("grounding_flags"))
+    counts = grounding_counts if grounding_counts is not None else {}
+
+    def grounded(sample: TrainSample, rollout_id: str) -> TrainSample:
+        out, n = apply_flags(sample, flags.get(rollout_id, []), grounding_policy, grounding_penalty, rollout_id=rollout_id)
+        for k, v in n.items():
+            counts[k] = counts.get(k, 0) + v
+        return out
+
     prompt_cache: dict[str, list[int]] = {}
     samples = []
     for t in trajectories:
@@ -254,7 +277,7 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
         if not ro["completion_token_ids"]:
             continue
         if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
-            samples.append(sessions.session_sample(ro, t))
+            samples.append(grounded(sessions.session_sample(ro, t), t["rollout_id"]))
             continue
         p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
         token_adv = None
@@ -268,8 +291,9 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
             # Hinted OPD (training/opd.py): w_rl * A_rl + w_opd * (log pi_teacher - log pi_student), per token.
             rl = token_adv if token_adv is not None else [float(t["advantage"])] * len(ro["completion_token_ids"])
             token_adv = opd.combine_advantages(rl, t.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
-        samples.append(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
-                                   old_logps=ro["sampling_logprobs"], temperature=ro["temperature"], guided=bool(ro.get("guided"))))
+        samples.append(grounded(TrainSample(p, list(ro["completion_token_ids"]), float(t["advantage"]), token_advantages=token_adv,
+                                            old_logps=ro["sampling_logprobs"], temperature=ro["temperature"], guided=bool(ro.get("guided"))),
+                                t["rollout_id"]))
     return samples, rollouts
 
 

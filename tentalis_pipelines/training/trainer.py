@@ -48,6 +48,7 @@ OLD_LOGPROBS = ("recompute", "sampling")
 SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
 GUIDE_IMPORTANCE = ("clip", "shaping")
+GROUNDING_POLICIES = ("off", "penalize", "block")  # reviewers/grounding_policy.py
 
 
 @dataclass
@@ -121,6 +122,10 @@ class GRPOConfig:
     # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
     max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
                                        "(0: only the serving policy's own; older rows are refused and counted)")
+    # The grounding check's flags in training (reviewers/grounding_policy.py; used by the checkpoints stage).
+    grounding_policy: str = config_field("off", "off | penalize (each token of a claim the session's tool outputs do not support "
+                                         "gets advantage -grounding_penalty) | block (a turn with a flag is not trained on)")
+    grounding_penalty: float = config_field(1.0, "the negative advantage of a flagged token (grounding_policy = penalize)")
 
     def __post_init__(self):
         if self.loss_type not in LOSS_TYPES:
@@ -168,6 +173,10 @@ class GRPOConfig:
             raise ValueError(f"guide_importance must be one of {GUIDE_IMPORTANCE}, got {self.guide_importance!r}")
         if not self.guide_shaping_gamma > 0:
             raise ValueError(f"guide_shaping_gamma must be above 0, got {self.guide_shaping_gamma}")
+        if self.grounding_policy not in GROUNDING_POLICIES:
+            raise ValueError(f"grounding_policy must be one of {GROUNDING_POLICIES}, got {self.grounding_policy!r}")
+        if self.grounding_penalty < 0:
+            raise ValueError(f"grounding_penalty is the size of a negative advantage: it must be >= 0, got {self.grounding_penalty}")
         self.lora_target_modules = tuple(self.lora_target_modules)
 
     def to_dict(self) -> dict:

@@ -65,7 +65,7 @@ def test_the_graph_shows_where_data_fans_in():
     assert assets["teacher_logprobs"]["deps"] == ["reviews", "rollouts", "tasks"]
     assert assets["guided_rollouts"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks"]
     assert assets["reviews"]["deps"] == ["human_reviews", "rollouts", "step_scores", "tasks"]
-    assert assets["checkpoints"]["deps"] == ["guided_rollouts", "rollouts", "trajectories"]
+    assert assets["checkpoints"]["deps"] == ["grounding_flags", "guided_rollouts", "rollouts", "trajectories"]
     assert not assets["human_reviews"]["materializable"]  # written by `tentalis import-reviews`
     assert not assets["reward_activations"]["materializable"]  # written by `tentalis rescore --activate`
     assert assets["reward_versions"]["deps"] == ["reviews", "rollouts", "step_scores", "tasks", "trajectories"]

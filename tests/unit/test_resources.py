@@ -53,7 +53,7 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
                "w_rl": 0.5, "w_opd": 2.0, "opd_teacher": "/models/teacher", "opd_teacher_model": "big-teacher", "opd_clip": 0.5, "opd_min_effect": 0.1,
                "guide": True, "guide_generations": 3, "guide_importance": "shaping", "guide_shaping_gamma": 0.5,
                "guide_with_hint": False,
-               "max_policy_lag": 2}
+               "max_policy_lag": 2, "grounding_policy": "penalize", "grounding_penalty": 0.5}
     assert set(changed) == {f.name for f in dataclasses.fields(GRPOConfig)} - FROM_POLICY
     cfg = TrainerResource(**changed).config(max_completion_length=77)
     for name, value in changed.items():

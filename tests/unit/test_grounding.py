@@ -1,0 +1,202 @@
+"""The grounding check: the rules by hand, the synthetic corruptions' gold spans, the session split, and the
+flagged-span policy in training (penalize: exactly those tokens, exactly that amount; block: exactly that turn)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tentalis_pipelines.reviewers.grounding import Flag, FlagError, check_answer, validate_flag
+from tentalis_pipelines.reviewers.grounding_data import make_sessions, split_by_session
+from tentalis_pipelines.reviewers.grounding_policy import GroundingFlagError, apply_flags, chars_to_tokens
+from tentalis_pipelines.reviewers.grounding_tagger import combine, spans_from_tokens
+from tentalis_pipelines.training.trainer import TrainSample
+
+CONTEXT = ('{"city": "San Diego", "temp_f": 72.41, "humidity_pct": 65, "date": "2024-03-05", "wind_mph": 8}\n'
+           "$ ls -l /home/ana/reports\n-rw-r--r-- 1 ana ana 326K Mar  5 14:30 q1_summary.csv\n"
+           "Order ORD-10023 total 1250.50 USD shipped 03/07/2024 via UPS to Maria Lopez")
+
+
+def kinds(answer: str) -> list[tuple[str, str]]:
+    return [(f.kind, f.text) for f in check_answer(answer, CONTEXT)]
+
+
+def test_a_faithful_restatement_is_not_flagged():
+    # 1,250.50 = 1250.50, 3.50-style trailing zeros, 72 and 72.4 rounded from 72.41, dates in four formats, 2:30 PM = 14:30.
+    for answer in ["The weather in San Diego on March 5, 2024 is 72°F (72.4 degrees Fahrenheit) with 65% humidity and wind of 8 mph.",
+                   "Order ORD-10023 for Maria Lopez totals $1,250.5 and shipped on 2024-03-07 via UPS.",
+                   "On 7 March 2024 UPS shipped order ORD-10023; q1_summary.csv in /home/ana/reports is 326 KB, modified Mar 5 at 2:30 PM.",
+                   "San Diego: 03/05/2024, wind 8 mph."]:
+        assert check_answer(answer, CONTEXT) == [], answer
+
+
+def test_each_kind_is_flagged_with_its_exact_span():
+    answer = "In San Jose on March 6, 2024 it is 75°F; order ORD-10024 went via FedEx at 3:30 PM to /home/ana/report/q2.csv."
+    flags = check_answer(answer, CONTEXT)
+    assert [(f.kind, f.text) for f in flags] == [
+        ("entity", "San Jose"), ("date", "March 6, 2024"), ("number", "75°F"), ("entity", "ORD-10024"),
+        ("entity", "FedEx"), ("time", "3:30 PM"), ("path", "/home/ana/report/q2.csv")]
+    for f in flags:
+        assert answer[f.start:f.end] == f.text
+
+
+def test_a_listed_file_under_another_folder_is_flagged():
+    assert kinds("q1_summary.csv is 326 KB.") == []
+    assert kinds("See /home/bob/q1_summary.csv.") == [("path", "/home/bob/q1_summary.csv")]
+
+
+def test_a_number_the_context_gives_in_another_unit_is_a_unit_flag():
+    ctx = "wind: 8 mph, humidity 65"
+    assert kinds_of("The humidity is 65% and the wind 8 km/h.", ctx) == [("unit", "8 km/h")]
+    assert kinds_of("The wind is 8 mph.", ctx) == []
+    assert kinds("The wind is 8 km/h.") == []  # the context's 8 carries no unit: nothing to contradict
+
+
+def test_number_normalisation():
+    ctx = "total: 1000 items, price 3.50, ratio 0.25"
+    assert check_answer("1,000 items at 3.5 each, ratio .25 aside 0.250", ctx) == []
+    assert [f.text for f in check_answer("1,001 items at 3.55", ctx)] == ["1,001 items", "3.55"]
+
+
+def test_dates_compare_across_formats_and_years():
+    ctx = "due 2024-03-05"
+    for ok in ["March 5", "Mar 5th", "5 March 2024", "03/05/2024", "05/03/2024", "2024-03-05"]:
+        assert check_answer(f"It is due {ok}.", ctx) == [], ok
+    assert kinds_of("It is due March 5, 2025.", ctx) == [("date", "March 5, 2025")]
+    assert kinds_of("It is due 2024-03-06.", ctx) == [("date", "2024-03-06")]
+
+
+def kinds_of(answer, ctx):
+    return [(f.kind, f.text) for f in check_answer(answer, ctx)]
+
+
+def test_names_are_case_insensitive_and_plain_words_are_not_names():
+    ctx = "customer: maria lopez; carrier: ups"
+    assert check_answer("Unfortunately Maria Lopez's parcel left via UPS.", ctx) == []
+    assert kinds_of("The parcel for Mario Lopez left via UPS.", ctx) == [("entity", "Mario Lopez")]
+
+
+def test_a_malformed_flag_is_refused_clearly():
+    with pytest.raises(FlagError, match="outside the 5-character text"):
+        validate_flag(Flag(3, 9, "number", "x", "lo"), "hello")
+    with pytest.raises(FlagError, match="reads 'el', not the flagged 'xx'"):
+        validate_flag(Flag(1, 3, "number", "x", "xx"), "hello")
+    with pytest.raises(FlagError, match="is not one of"):
+        validate_flag(Flag(1, 3, "colour", "x", "el"), "hello")
+
+
+# --------------------------------------------------------------------------- synthetic data
+def test_gold_spans_are_exactly_the_corrupted_values():
+    pairs = make_sessions(60, seed=3)
+    by_session: dict[str, list] = {}
+    for p in pairs:
+        by_session.setdefault(p.session_id, []).append(p)
+    assert {p.tool for p in pairs} == {"weather", "stock", "order", "files", "calendar", "account"}
+    for group in by_session.values():
+        assert len({p.context for p in group}) == 1
+        clean = [p for p in group if not p.spans]
+        assert len(clean) == 2
+        for p in group:
+            for s, e, kind in p.spans:
+                assert 0 <= s < e <= len(p.answer) and kind in ("number", "unit", "date", "entity", "swap")
+                assert p.answer[s:e].strip() == p.answer[s:e] != ""
+            if p.spans:
+                # Undoing every gold span with some faithful value gives back a sentence the clean answers could be:
+                # the text outside the gold spans is untouched (same template pieces as a clean rendering).
+                outside = [p.answer[a:b] for a, b in _gaps(p.spans, len(p.answer))]
+                assert all(piece in p.answer for piece in outside)
+    assert make_sessions(60, seed=3)[7].to_dict() == pairs[7].to_dict()  # deterministic
+    assert make_sessions(60, seed=4)[7].to_dict() != pairs[7].to_dict()
+
+
+def _gaps(spans, n):
+    out, pos = [], 0
+    for s, e, _ in sorted(spans):
+        out.append((pos, s))
+        pos = e
+    out.append((pos, n))
+    return out
+
+
+def test_the_split_never_shares_a_session_and_is_seeded():
+    pairs = make_sessions(200, seed=0)
+    train, test = split_by_session(pairs, test_fraction=0.25, seed=0)
+    assert not {p.session_id for p in train} & {p.session_id for p in test}
+    assert len(train) + len(test) == len(pairs)
+    assert 0.15 < len({p.session_id for p in test}) / 200 < 0.35
+    again = split_by_session(list(reversed(pairs)), test_fraction=0.25, seed=0)[1]
+    assert {p.session_id for p in again} == {p.session_id for p in test}  # order does not matter
+    other = split_by_session(pairs, test_fraction=0.25, seed=1)[1]
+    assert {p.session_id for p in other} != {p.session_id for p in test}
+    with pytest.raises(ValueError, match="test_fraction"):
+        split_by_session(pairs, test_fraction=1.0)
+
+
+# --------------------------------------------------------------------------- tagger spans and the combination
+def test_tagger_tokens_become_word_spans_and_rules_win_overlaps():
+    answer = "Paid $1,205.50 to Trader Joe's today."
+    toks = [(0, 4, 0.1), (5, 6, 0.9), (6, 7, 0.8), (7, 8, 0.9), (8, 11, 0.9), (11, 12, 0.7), (12, 14, 0.6),
+            (15, 17, 0.2), (18, 24, 0.9), (25, 28, 0.8), (28, 30, 0.6), (31, 36, 0.1)]
+    spans = spans_from_tokens(answer, toks, 0.5)
+    assert [s.text for s in spans] == ["$1,205.50", "Trader Joe's"]
+    rules = [Flag(5, 14, "number", "r", "$1,205.50")]
+    both = combine(rules, spans)
+    assert [(f.text, f.detector) for f in both] == [("$1,205.50", "rules"), ("Trader Joe's", "tagger")]
+
+
+# --------------------------------------------------------------------------- the policy in training
+def flag(ts, te, us, ue):
+    return {"token_start": ts, "token_end": te, "turn_token_start": us, "turn_token_end": ue}
+
+
+def test_penalize_sets_exactly_the_flagged_tokens_to_minus_the_penalty():
+    sample = TrainSample([1, 2], list(range(10)), 0.5, token_advantages=[0.1 * i for i in range(10)],
+                         loss_mask=[0, 1, 1, 1, 1, 0, 1, 1, 1, 1])
+    out, counts = apply_flags(sample, [flag(2, 4, 1, 5), flag(7, 8, 6, 10), flag(3, 5, 1, 5)], "penalize", 0.75)
+    # Hand computation: tokens 2, 3, 4 (two overlapping flags) and 7 get -0.75; the rest keep 0.1 * i.
+    expected = [0.0, 0.1, -0.75, -0.75, -0.75, 0.5, 0.6, -0.75, 0.8, 0.9]
+    assert out.token_advantages == pytest.approx(expected)
+    assert out.loss_mask == sample.loss_mask
+    assert counts == {"penalized_tokens": 4, "blocked_turns": 0}
+    assert sample.token_advantages == pytest.approx([0.1 * i for i in range(10)])  # the input is unchanged
+
+
+def test_penalize_broadcasts_a_sequence_advantage_first():
+    sample = TrainSample([1], [5, 6, 7, 8], 2.0)
+    out, _ = apply_flags(sample, [flag(1, 2, 0, 4)], "penalize", 1.5)
+    assert out.token_advantages == [2.0, -1.5, 2.0, 2.0]
+
+
+def test_block_masks_exactly_the_flagged_turn():
+    sample = TrainSample([1], list(range(12)), 1.0, token_advantages=[1.0] * 12,
+                         loss_mask=[0, 1, 1, 1, 0, 0, 1, 1, 1, 0, 1, 1])
+    out, counts = apply_flags(sample, [flag(7, 8, 6, 9), flag(6, 7, 6, 9)], "block", 1.0)
+    assert out.loss_mask == [0, 1, 1, 1, 0, 0, 0, 0, 0, 0, 1, 1]
+    assert out.token_advantages == sample.token_advantages
+    assert counts == {"penalized_tokens": 0, "blocked_turns": 1}
+    single, counts = apply_flags(TrainSample([1], [4, 5, 6], 1.0), [flag(1, 2, 0, 3)], "block", 1.0)
+    assert single.loss_mask == [0, 0, 0] and counts["blocked_turns"] == 1
+
+
+def test_off_and_no_flags_change_nothing():
+    sample = TrainSample([1], [4, 5, 6], 1.0)
+    assert apply_flags(sample, [flag(0, 1, 0, 3)], "off", 1.0)[0] is sample
+    assert apply_flags(sample, [], "penalize", 1.0)[0] is sample
+
+
+def test_a_flag_outside_its_sample_is_refused_clearly():
+    sample = TrainSample([1], [4, 5, 6], 1.0)
+    with pytest.raises(GroundingFlagError, match="rollout r9 names tokens \\[2, 5\\) in turn \\[0, 5\\), outside its 3-token completion"):
+        apply_flags(sample, [flag(2, 5, 0, 5)], "penalize", 1.0, rollout_id="r9")
+    with pytest.raises(GroundingFlagError, match="outside"):
+        apply_flags(sample, [flag(0, 2, 1, 3)], "block", 1.0)
+    with pytest.raises(ValueError, match="grounding_policy must be one of"):
+        apply_flags(sample, [flag(0, 1, 0, 3)], "warn", 1.0)
+
+
+def test_chars_to_tokens():
+    offsets = [0, 3, 4, 9, 10, 14]  # tokens: [0,3) [3,4) [4,9) [9,10) [10,14)
+    assert chars_to_tokens(offsets, 4, 9) == (2, 3)
+    assert chars_to_tokens(offsets, 5, 11) == (2, 5)
+    assert chars_to_tokens(offsets, 0, 1) == (0, 1)
+    with pytest.raises(GroundingFlagError, match="outside the 14-character"):
+        chars_to_tokens(offsets, 10, 15)
