@@ -211,7 +211,7 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
     assert all(r["rescued"] == 2 for r in cand_rows) and all(r["rescue_k"] == 0 for r in base_rows)
     incumbent, d, err_c, err_i = mt.decide_manager_gate(lake, cid, cfg)
     assert incumbent == "base" and d.promote and d.diff == pytest.approx(1.0) and d.n_paired == len(held)
-    verifier = [f.verifier_score for f in held]
+    verifier = [f.verifier_score for f in held]  # every held-out rollout failed: one class, a plain mean
     assert err_c == pytest.approx(sum(abs(0.2 - v) for v in verifier) / len(held))
     assert err_i == pytest.approx(sum(abs(0.9 - v) for v in verifier) / len(held))
     assert serving.serving_checkpoint(lake, "manager") == cid and serving.serving_checkpoint(lake) == serving.BASE
@@ -265,3 +265,40 @@ def test_roles_are_checked_and_the_worker_pointer_is_separate(lake_with_failures
     with pytest.raises(serving.ServingError, match="manager_checkpoints"):
         serving.promote(lake, "m-missing", actor="t", reason="r", role="manager")
     assert manager_rl.ManagerRLConfig().reward == "rescue"
+
+
+def test_the_gate_refuses_a_manager_that_scores_everything_alike(lake_with_failures, tiny_model_dir):
+    """Failures outnumber accepted answers: a manager that scores every rollout 0 has a small error on
+    them, but its scores no longer tell a right answer from a wrong one, and the gate says so."""
+    paths, lake, batch_id = lake_with_failures
+    cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40,
+                          success_share=1.0)
+    held = mt.collect_failures(lake, heldout=True, config=cfg)
+    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
+    for r in ro:  # one held-out task's first sample answers right
+        if r["rollout_id"] == held[0].rollout_id:
+            r["completion"], r["steps"], r["finish_reason"] = (f"<step>sum {held[0].reference}</step><answer>{held[0].reference}</answer>",
+                                                              [f"sum {held[0].reference}"], "stop")
+    lake.write_batch("rollouts", batch_id, ro)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    right = f"<answer>{held[0].reference}</answer>"
+    # The incumbent scores the accepted answer 10 and failures 2; the candidate says 0 to everything, same hint.
+    discerning, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 10,") if right in p else GOOD)
+    flat, _, _ = _backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 0,"))
+    row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=flat, worker=worker,
+                           grpo={"device": "cpu"})
+    cid = row["checkpoint_id"]
+    base_rows = mt.evaluate_manager(lake, paths, policy, cfg, "base", manager_model=str(tiny_model_dir), manager_backend=discerning,
+                                    worker=worker)
+    mt.evaluate_manager(lake, paths, policy, cfg, cid, manager_model=str(tiny_model_dir), manager_backend=flat, worker=worker)
+    assert sum(r["worker_correct"] for r in base_rows) == 1
+    # A loose error tolerance (0.45) lets the balanced error pass (0.5 vs 0.1): the gap alone must refuse it.
+    loose = ManagerRLConfig(**{**cfg.as_dict(), "score_tolerance": 0.45})
+    _, d, err_c, err_i = mt.decide_manager_gate(lake, cid, loose)
+    assert not d.promote and "separate" in d.reason and "+0.000 vs +0.800" in d.reason
+    # by hand: the incumbent's gap is 1.0 - 0.2 = 0.8, the candidate's 0; the balanced errors
+    fails = [r for r in base_rows if not r["worker_correct"]]
+    v = [r["verifier_score"] for r in fails]
+    assert err_i == pytest.approx((sum(abs(0.2 - x) for x in v) / len(v) + 0.0) / 2)
+    assert err_c == pytest.approx((sum(abs(0.0 - x) for x in v) / len(v) + 1.0) / 2)
+    assert serving.serving_checkpoint(lake, "manager") == serving.BASE

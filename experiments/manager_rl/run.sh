@@ -34,7 +34,7 @@ print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     ARM=$2; SEED=$3; H=$RUNS/mgr-$ARM-s$SEED
     export TENTALIS_HOME=$H OMP_NUM_THREADS=1
     rm -rf $H; $T init >/dev/null
-    if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/mgr-exp --target $H; fi
+    if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/mgr-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
     $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED ;;
   *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
 esac

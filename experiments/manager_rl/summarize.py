@@ -25,7 +25,7 @@ def manager_rows(runs: Path) -> tuple[list[dict], list[str]]:
     rescue difference of the last trained manager against the untrained one."""
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.statistics import paired_bootstrap
-    from tentalis_pipelines.training.manager_rl import score_error
+    from tentalis_pipelines.training.manager_rl import balanced_score_error, score_error
 
     lake = Lakehouse(runs / "mgr-exp" / "lakehouse")
     evals = lake.read("manager_evals").to_pylist()
@@ -44,16 +44,20 @@ def manager_rows(runs: Path) -> tuple[list[dict], list[str]]:
                      "rescued": sum(r["rescued"] for r in fail), "rescue_samples": sum(r["rescue_k"] for r in fail),
                      "rescue_per_failure": sum(r["rescued"] / r["rescue_k"] if r["rescue_k"] else 0 for r in fail) / max(1, len(fail)),
                      "score_error_all": sum(score_error(r["score"], r["verifier_score"]) for r in rs) / len(rs),
+                     "score_error_balanced": balanced_score_error([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rs]),
+                     "distinct_scores": len({r["score"] for r in rs}),
                      "score_error_failures": sum(score_error(r["score"], r["verifier_score"]) for r in fail) / max(1, len(fail)),
                      "score_error_accepted": (sum(score_error(r["score"], r["verifier_score"]) for r in ok) / len(ok)) if ok else None,
                      "unparseable": sum(r["score"] is None for r in rs)})
     lines.append("\n## The manager on held-out rollouts (greedy review; rescue: 8 worker samples per hint)\n")
-    lines.append("| manager | failures | usable hints | rescued / samples | rescue per failure | score error (all / failures / accepted) | unparseable |")
-    lines.append("|---|---|---|---|---|---|---|")
+    lines.append("| manager | failures / accepted | usable hints | rescued / samples | rescue per failure | score error (all / failures / "
+                 "accepted / class-balanced) | distinct scores | unparseable |")
+    lines.append("|---|---|---|---|---|---|---|---|")
     for r in rows:
         acc = "-" if r["score_error_accepted"] is None else f"{r['score_error_accepted']:.3f}"
-        lines.append(f"| {r['manager']} | {r['failures']} | {r['usable_hints']} | {r['rescued']} / {r['rescue_samples']} | "
-                     f"{r['rescue_per_failure']:.3f} | {r['score_error_all']:.3f} / {r['score_error_failures']:.3f} / {acc} | {r['unparseable']} |")
+        lines.append(f"| {r['manager']} | {r['failures']} / {r['accepted']} | {r['usable_hints']} | {r['rescued']} / {r['rescue_samples']} | "
+                     f"{r['rescue_per_failure']:.3f} | {r['score_error_all']:.3f} / {r['score_error_failures']:.3f} / {acc} / "
+                     f"{r['score_error_balanced']:.3f} | {r['distinct_scores']} | {r['unparseable']} |")
     trained = [c for c in by if c != "base"]
     if "base" in by and trained:
         last = trained[-1]
@@ -65,9 +69,10 @@ def manager_rows(runs: Path) -> tuple[list[dict], list[str]]:
         lines.append(f"\n* rescue per held-out failure, {last} - base: {d:+.3f} [{lo:+.3f}, {hi:+.3f}] (n={len(keys)}, paired bootstrap)")
         for cid in ("base", last):
             rs = [r for r in by[cid] if r["score"] is not None]
-            if len(rs) >= 3:
+            if len({r["score"] for r in rs}) < 2:
+                lines.append(f"* {cid}: one score for every rollout ({rs[0]['score'] if rs else None}): no ranking, Spearman undefined")
+            elif len(rs) >= 3:
                 rho, rlo, rhi = spearman_interval([r["score"] for r in rs], [r["verifier_score"] for r in rs])
-                rho = float("nan") if rho is None else rho
                 lines.append(f"* {cid}: Spearman of its score with the verifier's {rho:+.3f} [{rlo:+.3f}, {rhi:+.3f}] (n={len(rs)})")
     lines.append("\n## The manager's training updates\n")
     lines.append("| checkpoint | parent | failures | accepted | reward | usable hints | rescue | score error | unparseable |")

@@ -90,13 +90,16 @@ def evaluate(
         rows = evaluate_manager(Lakehouse(paths.lakehouse), paths, policy, config, checkpoint, manager_model=manager_model, limit=limit)
     except ValueError as exc:
         fail(str(exc))
-    k = sum(r["rescue_k"] for r in rows)
-    used = sum(r["hint_decision"] == "used" for r in rows)
-    errors = [abs(r["score"] - r["verifier_score"]) if r["score"] is not None else 1.0 for r in rows]
-    console.print(f"{checkpoint}: {len(rows)} held-out failures, usable hints {used}/{len(rows)}, rescued "
-                  f"{sum(r['rescued'] for r in rows)}/{k} worker samples, mean rescue per failure "
-                  f"{sum(r['rescued'] / r['rescue_k'] if r['rescue_k'] else 0 for r in rows) / len(rows):.3f}, "
-                  f"score error {sum(errors) / len(errors):.3f}")
+    from tentalis_pipelines.training.manager_rl import balanced_score_error
+
+    failed = [r for r in rows if not r["worker_correct"]]
+    k = sum(r["rescue_k"] for r in failed)
+    used = sum(r["hint_decision"] == "used" for r in failed)
+    console.print(f"{checkpoint}: {len(failed)} held-out failures and {len(rows) - len(failed)} accepted answers; usable hints "
+                  f"{used}/{len(failed)}, rescued {sum(r['rescued'] for r in failed)}/{k} worker samples, mean rescue per failure "
+                  f"{sum(r['rescued'] / r['rescue_k'] if r['rescue_k'] else 0 for r in failed) / max(1, len(failed)):.3f}, "
+                  f"class-balanced score error "
+                  f"{balanced_score_error([(r['score'], r['verifier_score'], r['worker_correct']) for r in rows]):.3f}")
 
 
 @manager_app.command("gate")

@@ -344,7 +344,10 @@ def manager_incumbent(lake: Lakehouse, checkpoint_id: str) -> str:
 
 def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLConfig, *, apply: bool = True):
     """The manager's gate: paired bootstrap of the rescue rate against the incumbent on the same held-out
-    failures (measured with the same worker), and no more than ``score_tolerance`` worse mean score error.
+    failures (measured with the same worker), and no more than ``score_tolerance`` worse score error,
+    class-balanced (``manager_rl.balanced_score_error``: failures dominate, so a plain mean would pass a
+    manager that scores everything low), and a gap between its scores of accepted answers and of failures
+    no more than ``score_tolerance`` smaller than the incumbent's (``manager_rl.score_separation``).
     With ``apply`` the decision is a ``gate_decisions`` row (benchmark ``manager-hints``) and a pass moves
     ``manager_serving``. Returns (incumbent, GateDecision, candidate error, incumbent error)."""
     import dataclasses
@@ -366,19 +369,28 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
     cv, iv = _item_values(cand), _item_values(inc)
     decision = gate_decision(cv, iv, margin=config.gate_margin)
     paired = {r["rollout_id"] for r in cand} & {r["rollout_id"] for r in inc}  # the score is compared on accepted answers too
-    err = {name: sum(manager_rl.score_error(r["score"], r["verifier_score"]) for r in rows if r["rollout_id"] in paired) / max(1, len(paired))
+    err = {name: manager_rl.balanced_score_error([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows
+                                                   if r["rollout_id"] in paired])
            for name, rows in (("cand", cand), ("inc", inc))}
     if decision.promote and err["cand"] > err["inc"] + config.score_tolerance:
         decision = dataclasses.replace(decision, promote=False, reason=(
-            f"rejected: its scores drift from the verifier's (mean error {err['cand']:.3f} vs {err['inc']:.3f}, tolerance "
-            f"{config.score_tolerance}); the hints alone would pass: {decision.reason}"))
+            f"rejected: its scores drift from the verifier's (class-balanced mean error {err['cand']:.3f} vs {err['inc']:.3f}, "
+            f"tolerance {config.score_tolerance}); the hints alone would pass: {decision.reason}"))
+    sep = {name: manager_rl.score_separation([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows
+                                               if r["rollout_id"] in paired])
+           for name, rows in (("cand", cand), ("inc", inc))}
+    if decision.promote and sep["cand"] is not None and sep["inc"] is not None and sep["cand"] < sep["inc"] - config.score_tolerance:
+        decision = dataclasses.replace(decision, promote=False, reason=(
+            f"rejected: its scores separate accepted answers from failures less (mean score gap {sep['cand']:+.3f} vs "
+            f"{sep['inc']:+.3f}, tolerance {config.score_tolerance}): helpful maybe, not discriminating; {decision.reason}"))
     if apply:
         row = {"checkpoint_id": checkpoint_id, "benchmark": GATE_BENCHMARK, "incumbent": incumbent, **decision.as_dict(),
                "margin": float(config.gate_margin), "created_at": now_utc()}
         lake.replace_where("gate_decisions", {"checkpoint_id": checkpoint_id, "benchmark": GATE_BENCHMARK}, [row])
         audit.record(lake, actor="gate", action="gate_decision", subject=checkpoint_id, from_state=incumbent,
                      to_state="promote" if decision.promote else "reject", reason=f"{GATE_BENCHMARK}: {decision.reason}",
-                     detail={"role": ROLE, "score_error": err["cand"], "incumbent_score_error": err["inc"]})
+                     detail={"role": ROLE, "score_error": err["cand"], "incumbent_score_error": err["inc"],
+                             "score_separation": sep["cand"], "incumbent_score_separation": sep["inc"]})
         if decision.promote:
             serving.promote(lake, checkpoint_id, actor="gate", action="gate", role=ROLE,
                             reason=f"{GATE_BENCHMARK} vs {incumbent}: {decision.reason}")

@@ -131,3 +131,21 @@ def sample_id(checkpoint_id: str, rollout_id: str, index: int) -> str:
 def mean_score_error(outcomes: Sequence[ReviewOutcome]) -> float | None:
     """Mean |score − verifier score| (unparseable reviews count 1); None for no outcomes."""
     return sum(score_error(o.score, o.verifier_score) for o in outcomes) / len(outcomes) if outcomes else None
+
+
+def balanced_score_error(rows: Sequence[tuple[float | None, float, bool]]) -> float:
+    """The mean of the per-class mean score errors over (score, verifier score, accepted) rows: failures
+    and accepted answers weigh alike, so scoring everything low (right on the many failures, wrong on
+    the few accepted answers) does not look accurate. A class with no rows is left out; no rows: 0."""
+    classes = [[score_error(s, v) for s, v, ok in rows if ok == flag] for flag in (False, True)]
+    means = [sum(c) / len(c) for c in classes if c]
+    return sum(means) / len(means) if means else 0.0
+
+
+def score_separation(rows: Sequence[tuple[float | None, float, bool]]) -> float | None:
+    """How much higher the manager scores accepted answers than failures: mean score on accepted rows
+    minus mean score on failed ones (unparseable scores left out). None without both classes. A manager
+    that gives every rollout one score separates nothing (0), however small its error."""
+    acc = [s for s, _, ok in rows if ok and s is not None]
+    fail = [s for s, _, ok in rows if not ok and s is not None]
+    return (sum(acc) / len(acc) - sum(fail) / len(fail)) if acc and fail else None

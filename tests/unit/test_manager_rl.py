@@ -89,3 +89,19 @@ def test_checkpoint_ids_name_parent_failures_and_seed():
 def test_bad_settings_are_refused_by_name(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         ManagerRLConfig(**{field: value})
+
+
+def test_the_balanced_score_error_weighs_failures_and_accepted_answers_alike():
+    # a manager that scores everything 0: right on 3 failures, wrong by 1 on the one accepted answer
+    rows = [(0.0, 0.0, False)] * 3 + [(0.0, 1.0, True)]
+    assert manager_rl.balanced_score_error(rows) == pytest.approx((0.0 + 1.0) / 2)  # the plain mean says 0.25
+    # one class only: its mean; None scores count 1
+    assert manager_rl.balanced_score_error([(None, 0.0, False), (0.2, 0.0, False)]) == pytest.approx(0.6)
+    assert manager_rl.balanced_score_error([]) == 0.0
+
+
+def test_score_separation_by_hand():
+    rows = [(0.1, 0.0, False), (0.3, 0.0, False), (0.9, 1.0, True), (None, 1.0, True)]
+    assert manager_rl.score_separation(rows) == pytest.approx(0.9 - 0.2)
+    assert manager_rl.score_separation([(0.0, 0.0, False), (0.0, 1.0, True)]) == 0.0  # one score for all: no gap
+    assert manager_rl.score_separation([(0.5, 0.0, False)]) is None
