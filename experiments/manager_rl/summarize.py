@@ -119,6 +119,37 @@ def worker_curves(runs: Path, benchmark: str = "arithmetic") -> dict:
     return out
 
 
+def figure(c: dict, cycles: int) -> None:
+    """Held-out accuracy per cycle, pooled over seeds, with Wilson intervals: manager_rl.png."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tentalis_pipelines.statistics import wilson_interval
+
+    fig, ax = plt.subplots(figsize=(6, 3.6))
+    for arm, label in (("base", "untrained manager"), ("trained", "trained manager")):
+        xs, ys, lo, hi = [], [], [], []
+        for k in range(cycles):
+            kn = pooled(c, arm, k)
+            if kn is None:
+                continue
+            a, b = wilson_interval(*kn)
+            xs.append(k)
+            ys.append(100 * kn[0] / kn[1])
+            lo.append(100 * a)
+            hi.append(100 * b)
+        ax.plot(xs, ys, marker="o", label=label)
+        ax.fill_between(xs, lo, hi, alpha=0.15)
+    ax.set_xlabel("cycle (0 = base model)")
+    ax.set_ylabel("held-out arithmetic accuracy (%)")
+    ax.set_title("--method guide --manager llm, 2 seeds pooled")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(HERE / "manager_rl.png", dpi=120)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="/work/runs")
@@ -146,6 +177,7 @@ def main() -> None:
             w = csv.DictWriter(fh, fieldnames=["arm", "seed", "cycle", "n", "correct"])
             w.writeheader()
             w.writerows(curve_rows)
+        figure(c, cycles)
     text = "\n".join(lines) + "\n"
     (HERE / "summary.txt").write_text(text)
     print(text)

@@ -33,6 +33,9 @@ HINT_PREFIX = "Hint from your manager: "
 GENERIC_HINTS = frozenset({
     "try again", "be careful", "check your work", "think harder", "do better", "wrong", "incorrect",
     "no", "redo it", "please fix", "fix it", "good", "ok", "okay", "none", "n/a",
+    # The llm manager's rubrics' own placeholders: the trained manager learned to copy the rubric's
+    # "<one sentence the worker can act on>" (168 of 256 hints, experiments/manager_rl): it says nothing.
+    "one sentence the worker can act on", "one sentence the assistant can act on",
 })
 MIN_HINT_CHARS = 12
 NUMBER_RE = re.compile(r"-?\d[\d,]*(?:\.\d+)?")

@@ -50,6 +50,8 @@ def test_the_hint_screen_is_guidances():
     assert manager_rl.hint_decision("The answer is 19.", "19") == opd.LEAKS_ANSWER
     assert manager_rl.hint_decision("  ", "19") == opd.NO_HINT
     assert manager_rl.hint_decision("try again", "19") == opd.TRIVIAL
+    # the rubric's placeholder, which a trained manager learned to copy, is no hint
+    assert manager_rl.hint_decision("<one sentence the worker can act on>", "19") == opd.TRIVIAL
 
 
 def test_group_advantages_of_a_failures_reviews_by_hand():
