@@ -1,0 +1,1 @@
+"""Reviewers that can be trained: a process reward head and a grounding check."""
