@@ -241,6 +241,15 @@ class PRMHeadScorer:
         scores = score_steps(self.checkpoint.head, feats)
         return [s + [None] * (len(sol) - len(s)) for s, sol in zip(scores, solutions)]
 
+    def score_steps(self, requests) -> list[list[Any]]:
+        """The judge's interface (``rewards.judge.JudgePRM.score_steps``): one ``StepJudgement`` per step of
+        each ``JudgeRequest``, ``score`` = P(correct) in [0, 1] (the calculator's scale), one vote."""
+        from tentalis_pipelines.rewards.judge import StepJudgement
+
+        requests = list(requests)
+        scores = self.score([r.problem for r in requests], [list(r.steps) for r in requests])
+        return [[StepJudgement(s, [] if s is None else [s], self.rationale(s)) for s in ss] for ss in scores]
+
     def rationale(self, score: float | None) -> str:
         if score is None:
             return "beyond the PRM head's token budget: not scored"
