@@ -48,6 +48,8 @@ def v(source, first):
     ([v("provenance", 1), v("calculator", None), v("verifier", CORRECT)], None),
     # the calculator flags an earlier step than provenance -> contradiction, dropped
     ([v("provenance", 2), v("calculator", 0), v("verifier", SOME_STEP)], None),
+    # a "reference" whose final answer does not match: verifier wrong-somewhere against provenance -1 -> dropped
+    ([v("provenance", CORRECT), v("calculator", None), v("verifier", SOME_STEP)], None),
     # a clean reference: provenance -1, calculator abstains, verifier -1 -> all correct
     ([v("provenance", CORRECT), v("calculator", None), v("verifier", CORRECT)], CORRECT),
     # a reference with a false equation at step 0: calculator 0 against provenance -1 -> dropped
