@@ -17,7 +17,7 @@ app.add_typer(prm_app, name="prm")
 @prm_app.command("train")
 def prm_train(
     train_problems: int = typer.Option(1500, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
-    layer: int = typer.Option(16, "--layer", help="The trunk block whose output the head reads."),
+    layer: int = typer.Option(6, "--layer", help="The trunk block whose output the head reads."),
     hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
     seed: int = typer.Option(0, "--seed"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
