@@ -308,12 +308,7 @@ def corrupt_solution(lines: Sequence[str], final: str, rng: random.Random, kind:
     line = lines[k]
     seg_start = max([m.end() for m in _ANNOTATION.finditer(line) if m.end() <= target.start()], default=0)
     before = line[:seg_start] + (_edit_visible(line[seg_start: target.start()], kind, change) if change else line[seg_start: target.start()])
-    after = line[target.end():]
-    stated = _NUMBER.match(after.lstrip("$ "))  # the written result right after the annotation
-    if stated and _value(stated.group(0)) == old_value:
-        at = len(after) - len(after.lstrip("$ "))
-        after = after[:at] + new_text + after[at + stated.end():]
-    rest = _carry(after, subst)
+    rest = _carry(line[target.end():], subst)  # the written result and later calculations of the step
     if rest is None:
         return None
     out = list(lines[:k]) + [f"{before}<<{new_expr}={new_text}>>{rest}"]
