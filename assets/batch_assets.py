@@ -98,7 +98,7 @@ def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, polic
 @asset(partitions_def=task_batches, deps=[rollouts, tasks], group_name="learning_loop", kinds={"delta"}, metadata=table_definition_metadata("step_scores"))
 def step_scores(context: AssetExecutionContext, lakehouse: LakehouseResource, review: ReviewResource) -> MaterializeResult:
     """One score per parsed step: the calculator verifier, or the LLM judge with majority vote."""
-    judge = review.judge(lakehouse.paths().models) if review.step_scorer == "judge" else None
+    judge = review.step_judge(lakehouse.paths())
     res = build_step_scores(lakehouse.lakehouse(), context.partition_key, scorer=review.step_scorer, judge=judge)
     return to_materialize_result(res, "step_scores", lakehouse.lakehouse())
 

@@ -31,7 +31,7 @@ class RescoreConfig(Config):
     version: str = Field(description="name of the new reward version, e.g. v1")
     weights: str = Field("", description='JSON weight overrides: {"manager": 1.0} (every environment) or {"math": {"format": 0.0}}')
     manager: str = Field("stored", description="stored (keep the reviews' scores), verifier or llm (review.judge_model)")
-    step_scorer: str = Field("stored", description="stored, calculator or judge (review.judge_model, review.num_votes)")
+    step_scorer: str = Field("stored", description="stored, calculator, judge (review.judge_model, review.num_votes) or prm_head")
     rubric: str = Field("", description="the llm manager's rubric text (empty: its default rubric)")
     rubric_name: str = Field("default", description="the rubric's name in judge_agreement")
     batches: list[str] = Field(default_factory=list, description="batches to re-score (empty: every single-turn batch)")
@@ -53,7 +53,7 @@ def reward_versions(context: AssetExecutionContext, config: RescoreConfig, lakeh
                        step_scorer=config.step_scorer, rubric=config.rubric or None, rubric_name=config.rubric_name,
                        judge_model=review.judge_model, keep_human=config.keep_human)
     models = lakehouse.paths().models
-    judge = review.judge(models) if spec.step_scorer == "judge" else None
+    judge = review.step_judge(lakehouse.paths(), spec.step_scorer) if spec.step_scorer != "stored" else None
     manager = review.llm_manager(models, rubric=spec.rubric) if spec.manager == "llm" else None
     settings = trainer.trajectory_settings(policy.max_new_tokens)
     res = rescore(lake, spec, batches=config.batches or None, judge=judge, llm_manager=manager,

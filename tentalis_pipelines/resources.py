@@ -161,8 +161,8 @@ class TrainerResource(ConfigurableResource):
 
 
 class ReviewResource(ConfigurableResource):
-    """How rollouts are judged: the step scorer (``calculator`` or the LLM ``judge`` with ``num_votes``
-    votes per step) and the manager (``verifier``, ``llm``, ``human``, or ``hackable``, the reward-hacking
+    """How rollouts are judged: the step scorer (``calculator``, the LLM ``judge`` with ``num_votes``
+    votes per step, or ``prm_head``, the newest trained PRM head: ``tentalis prm train``) and the manager (``verifier``, ``llm``, ``human``, or ``hackable``, the reward-hacking
     experiment's length-paying scorer; set it per run to choose per batch). The judge and the llm manager
     use ``judge_model`` (``embedded`` or a local folder). ``reward_weights`` (JSON, empty = the
     per-environment defaults) sets how outcome, format, process and manager add up to the reward."""
@@ -195,6 +195,20 @@ class ReviewResource(ConfigurableResource):
         backend = make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir))
         cfg = JudgeConfig(num_votes=self.num_votes, temperature=self.judge_temperature, forced_verdict=self.judge_forced_verdict)
         return JudgePRM(backend, cfg)
+
+    def step_judge(self, paths, scorer: str | None = None):
+        """What scores steps for ``scorer`` (default: ``step_scorer``): the LLM judge, the newest PRM head
+        (``PRMHeadNotTrained``, naming `tentalis prm train`, when none is stored), or None (the calculator)."""
+        scorer = scorer or self.step_scorer
+        if scorer == "judge":
+            return self.judge(paths.models)
+        if scorer == "prm_head":
+            from tentalis_pipelines.inference.models import resolve_model
+            from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadScorer, latest_version
+
+            latest_version(paths.home)  # the clear error first, before a model is loaded
+            return PRMHeadScorer(paths.home, resolve_model(self.judge_model, paths.models))
+        return None
 
     def llm_manager(self, models_dir, rubric: str | None = None, adapter_dir=None, version: str = "base"):
         """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's);

@@ -19,5 +19,6 @@ from tentalis_pipelines.cli import skills  # noqa: F401  skills
 from tentalis_pipelines.cli import episodes  # noqa: F401  episodes export, episodes import
 from tentalis_pipelines.cli import openrlhf  # noqa: F401  reward-server, openrlhf export, openrlhf import
 from tentalis_pipelines.cli import manager  # noqa: F401  manager train, evaluate, gate, status
+from tentalis_pipelines.cli import prm  # noqa: F401  prm train, prm list, prm eval
 
 __all__ = ["app", "csv_safe"]

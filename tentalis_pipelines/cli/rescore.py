@@ -27,7 +27,7 @@ def rescore(
     version: str | None = typer.Option(None, "--version", help="Name of the new reward version (e.g. v1)."),
     weights: str = typer.Option("", "--weights", help='JSON weight overrides: \'{"manager": 1.0}\' or \'{"math": {"format": 0}}\'.'),
     manager: str = typer.Option("stored", "--manager", help="stored (keep the reviews' scores) | verifier | llm (review.judge_model)."),
-    step_scorer: str = typer.Option("stored", "--step-scorer", help="stored | calculator | judge."),
+    step_scorer: str = typer.Option("stored", "--step-scorer", help="stored | calculator | judge | prm_head."),
     rubric: Path | None = typer.Option(None, "--rubric", help="A text file: the llm manager's rubric for this version."),
     rubric_name: str | None = typer.Option(None, "--rubric-name", help="The rubric's name in judge_agreement (default: the file's stem)."),
     judge_model: str | None = typer.Option(None, "--judge-model", help="Model of the llm manager / judge (default: the review resource's)."),

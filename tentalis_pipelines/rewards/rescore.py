@@ -23,7 +23,7 @@ from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, WEIGHT_COMPONENT
 
 BASELINE = "v0"  # the pipeline's own trajectories, before any re-score is activated
 MANAGERS = ("stored", "verifier", "llm")
-STEP_SCORERS = ("stored", "calculator", "judge")
+STEP_SCORERS = ("stored", "calculator", "judge", "prm_head")
 _VERSION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 SIGN_EPS = 1e-9
 

@@ -154,6 +154,8 @@ def rescore(
         raise ValueError("manager 'llm' needs a manager model: set the review resource's judge_model")
     if spec.step_scorer == "judge" and judge is None:
         raise ValueError("step scorer 'judge' needs a judge model: set the review resource's judge_model")
+    if spec.step_scorer == "prm_head" and judge is None:
+        raise ValueError("step scorer 'prm_head' needs a trained PRM head (passed as judge): train one with `tentalis prm train`")
     snapshot_baseline(lake, chosen)
     created = now_utc()
     rows: list[dict[str, Any]] = []
@@ -207,12 +209,12 @@ def _rescore_batch(lake: Lakehouse, batch_id: str, spec: RescoreSpec, tasks: dic
 
         judged = [[(c.score, c.rationale) for c in check_steps(tasks[r["task_id"]]["prompt"], list(r["steps"] or []))] for r, _ in inputs]
         scorer = "calculator"
-    elif spec.step_scorer == "judge":
+    elif spec.step_scorer in ("judge", "prm_head"):
         from tentalis_pipelines.rewards.judge import JudgeRequest
 
         verdicts = judge.score_steps([JudgeRequest(tasks[r["task_id"]]["prompt"], list(r["steps"] or [])) for r, _ in inputs])
         judged = [[(v.score, v.rationale) for v in vs] for vs in verdicts]
-        scorer = "judge"
+        scorer = spec.step_scorer
     else:
         judged = None
     if judged is not None:

@@ -17,7 +17,9 @@ def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculat
 def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
     """One row per parsed step. ``calculator`` checks the equations a step states (1/0, null when it
     states none); ``judge`` asks an LLM judge (``rewards.judge.JudgePRM``) with ``num_votes`` votes per
-    step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict)."""
+    step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict);
+    ``prm_head`` asks the trained PRM head (``reviewers.prm_reviewer.PRMHeadScorer``, passed as ``judge``)
+    for P(correct) in [0, 1]."""
     rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps"]).to_pylist()
     rows = []
     if scorer == "calculator":
@@ -28,9 +30,10 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
                 rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
                              "scorer": "calculator", "score": chk.score, "votes": [] if chk.score is None else [chk.score],
                              "rationale": chk.rationale})
-    elif scorer == "judge":
+    elif scorer in ("judge", "prm_head"):
         if judge is None:
-            raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)")
+            raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)" if scorer == "judge" else
+                             "step scorer 'prm_head' needs a trained PRM head: train one with `tentalis prm train`")
         from tentalis_pipelines.rewards.judge import JudgeRequest
 
         tasks = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
@@ -38,9 +41,9 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
         for r, verdicts in zip(rollouts, judged):
             for i, (step, v) in enumerate(zip(r["steps"] or [], verdicts)):
                 rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
-                             "scorer": "judge", "score": v.score, "votes": v.votes, "rationale": v.rationale})
+                             "scorer": scorer, "score": v.score, "votes": v.votes, "rationale": v.rationale})
     else:
-        raise ValueError(f"unknown step scorer {scorer!r}; choose calculator or judge")
+        raise ValueError(f"unknown step scorer {scorer!r}; choose calculator, judge or prm_head")
     n = lake.write_batch("step_scores", batch_id, rows)
     checked = [r["score"] for r in rows if r["score"] is not None]
     return StageResult(
@@ -55,7 +58,8 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
 
 
 def step_reward(score: float | None, scorer: str) -> float | None:
-    """Step scores on one scale for rewards: calculator 0/1 as is, judge -1/0/1 mapped to 0/0.5/1."""
+    """Step scores on one scale for rewards: calculator 0/1 and prm_head P(correct) as they are, judge
+    -1/0/1 mapped to 0/0.5/1."""
     if score is None:
         return None
     return (score + 1.0) / 2.0 if scorer == "judge" else score

@@ -1,0 +1,113 @@
+"""`tentalis prm`: the trained process reward head (train a version, list them, evaluate one on ProcessBench)."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import typer
+from rich.table import Table
+
+from tentalis_pipelines.cli.common import HomeOpt, add_column, app, console, fail, home_paths, print_table
+
+prm_app = typer.Typer(help="The PRM head: a step scorer trained from our own consensus labels (review.step_scorer = prm_head).")
+app.add_typer(prm_app, name="prm")
+
+
+@prm_app.command("train")
+def prm_train(
+    train_problems: int = typer.Option(1500, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
+    layer: int = typer.Option(6, "--layer", help="The trunk block whose output the head reads."),
+    hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
+    seed: int = typer.Option(0, "--seed"),
+    rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
+    embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings", help="The contamination guard's MiniLM tier (the slowest)."),
+    model: str = typer.Option("embedded", "--model", help="The trunk: 'embedded' or a local model folder."),
+    home: str | None = HomeOpt,
+):
+    """Label GSM8K train (consensus of provenance, calculator and verifier; the contamination guard refuses
+    benchmark problems), train the head on the frozen trunk and store it as the next version under
+    <home>/reviewers/prm_head with its lineage. Needs TENTALIS_DATA_DIR (gsm8k/train.jsonl)."""
+    from tentalis_pipelines.inference.models import resolve_model
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.reviewers.prm_head import HeadConfig
+    from tentalis_pipelines.reviewers.prm_reviewer import TrainSettings, manifest_of, train_reviewer
+    from tentalis_pipelines.settings import data_dir
+
+    paths = home_paths(home)
+    root = data_dir()
+    if root is None or not (root / "gsm8k" / "train.jsonl").is_file():
+        fail("tentalis prm train needs GSM8K train: export TENTALIS_DATA_DIR=<folder holding gsm8k/train.jsonl> "
+             "(tentalis data fetch --only gsm8k)")
+    lake = Lakehouse(paths.lakehouse) if rollouts else None
+    try:
+        folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake,
+                                config=HeadConfig(layer=layer, hidden=hidden, seed=seed),
+                                settings=TrainSettings(train_problems=train_problems, seed=seed, use_embeddings=embeddings))
+    except (ValueError, FileNotFoundError) as exc:
+        fail(str(exc))
+    m = manifest_of(folder)
+    console.print(f"PRM head {folder.name} at {folder}: threshold {m['threshold']:.3f}, held-out F1 {100 * m['held_out_f1']:.1f}, "
+                  f"{m['lineage']['labels']['solutions']} labelled solutions, "
+                  f"{len(m['lineage']['contamination']['refused'])} problem(s) refused by the contamination guard")
+
+
+@prm_app.command("list")
+def prm_list(format: str = typer.Option("table", "--format", "-f", help="table | json"), home: str | None = HomeOpt):
+    """The stored PRM head versions, oldest first, with what they learned from."""
+    from tentalis_pipelines.reviewers.prm_reviewer import manifest_of, reviewer_dir, versions
+
+    paths = home_paths(home)
+    rows = []
+    for name in versions(paths.home):
+        m = manifest_of(reviewer_dir(paths.home) / name)
+        lab = m.get("lineage", {}).get("labels", {})
+        rows.append({"version": name, "layer": m["config"]["layer"], "threshold": round(m["threshold"], 4),
+                     "held_out_f1": round(100 * m.get("held_out_f1", 0.0), 1), "solutions": lab.get("solutions"),
+                     "refused": len(m.get("lineage", {}).get("contamination", {}).get("refused", []))})
+    if format == "json":
+        sys.stdout.write(json.dumps(rows) + "\n")
+        return
+    if not rows:
+        console.print(f"no PRM head under {reviewer_dir(paths.home)}: `tentalis prm train` trains one")
+        return
+    t = Table(title="PRM head versions")
+    for col in rows[0]:
+        add_column(t, col)
+    for r in rows:
+        t.add_row(*[str(v) for v in r.values()])
+    print_table(t)
+
+
+@prm_app.command("eval")
+def prm_eval(
+    split: str = typer.Option("gsm8k", "--split", help="ProcessBench split(s), comma-separated."),
+    limit: int = typer.Option(0, "--limit", help="Seeded sample per split (0: all items)."),
+    version: str | None = typer.Option(None, "--version", help="Default: the newest."),
+    model: str = typer.Option("embedded", "--model"),
+    home: str | None = HomeOpt,
+):
+    """ProcessBench's official metric (accuracy on erroneous and on correct samples, F1) of a stored head,
+    at its own threshold (chosen on held-out training labels, never on ProcessBench)."""
+    from tentalis_pipelines.evaluation.processbench import load_processbench, processbench_metrics
+    from tentalis_pipelines.inference.models import resolve_model
+    from tentalis_pipelines.reviewers.prm_head import first_error
+    from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, PRMHeadScorer
+
+    paths = home_paths(home)
+    try:
+        scorer = PRMHeadScorer(paths.home, resolve_model(model, paths.models), version=version)
+    except PRMHeadNotTrained as exc:
+        fail(str(exc))
+    t = Table(title=f"ProcessBench, PRM head {scorer.version} (threshold {scorer.checkpoint.threshold:.3f})")
+    for col in ("split", "n", "acc. erroneous", "acc. correct", "F1"):
+        add_column(t, col)
+    for name in [s.strip() for s in split.split(",") if s.strip()]:
+        try:
+            samples = load_processbench(name, limit=limit or None)
+        except (FileNotFoundError, ValueError) as exc:
+            fail(str(exc))
+        scores = scorer.score([s.problem for s in samples], [list(s.steps) for s in samples])
+        m = processbench_metrics([s.label for s in samples], [first_error(sc, scorer.checkpoint.threshold) for sc in scores])
+        t.add_row(name, str(m.n), f"{100 * m.error_accuracy:.1f}", f"{100 * m.correct_accuracy:.1f}", f"{100 * m.f1:.1f}")
+    print_table(t)

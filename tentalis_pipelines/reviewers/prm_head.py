@@ -1,0 +1,276 @@
+"""A process reward head on the embedded model's frozen trunk: P(step correct) from a hidden state.
+
+The solution is read once by the trunk (the policy's base model, frozen, ``dtype=auto``: bf16 where the
+CPU computes it natively) as ``problem \\n\\n step_1 \\n\\n step_2 ...``; the hidden state of layer
+``layer`` at the last token of each step is that step's feature. Only the first ``layer`` blocks run
+(the layers above it would not change the feature), so a middle layer costs a fraction of a forward.
+A small head (linear, or one hidden layer) maps the standardised feature to a logit, trained with binary
+cross-entropy on consensus labels (:mod:`tentalis_pipelines.reviewers.prm_labels`), seeded and
+deterministic (full-batch Adam on CPU, fixed epochs).
+
+A solution's first-error prediction is its first step scoring below ``threshold``; the threshold is chosen
+on a held-out slice of the *training* labels (:func:`choose_threshold`), never on a benchmark.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from tentalis_pipelines.hardware import resolve_device, resolve_dtype
+
+SEPARATOR = "\n\n"
+
+
+# ------------------------------------------------------------------------------------------ features
+def tokenize_solution(tokenizer, problem: str, steps: Sequence[str], max_tokens: int) -> tuple[list[int], list[int]]:
+    """Token ids of ``problem`` and the steps (each after a blank line) and the index of each step's last
+    token. Steps are tokenised one by one, so their boundaries are exact. Steps that end beyond
+    ``max_tokens`` are cut off (fewer ends than steps)."""
+    ids = list(tokenizer(problem, add_special_tokens=False)["input_ids"])[: max_tokens // 2]
+    ends = []
+    for step in steps:
+        piece = tokenizer(SEPARATOR + step, add_special_tokens=False)["input_ids"]
+        if len(ids) + len(piece) > max_tokens:
+            break
+        ids += piece
+        ends.append(len(ids) - 1)
+    return ids, ends
+
+
+@dataclass
+class Trunk:
+    """The frozen base model cut after ``layer`` blocks, with its tokenizer, device and dtype."""
+
+    model: Any
+    tokenizer: Any
+    layer: int
+    device: torch.device
+    dtype: torch.dtype
+    name: str = ""
+
+
+def load_trunk(model_dir: str | Path, layer: int, *, device: str = "auto", dtype: str = "auto") -> Trunk:
+    """Load a causal LM's base model (``AutoModelForCausalLM(...).model``) keeping its first ``layer``
+    blocks; ``layer`` must be between 1 and the model's depth."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    dev = resolve_device(device)
+    dt = resolve_dtype(dtype, dev)
+    lm = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=dt)
+    base = lm.model
+    depth = len(base.layers)
+    if not 1 <= layer <= depth:
+        raise ValueError(f"PRM head layer {layer} is outside the model's 1..{depth} blocks ({model_dir})")
+    base.layers = base.layers[:layer]
+    base.config.num_hidden_layers = layer
+    base.norm = nn.Identity()  # the final norm belongs to the last block's output, not this layer's
+    base.to(dev).eval()
+    for p in base.parameters():
+        p.requires_grad_(False)
+    return Trunk(base, AutoTokenizer.from_pretrained(str(model_dir)), layer, dev, dt, name=Path(str(model_dir)).name)
+
+
+@torch.inference_mode()
+def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], *, max_tokens: int = 1024,
+                  batch_tokens: int = 4096, layers: Sequence[int] | None = None) -> list[np.ndarray]:
+    """One float32 array ``[steps kept, hidden]`` per ``(problem, steps)``: the trunk's last hidden state at
+    each step's last token. Solutions are batched by length (right padding, attention mask), so the result
+    does not depend on the batch they land in beyond float rounding. With ``layers`` (each at most the
+    trunk's), the arrays are ``[steps kept, len(layers), hidden]``: several layers from one pass."""
+    if layers is not None and not all(1 <= x <= trunk.layer for x in layers):
+        raise ValueError(f"layers {list(layers)} must lie in 1..{trunk.layer} (the trunk's depth)")
+    encoded = [tokenize_solution(trunk.tokenizer, p, s, max_tokens) for p, s in solutions]
+    order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
+    out: list[np.ndarray | None] = [None] * len(encoded)
+    pad = trunk.tokenizer.pad_token_id if trunk.tokenizer.pad_token_id is not None else 0
+    hidden = trunk.model.config.hidden_size
+    i = 0
+    while i < len(order):
+        j = i + 1
+        while j < len(order) and len(encoded[order[j]][0]) * (j - i + 1) <= batch_tokens:
+            j += 1
+        batch = order[i:j]
+        longest = max(len(encoded[k][0]) for k in batch)
+        ids = torch.full((len(batch), longest), pad, dtype=torch.long)
+        mask = torch.zeros((len(batch), longest), dtype=torch.long)
+        for row, k in enumerate(batch):
+            toks = encoded[k][0]
+            ids[row, : len(toks)] = torch.tensor(toks)
+            mask[row, : len(toks)] = 1
+        res = trunk.model(input_ids=ids.to(trunk.device), attention_mask=mask.to(trunk.device),
+                          output_hidden_states=layers is not None)
+        h = res.last_hidden_state if layers is None else torch.stack([res.hidden_states[x] for x in layers], 2)
+        for row, k in enumerate(batch):
+            ends = encoded[k][1]
+            shape = (0, hidden) if layers is None else (0, len(layers), hidden)
+            out[k] = h[row, ends].float().cpu().numpy() if ends else np.zeros(shape, np.float32)
+        i = j
+    return [o for o in out]  # type: ignore[misc]
+
+
+# ------------------------------------------------------------------------------------------ the head
+class PRMHead(nn.Module):
+    """Standardise, then a linear layer (``hidden=0``) or one hidden layer with GELU, to one logit."""
+
+    def __init__(self, dim: int, hidden: int = 0):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(dim))
+        self.register_buffer("scale", torch.ones(dim))
+        self.net = nn.Linear(dim, 1) if hidden <= 0 else nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.net((x - self.mean) / self.scale).squeeze(-1)
+
+
+@dataclass(frozen=True)
+class HeadConfig:
+    """How the head is trained. ``layer``: the trunk block whose output it reads; ``hidden``: 0 for a
+    linear head; ``weight_decay`` is L2 on the weights (AdamW)."""
+
+    layer: int = 6  # the layer the benchmark chose on held-out labels (experiments/prm_head)
+    hidden: int = 0
+    epochs: int = 300
+    lr: float = 1e-2
+    weight_decay: float = 1e-2
+    seed: int = 0
+    balance: bool = True  # weight the classes equally in the loss
+    max_tokens: int = 1024
+
+
+def train_head(features: np.ndarray, labels: np.ndarray, config: HeadConfig) -> PRMHead:
+    """BCE-train a head on ``features [n, dim]`` and 0/1 ``labels [n]``: seeded, full batch, CPU, so the
+    same inputs give the same weights."""
+    if features.ndim != 2 or len(features) != len(labels) or len(labels) == 0:
+        raise ValueError(f"train_head needs features [n, dim] and n labels, got {features.shape} and {len(labels)}")
+    y = torch.as_tensor(np.asarray(labels, dtype=np.float32))
+    if not set(torch.unique(y).tolist()) <= {0.0, 1.0}:
+        raise ValueError("PRM labels must be 0 (wrong) or 1 (correct)")
+    torch.manual_seed(config.seed)
+    x = torch.as_tensor(np.asarray(features, dtype=np.float32))
+    head = PRMHead(x.shape[1], config.hidden)
+    head.mean.copy_(x.mean(0))
+    head.scale.copy_(x.std(0).clamp_min(1e-4))
+    pos = float(y.sum())
+    neg = float(len(y) - pos)
+    pos_weight = torch.tensor(neg / pos if config.balance and pos > 0 and neg > 0 else 1.0)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    head.train()
+    for _ in range(config.epochs):
+        opt.zero_grad()
+        loss = loss_fn(head(x), y)
+        loss.backward()
+        opt.step()
+    head.eval()
+    return head
+
+
+@torch.inference_mode()
+def score_steps(head: PRMHead, features: Sequence[np.ndarray]) -> list[list[float]]:
+    """P(correct) of every step of every solution (the sigmoid of the head's logit)."""
+    out = []
+    for f in features:
+        out.append(torch.sigmoid(head(torch.as_tensor(np.asarray(f, dtype=np.float32)))).tolist() if len(f) else [])
+    return out
+
+
+# ------------------------------------------------------------------------------------------ decisions
+def first_error(scores: Sequence[float | None], threshold: float) -> int:
+    """The first step whose score is below ``threshold``, else -1 (unscored steps never count as errors)."""
+    return next((i for i, s in enumerate(scores) if s is not None and s < threshold), -1)
+
+
+def first_error_with_flags(scores: Sequence[float | None], threshold: float, flags: Sequence[bool]) -> int:
+    """:func:`first_error`, where a step the calculator flags (``flags[i]`` true) counts as an error too."""
+    n = max(len(scores), len(flags))
+    for i in range(n):
+        s = scores[i] if i < len(scores) else None
+        if (i < len(flags) and flags[i]) or (s is not None and s < threshold):
+            return i
+    return -1
+
+
+def choose_threshold(scores: Sequence[Sequence[float]], labels: Sequence[int], *,
+                     flags: Sequence[Sequence[bool]] | None = None) -> tuple[float, float]:
+    """The threshold that maximises ProcessBench's F1 (accuracy on erroneous and on correct solutions,
+    harmonic mean) over held-out solutions with known first errors; returns ``(threshold, F1)``. Candidates
+    are the midpoints between the distinct scores (and the two ends); ties go to the lowest threshold."""
+    from tentalis_pipelines.evaluation.processbench import processbench_metrics
+
+    values = sorted({float(s) for ss in scores for s in ss})
+    if not values:
+        raise ValueError("choose_threshold needs at least one scored step")
+    cands = [values[0] - 1e-6] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1e-6]
+    if len(cands) > 400:  # quantiles are plenty for a threshold
+        cands = sorted(set(np.quantile(np.asarray(cands), np.linspace(0, 1, 401)).tolist()))
+    best = (cands[0], -1.0)
+    for t in cands:
+        if flags is None:
+            preds = [first_error(s, t) for s in scores]
+        else:
+            preds = [first_error_with_flags(s, t, f) for s, f in zip(scores, flags)]
+        f1 = processbench_metrics(list(labels), preds).f1 or 0.0
+        if f1 > best[1] + 1e-12:
+            best = (float(t), f1)
+    return best
+
+
+# ------------------------------------------------------------------------------------------ extra feature
+_LATEX = [(re.compile(r"\\d?frac\{([^{}]+)\}\{([^{}]+)\}"), r"(\1)/(\2)"), (re.compile(r"\\(?:times|cdot)"), "×"),
+          (re.compile(r"\\div"), "÷"), (re.compile(r"\\[()\[\],!;]|\\text\{[^{}]*\}"), " ")]
+
+
+def plain_arithmetic(text: str) -> str:
+    """LaTeX arithmetic written plainly for the calculator: ``\\(3 \\times 4 = 12\\)`` -> ``3 × 4 = 12``."""
+    for pattern, repl in _LATEX:
+        text = pattern.sub(repl, text)
+    return text.replace("\\$", "$")
+
+
+def calculator_flags(problem: str, steps: Sequence[str]) -> list[bool]:
+    """Which steps state a false equation (``rewards.process.check_steps`` on the plain-written steps)."""
+    from tentalis_pipelines.rewards.process import check_steps
+
+    return [c.score == 0.0 for c in check_steps(problem, [plain_arithmetic(s) for s in steps])]
+
+
+# ------------------------------------------------------------------------------------------ checkpoints
+@dataclass
+class HeadCheckpoint:
+    """A trained head with what it needs to score: its config, threshold and where it came from."""
+
+    head: PRMHead
+    config: HeadConfig
+    threshold: float
+    base_model: str
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    def save(self, folder: str | Path) -> Path:
+        """``head.pt`` (the weights) and ``manifest.json`` (config, threshold, lineage) in ``folder``."""
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, folder / "head.pt")
+        meta = {"config": asdict(self.config), "threshold": self.threshold, "base_model": self.base_model,
+                "dim": int(self.head.mean.shape[0]), **self.manifest}
+        (folder / "manifest.json").write_text(json.dumps(meta, indent=2, sort_keys=True, default=str))
+        return folder
+
+    @classmethod
+    def load(cls, folder: str | Path) -> HeadCheckpoint:
+        folder = Path(folder)
+        meta = json.loads((folder / "manifest.json").read_text())
+        cfg = HeadConfig(**meta["config"])
+        head = PRMHead(int(meta["dim"]), cfg.hidden)
+        head.load_state_dict(torch.load(folder / "head.pt", weights_only=True))
+        head.eval()
+        rest = {k: v for k, v in meta.items() if k not in ("config", "threshold", "base_model", "dim")}
+        return cls(head, cfg, float(meta["threshold"]), str(meta["base_model"]), rest)

@@ -1,0 +1,261 @@
+"""The PRM head as a reviewer: trained from our own labels, stored as versions with lineage, used as a
+step scorer.
+
+A trained head lands as a version folder ``<home>/reviewers/prm_head/v0001/`` (``head.pt`` and
+``manifest.json``), written to a temporary folder and renamed into place, so a reader sees a whole
+version or none. The manifest says what it learned from (lineage, like a worker checkpoint's
+``lineage.json``): the GSM8K train file (path, SHA-256, the problem ids labelled), the problems the
+contamination guard refused and why, the Delta versions of ``tasks``, ``rollouts`` and ``step_labels``
+and the rollout ids whose consensus labels it used, the label counts per kind, the trunk (model, layer,
+dtype), the threshold and its held-out F1, and the code version.
+
+As a step scorer (``review.step_scorer = "prm_head"``), the newest version scores each step with
+P(correct) in [0, 1], the calculator's convention (1 correct, 0 wrong): ``step_reward`` takes it as is.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import re
+import shutil
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tentalis_pipelines.reviewers.prm_head import (
+    HeadCheckpoint,
+    HeadConfig,
+    choose_threshold,
+    load_trunk,
+    score_steps,
+    step_features,
+    train_head,
+)
+from tentalis_pipelines.reviewers.prm_labels import (
+    LabelledSolution,
+    build_label_set,
+    label_rollout,
+    load_gsm8k_train,
+    processbench_items,
+    screen_problems,
+)
+
+REVIEWER = "prm_head"
+TRAIN_COMMAND = "tentalis prm train"
+_VERSION = re.compile(r"^v(\d{4,})$")
+
+
+class PRMHeadNotTrained(RuntimeError):
+    """``prm_head`` was chosen as the step scorer, but no trained head exists under the home."""
+
+
+def reviewer_dir(home: str | Path) -> Path:
+    """Where the head's versions live: ``<home>/reviewers/prm_head``."""
+    return Path(home) / "reviewers" / REVIEWER
+
+
+def versions(home: str | Path) -> list[str]:
+    """The stored versions, oldest first (folders ``vNNNN`` holding a manifest)."""
+    root = reviewer_dir(home)
+    if not root.is_dir():
+        return []
+    found = [p.name for p in root.iterdir() if _VERSION.match(p.name) and (p / "manifest.json").is_file()]
+    return sorted(found, key=lambda n: int(n[1:]))
+
+
+def latest_version(home: str | Path) -> Path:
+    """The newest version's folder; :class:`PRMHeadNotTrained` (naming the command that trains one) when
+    there is none."""
+    found = versions(home)
+    if not found:
+        raise PRMHeadNotTrained(
+            f"step scorer 'prm_head' needs a trained PRM head, and there is none under {reviewer_dir(home)}. "
+            f"Train one with `{TRAIN_COMMAND}` (it needs TENTALIS_DATA_DIR with gsm8k/train.jsonl), or set "
+            "review.step_scorer back to 'calculator'")
+    return reviewer_dir(home) / found[-1]
+
+
+def save_version(home: str | Path, checkpoint: HeadCheckpoint) -> Path:
+    """Store ``checkpoint`` as the next version, atomically (a temporary folder renamed into place)."""
+    root = reviewer_dir(home)
+    root.mkdir(parents=True, exist_ok=True)
+    for _ in range(100):
+        found = versions(home)
+        name = f"v{(int(found[-1][1:]) + 1) if found else 1:04d}"
+        tmp = root / f".{name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        checkpoint.manifest = {**checkpoint.manifest, "version": name}
+        checkpoint.save(tmp)
+        try:
+            os.rename(tmp, root / name)  # fails if another writer took this name first: try the next one
+            return root / name
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+    raise RuntimeError(f"could not store a new PRM head version under {root}")
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------ lakehouse labels
+def rollout_labels(lake) -> tuple[list[LabelledSolution], dict[str, Any]]:
+    """Consensus labels of the policy's own rollouts in the lakehouse (calculator, verifier and, where the
+    ``step_labels`` table has a row for every step, Monte-Carlo labels), with the lineage: each table's
+    Delta version (pinned before reading) and the rollout ids kept."""
+    pinned: dict[str, int | None] = {}
+    for name in ("tasks", "rollouts", "step_labels"):
+        dt = lake.table(name)
+        pinned[name] = None if dt is None else dt.version()
+    if pinned["rollouts"] is None or pinned["tasks"] is None:
+        return [], {"tables": pinned, "rollout_ids": []}
+    tasks = {(t["batch_id"], t["task_id"]): t for t in lake.read("tasks", version=pinned["tasks"],
+                                                                  columns=["batch_id", "task_id", "prompt", "reference"]).to_pylist()}
+    mc: dict[tuple[str, str], dict[int, float]] = {}
+    if pinned["step_labels"] is not None:
+        for r in lake.read("step_labels", version=pinned["step_labels"], columns=["batch_id", "rollout_id", "step_index", "label"]).to_pylist():
+            mc.setdefault((r["batch_id"], r["rollout_id"]), {})[int(r["step_index"])] = r["label"]
+    out, kept = [], []
+    for r in lake.read("rollouts", version=pinned["rollouts"], columns=["batch_id", "rollout_id", "task_id", "steps", "answer"]).to_pylist():
+        task = tasks.get((r["batch_id"], r["task_id"]))
+        steps = list(r["steps"] or [])
+        if task is None or not steps or not task.get("reference"):
+            continue
+        by_step = mc.get((r["batch_id"], r["rollout_id"]), {})
+        mc_labels = [by_step.get(i) for i in range(len(steps))] if by_step else None
+        sol = label_rollout(f"{r['batch_id']}/{r['rollout_id']}", task["prompt"], steps, r["answer"], task["reference"], mc_labels)
+        if sol is not None:
+            out.append(sol)
+            kept.append(sol.problem_id)
+    return out, {"tables": pinned, "rollout_ids": kept}
+
+
+# ------------------------------------------------------------------------------------------ training
+@dataclass(frozen=True)
+class TrainSettings:
+    """What ``tentalis prm train`` trains on and how (defaults: the benchmarked recipe)."""
+
+    train_problems: int = 1500
+    corruptions: int = 2
+    held_out: float = 0.2
+    seed: int = 0
+    use_embeddings: bool = True
+    max_tokens: int = 1024
+
+
+def _split(labelled: Sequence[LabelledSolution], held_out: float, seed: int):
+    pids = sorted({s.problem_id for s in labelled})
+    random.Random(seed).shuffle(pids)
+    held = set(pids[: int(len(pids) * held_out)])
+    return [s for s in labelled if s.problem_id not in held], [s for s in labelled if s.problem_id in held]
+
+
+def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, lake=None, config: HeadConfig | None = None,
+                   settings: TrainSettings | None = None, cache_dir: Path | None = None) -> Path:
+    """Label (GSM8K train, screened by the contamination guard, plus the lakehouse's own rollouts when
+    ``lake`` is given), extract the trunk's features, train the head, choose its threshold on a held-out
+    slice of the labels, and store it as a new version with its lineage. Returns the version folder."""
+    from tentalis_pipelines import contamination
+    from tentalis_pipelines.evaluation.processbench import SPLITS
+    from tentalis_pipelines.lineage import code_version
+
+    config = config or HeadConfig()
+    settings = settings or TrainSettings()
+    gsm8k = data_root / "gsm8k" / "train.jsonl"
+    problems = load_gsm8k_train(gsm8k, limit=settings.train_problems, seed=settings.seed)
+    items, _, _ = contamination.static_items(("gsm8k", "math500"), data_root, required=("gsm8k",))
+    pb_path = data_root / "processbench"
+    pb_splits = [s for s in SPLITS if (pb_path / f"{s}.jsonl").is_file()]
+    items += processbench_items(data_root, pb_splits)
+    index = contamination.ContaminationIndex(items, cache_dir or contamination.default_cache_dir(Path(home)))
+    screened = screen_problems(problems, index, use_embeddings=settings.use_embeddings)
+    labelled = build_label_set(screened.clean, seed=settings.seed, corruptions=settings.corruptions)
+    lake_lineage: dict[str, Any] = {}
+    if lake is not None:
+        own, lake_lineage = rollout_labels(lake)
+        labelled += own
+    train, val = _split(labelled, settings.held_out, settings.seed)
+    if not train or not val:
+        raise ValueError(f"too few consensus-labelled solutions to train a PRM head ({len(labelled)}): raise train_problems")
+    trunk = load_trunk(model_dir, config.layer)
+    f_train = step_features(trunk, [(s.problem, s.steps) for s in train], max_tokens=settings.max_tokens)
+    f_val = step_features(trunk, [(s.problem, s.steps) for s in val], max_tokens=settings.max_tokens)
+    x = np.concatenate([f for f in f_train if len(f)])
+    y = np.concatenate([np.asarray(s.labels[: len(f)]) for s, f in zip(train, f_train) if len(f)])
+    head = train_head(x, y, config)
+    threshold, val_f1 = choose_threshold(score_steps(head, f_val), [s.first_error for s in val])
+    kinds: dict[str, int] = {}
+    for s in labelled:
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    manifest = {
+        "reviewer": REVIEWER,
+        "trunk": {"model": str(model_dir), "layer": config.layer, "dtype": str(trunk.dtype).removeprefix("torch.")},
+        "held_out_f1": val_f1,
+        "settings": settings.__dict__,
+        "lineage": {
+            "gsm8k_train": {"path": str(gsm8k), "sha256": _sha256(gsm8k), "problem_ids": [p.problem_id for p in screened.clean]},
+            "contamination": {"screened_against": sorted({it.benchmark for it in items}),
+                              "refused": [{"problem_id": p.problem_id, "match": m.as_dict()} for p, m in screened.refused]},
+            "lakehouse": lake_lineage,
+            "labels": {"solutions": len(labelled), "kinds": kinds, "train_steps": int(len(y)), "train_correct": int(y.sum()),
+                       "held_out_solutions": len(val)},
+        },
+        "code": code_version(),
+    }
+    return save_version(home, HeadCheckpoint(head, config, threshold, trunk.name, manifest))
+
+
+# ------------------------------------------------------------------------------------------ scoring
+class PRMHeadScorer:
+    """The newest stored head with its trunk, scoring steps: ``score_steps(problems, steps) -> [[P(correct)]]``."""
+
+    def __init__(self, home: str | Path, model_dir: str | Path, *, version: str | None = None):
+        folder = reviewer_dir(home) / version if version else latest_version(home)
+        if not (folder / "manifest.json").is_file():
+            raise PRMHeadNotTrained(f"no PRM head version at {folder}: list them under {reviewer_dir(home)}, or train one "
+                                    f"with `{TRAIN_COMMAND}`")
+        self.folder = folder
+        self.checkpoint = HeadCheckpoint.load(folder)
+        self.trunk = load_trunk(model_dir, self.checkpoint.config.layer)
+        if self.trunk.model.config.hidden_size != int(self.checkpoint.head.mean.shape[0]):
+            raise ValueError(f"PRM head {folder} reads {int(self.checkpoint.head.mean.shape[0])}-wide features, but {model_dir} "
+                             f"has hidden size {self.trunk.model.config.hidden_size}: train a head for this model ({TRAIN_COMMAND})")
+
+    @property
+    def version(self) -> str:
+        return self.folder.name
+
+    def score(self, problems: Sequence[str], solutions: Sequence[Sequence[str]]) -> list[list[float | None]]:
+        """P(correct) of every step, ``None`` for steps past the head's token budget."""
+        feats = step_features(self.trunk, list(zip(problems, solutions)), max_tokens=self.checkpoint.config.max_tokens)
+        scores = score_steps(self.checkpoint.head, feats)
+        return [s + [None] * (len(sol) - len(s)) for s, sol in zip(scores, solutions)]
+
+    def score_steps(self, requests) -> list[list[Any]]:
+        """The judge's interface (``rewards.judge.JudgePRM.score_steps``): one ``StepJudgement`` per step of
+        each ``JudgeRequest``, ``score`` = P(correct) in [0, 1] (the calculator's scale), one vote."""
+        from tentalis_pipelines.rewards.judge import StepJudgement
+
+        requests = list(requests)
+        scores = self.score([r.problem for r in requests], [list(r.steps) for r in requests])
+        return [[StepJudgement(s, [] if s is None else [s], self.rationale(s)) for s in ss] for ss in scores]
+
+    def rationale(self, score: float | None) -> str:
+        if score is None:
+            return "beyond the PRM head's token budget: not scored"
+        verdict = "wrong" if score < self.checkpoint.threshold else "correct"
+        return f"prm_head {self.version}: P(correct) {score:.3f} ({verdict} at threshold {self.checkpoint.threshold:.3f})"
+
+
+def manifest_of(folder: str | Path) -> dict[str, Any]:
+    return json.loads((Path(folder) / "manifest.json").read_text())

@@ -1,0 +1,136 @@
+"""The PRM head on the tiny random model: features at each step's end, deterministic training, versions with
+lineage, the contamination guard refusing a planted ProcessBench problem, and the step scorer's errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from tentalis_pipelines.resources import ReviewResource
+from tentalis_pipelines.reviewers.prm_head import (
+    HeadConfig,
+    load_trunk,
+    step_features,
+    tokenize_solution,
+    train_head,
+)
+from tentalis_pipelines.reviewers.prm_reviewer import (
+    PRMHeadNotTrained,
+    PRMHeadScorer,
+    TrainSettings,
+    latest_version,
+    manifest_of,
+    train_reviewer,
+    versions,
+)
+from tentalis_pipelines.rewards.judge import JudgeRequest
+from tentalis_pipelines.settings import Paths
+
+TRAIN = [
+    ("Tom has 3 bags with 4 apples each. He eats 2. How many apples are left?",
+     "He had 3*4 = <<3*4=12>>12 apples.\nHe has 12-2 = <<12-2=10>>10 left.\n#### 10"),
+    ("A pen costs 5 dollars. Ann buys 6 pens and pays with 50 dollars. How much change does she get?",
+     "The pens cost 5*6 = <<5*6=30>>30 dollars.\nHer change is 50-30 = <<50-30=20>>20 dollars.\n#### 20"),
+    ("A farm has 7 cows and 9 times as many hens. How many animals are there?",
+     "There are 7*9 = <<7*9=63>>63 hens.\nThere are 63+7 = <<63+7=70>>70 animals.\n#### 70"),
+    ("Mia reads 12 pages a day for 5 days, then 8 pages. How many pages did she read?",
+     "She read 12*5 = <<12*5=60>>60 pages in 5 days.\nIn all 60+8 = <<60+8=68>>68 pages.\n#### 68"),
+    ("A box holds 24 eggs. Sam has 3 boxes and breaks 5 eggs. How many eggs are whole?",
+     "He has 24*3 = <<24*3=72>>72 eggs.\nWhole: 72-5 = <<72-5=67>>67 eggs.\n#### 67"),
+    ("Lee earns 15 dollars an hour and works 8 hours, then spends 40 dollars. How much is left?",
+     "He earns 15*8 = <<15*8=120>>120 dollars.\nLeft: 120-40 = <<120-40=80>>80 dollars.\n#### 80"),
+]
+PLANTED = "Sue lives in a fun neighborhood. One weekend, the neighbors placed 18 pink plastic flamingos out on Sue's front yard."
+
+
+@pytest.fixture()
+def data_root(tmp_path: Path) -> Path:
+    """A data folder: GSM8K train (with a ProcessBench problem planted in it), GSM8K test, ProcessBench gsm8k."""
+    root = tmp_path / "data"
+    (root / "gsm8k").mkdir(parents=True)
+    (root / "processbench").mkdir()
+    rows = [{"question": q, "answer": a} for q, a in TRAIN]
+    rows.insert(2, {"question": PLANTED, "answer": "She has 18*2 = <<18*2=36>>36.\n#### 36"})
+    (root / "gsm8k" / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "gsm8k" / "test.jsonl").write_text(json.dumps({"question": "An unrelated test question about 9 boats?", "answer": "#### 9"}) + "\n")
+    (root / "processbench" / "gsm8k.jsonl").write_text(json.dumps(
+        {"id": "gsm8k-0", "problem": PLANTED, "steps": ["18 flamingos.", "The answer is 18."], "label": -1}) + "\n")
+    return root
+
+
+def _train(home: Path, tiny: Path, root: Path, seed: int = 0) -> Path:
+    return train_reviewer(home, tiny, root, config=HeadConfig(layer=2, epochs=40, seed=seed),
+                          settings=TrainSettings(train_problems=50, held_out=0.34, seed=seed, use_embeddings=False),
+                          cache_dir=home / "cache")
+
+
+def test_features_are_read_at_each_steps_last_token(tiny_model_dir):
+    trunk = load_trunk(tiny_model_dir, 2)
+    problem, steps = "3 apples and 4 pears?", ["3 + 4 = 7 fruits.", "The answer is 7."]
+    ids, ends = tokenize_solution(trunk.tokenizer, problem, steps, max_tokens=512)
+    assert len(ends) == 2 and ends[-1] == len(ids) - 1 and ends[0] < ends[1]
+    (f,) = step_features(trunk, [(problem, steps)])
+    h = trunk.model(input_ids=torch.tensor([ids])).last_hidden_state[0]
+    assert f.shape == (2, trunk.model.config.hidden_size)
+    np.testing.assert_allclose(f, h[ends].float().numpy(), rtol=1e-4, atol=1e-4)
+    # several layers from one pass: layer 2 is the same feature
+    (both,) = step_features(trunk, [(problem, steps)], layers=[1, 2])
+    np.testing.assert_allclose(both[:, 1], f, rtol=1e-4, atol=1e-4)
+    # a token budget cuts the later steps off (they stay unscored)
+    (cut,) = step_features(trunk, [(problem, steps)], max_tokens=ends[0] + 2)
+    assert cut.shape[0] == 1
+    with pytest.raises(ValueError, match="outside the model's 1..2 blocks"):
+        load_trunk(tiny_model_dir, 3)
+
+
+def test_train_head_is_deterministic_and_learns_a_separable_rule():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 8)).astype(np.float32)
+    y = (x[:, 0] > 0).astype(np.int64)
+    a = train_head(x, y, HeadConfig(epochs=200, seed=3))
+    b = train_head(x, y, HeadConfig(epochs=200, seed=3))
+    for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
+        assert ka == kb and torch.equal(va, vb)
+    with torch.no_grad():
+        acc = ((a(torch.as_tensor(x)) > 0).numpy() == y.astype(bool)).mean()
+    assert acc > 0.95
+    with pytest.raises(ValueError, match="0 \\(wrong\\) or 1"):
+        train_head(x, y * 2, HeadConfig(epochs=1))
+
+
+def test_trained_versions_refuse_the_planted_benchmark_problem_and_repeat_exactly(home, tiny_model_dir, data_root):
+    v1 = _train(home, tiny_model_dir, data_root)
+    v2 = _train(home, tiny_model_dir, data_root)
+    assert (v1.name, v2.name) == ("v0001", "v0002") and versions(home) == ["v0001", "v0002"]
+    assert latest_version(home) == v2
+    a, b = torch.load(v1 / "head.pt"), torch.load(v2 / "head.pt")
+    assert all(torch.equal(a[k], b[k]) for k in a)  # same seed, same labels: the same weights
+    m1, m2 = manifest_of(v1), manifest_of(v2)
+    assert m1["threshold"] == m2["threshold"]
+    refused = m1["lineage"]["contamination"]["refused"]
+    assert [r["problem_id"] for r in refused] == ["gsm8k-train-00003"]
+    assert (refused[0]["match"]["benchmark"], refused[0]["match"]["item_id"], refused[0]["match"]["tier"]) == (
+        "processbench-gsm8k", "gsm8k-0", "exact")
+    assert "gsm8k-train-00003" not in m1["lineage"]["gsm8k_train"]["problem_ids"]
+    assert len(m1["lineage"]["gsm8k_train"]["problem_ids"]) == len(TRAIN)
+    assert m1["lineage"]["labels"]["kinds"]["reference"] == len(TRAIN)
+    assert len(m1["lineage"]["gsm8k_train"]["sha256"]) == 64
+
+
+def test_step_scorer_prm_head_scores_in_unit_interval(home, tiny_model_dir, data_root):
+    _train(home, tiny_model_dir, data_root)
+    scorer = PRMHeadScorer(home, tiny_model_dir)
+    out = scorer.score_steps([JudgeRequest("2 boxes of 3?", ["2 * 3 = 6", "The answer is 6."]), JudgeRequest("1?", ["1"])])
+    assert [len(x) for x in out] == [2, 1]
+    assert all(0.0 <= j.score <= 1.0 and j.votes == [j.score] and "prm_head v0001" in j.rationale for x in out for j in x)
+
+
+def test_choosing_prm_head_without_a_trained_head_names_the_command(home):
+    paths = Paths.from_env(home)
+    with pytest.raises(PRMHeadNotTrained, match="tentalis prm train"):
+        ReviewResource(step_scorer="prm_head").step_judge(paths)
+    assert ReviewResource(step_scorer="calculator").step_judge(paths) is None
