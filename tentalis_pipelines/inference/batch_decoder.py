@@ -24,6 +24,12 @@ Sampling is per request: its own temperature, top-p, seed (a ``torch.Generator``
 token limit. The log-prob recorded with every token is the one its sampler drew it from:
 ``sample_next``'s (the temperature-scaled log-softmax, the raw one when greedy), the old-policy
 log-prob the trainer uses.
+
+A step talks to the host once: every request's rows are sampled on the device (its own generator and
+settings, so its tokens do not depend on who else is in the batch), then all rows' token ids and
+log-probs come back in one transfer, and the Python bookkeeping (EOS, stop strings, limits, callbacks)
+runs on those lists. On a GPU each ``.tolist()`` is a synchronisation that stalls the queue of kernels,
+so the per-request ``.tolist()`` calls of a 16-request batch cost more than its sampling.
 """
 
 from __future__ import annotations
@@ -36,7 +42,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_next
+from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_tokens
 
 
 @dataclass
@@ -211,12 +217,18 @@ class SlabCache(DynamicCache):
                 buf[i][r0:r1, :, self.end - p : self.end] = src.to(self.dtype)
         self.rows = r1
 
-    def select_rows(self, keep: torch.Tensor) -> None:
-        """Keep only rows ``keep`` (in that order), compacted to the front."""
-        m = int(keep.numel())
-        for buf in (self.k, self.v):
-            for i in range(len(buf)):
-                buf[i][:m, :, self.start : self.end] = buf[i][keep, :, self.start : self.end]
+    def select_rows(self, keep: torch.Tensor | list[int]) -> None:
+        """Keep only rows ``keep`` (in that order), compacted to the front. The leading rows already in
+        place (``keep[j] == j``) are not copied: when a few rows leave, only the rows after the first
+        one gone move (the copy of every layer's keys and values is most of a compaction's cost)."""
+        keep = keep.tolist() if isinstance(keep, torch.Tensor) else list(keep)
+        m = len(keep)
+        first = next((j for j, k in enumerate(keep) if k != j), m)
+        if first < m:
+            idx = torch.tensor(keep[first:], dtype=torch.long, device=self.device)
+            for buf in (self.k, self.v):
+                for i in range(len(buf)):
+                    buf[i][first:m, :, self.start : self.end] = buf[i][idx, :, self.start : self.end]
         self.rows = m
 
     def drop_left(self, columns: int) -> None:
@@ -292,7 +304,7 @@ class BatchDecoder:
         self.max_rows, self.max_batch_tokens = max_rows, max_batch_tokens
         self.prefixes = PrefixCache(prefix_cache_tokens)
         self.device = model.device
-        self.eos = torch.tensor(sorted(eos_ids(model, tokenizer)), dtype=torch.long, device=self.device)
+        self.eos = frozenset(eos_ids(model, tokenizer))  # looked up on the host, where the token ids are read anyway
         self.pending: deque[DecodeRequest] = deque()
         self.rows: list[_Row] = []
         self.cache: SlabCache | None = None
@@ -359,8 +371,9 @@ class BatchDecoder:
         logits = logits.repeat(req.n, 1) if req.n > 1 else logits
         rows = [_Row(req, c) for c in req.choices]
         req.live = req.n
-        nxt, keep = self._sample_and_record(req, rows, logits)
-        if keep.numel() == 0:
+        nxt, logps = sample_tokens(logits, req.temperature, req.top_p, req.generator)
+        keep = self._record(req, rows, *_to_host(nxt, logps))
+        if not keep:
             return
         n = len(keep)
         if self.cache is None:
@@ -377,8 +390,8 @@ class BatchDecoder:
         new_mask[:, width - len(ids):] = 1
         self.mask = torch.cat([self.mask, new_mask], 0)
         self.pos = torch.cat([self.pos, torch.full((n,), len(ids), dtype=torch.long, device=self.device)])
-        self.nxt = torch.cat([self.nxt, nxt[keep]])
-        self.rows += [rows[j] for j in keep.tolist()]
+        self.nxt = torch.cat([self.nxt, nxt[keep] if n < len(rows) else nxt])
+        self.rows += [rows[j] for j in keep]
 
     def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The last position's logits and every layer's keys and values for ``ids`` (batch of one),
@@ -406,29 +419,30 @@ class BatchDecoder:
         self.steps += 1
         self.mask, self.pos = mask, self.pos + 1
         logits = out.logits[:, -1, :].float()
-        nxt = torch.empty_like(self.nxt)
+        spans = self._spans()
+        sampled = [sample_tokens(logits[a:b], req.temperature, req.top_p, req.generator) for req, a, b in spans]
+        nxt = torch.cat([t for t, _ in sampled]) if len(sampled) > 1 else sampled[0][0]
+        ids, chosen = _to_host(nxt, torch.cat([lp for _, lp in sampled]) if len(sampled) > 1 else sampled[0][1])
         keep: list[int] = []
-        start = 0
-        while start < len(self.rows):  # a request's rows are contiguous: sample them together
-            req = self.rows[start].req
-            stop = start
-            while stop < len(self.rows) and self.rows[stop].req is req:
-                stop += 1
-            toks, kept = self._sample_and_record(req, self.rows[start:stop], logits[start:stop])
-            nxt[start:stop] = toks
-            keep += [start + j for j in kept.tolist()]
-            start = stop
+        for req, a, b in spans:
+            keep += [a + j for j in self._record(req, self.rows[a:b], ids[a:b], chosen[a:b])]
         self.nxt = nxt
         if len(keep) < len(self.rows):
             self._select(keep)
 
-    def _sample_and_record(self, req: DecodeRequest, rows: list[_Row], logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Sample one token per row of ``req``, record it, tell the request; (tokens, indices of the
-        rows that go on)."""
+    def _spans(self) -> list[tuple[DecodeRequest, int, int]]:
+        """(request, first row, end row) for each request in the batch: a request's rows are contiguous."""
+        spans, start = [], 0
+        for j in range(1, len(self.rows) + 1):
+            if j == len(self.rows) or self.rows[j].req is not self.rows[start].req:
+                spans.append((self.rows[start].req, start, j))
+                start = j
+        return spans
+
+    def _record(self, req: DecodeRequest, rows: list[_Row], ids: list[int], chosen: list[float]) -> list[int]:
+        """Record one sampled token per row of ``req`` (host values), end the rows that finished, tell
+        the request; the indices (into ``rows``) of the rows that go on."""
         tok = self.tokenizer
-        nxt, chosen = sample_next(logits, req.temperature, req.top_p, req.generator)
-        ids = nxt.tolist()
-        is_eos = torch.isin(nxt, self.eos).tolist()
         stops = tuple(s for s in req.stop if s)
         emitted, finished, texts, keep = [], [], {}, []
         for j, row in enumerate(rows):
@@ -447,7 +461,7 @@ class BatchDecoder:
             elif stops:
                 tail = tok.decode(c.token_ids[-self._tail(stops):], skip_special_tokens=True)
                 hit = any(s in tail for s in stops)
-            if is_eos[j] or hit:
+            if ids[j] in self.eos or hit:
                 c.finish_reason = "stop"
                 finished.append(c.index)
             elif len(c.token_ids) >= req.max_new_tokens:
@@ -460,7 +474,7 @@ class BatchDecoder:
             req.on_step(Step(emitted, finished, texts))
         if req.live == 0:
             self._end(req, None)
-        return nxt, torch.tensor(keep, dtype=torch.long, device=self.device)
+        return keep
 
     def _tail(self, stops: tuple[str, ...]) -> int:
         """Tokens at the end of a row that can hold a stop string (its token count, plus slack)."""
@@ -484,8 +498,8 @@ class BatchDecoder:
             self.mask = self.mask[:0, :0]
             self.pos, self.nxt = self.pos[:0], self.nxt[:0]
             return
+        self.cache.select_rows(keep)
         idx = torch.tensor(keep, dtype=torch.long, device=self.device)
-        self.cache.select_rows(idx)
         self.mask, self.pos, self.nxt = self.mask[idx], self.pos[idx], self.nxt[idx]
         self.rows = [self.rows[j] for j in keep]
         used = self.mask.any(0)
@@ -507,3 +521,10 @@ class BatchDecoder:
         req.done, req.error, req.finished_at = True, error, time.perf_counter()
         if req.on_done is not None:
             req.on_done(error)
+
+
+def _to_host(tokens: torch.Tensor, logps: torch.Tensor) -> tuple[list[int], list[float]]:
+    """Token ids and their log-probs as Python lists, in one device-to-host transfer (float64 holds
+    every token id and every float32 log-prob exactly)."""
+    host = torch.stack([tokens.to(torch.float64), logps.to(torch.float64)]).cpu()
+    return host[0].long().tolist(), host[1].tolist()

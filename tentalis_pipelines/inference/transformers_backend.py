@@ -100,7 +100,14 @@ class TransformersBackend:
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> tuple[torch.Tensor, list[float]]:
     """One decoding step for every row: the next token (sampled at ``temperature`` with nucleus
     ``top_p``, or greedy at 0) and its log-prob under the distribution it was drawn from (the sampling
-    log-prob the trainer uses as the old policy's)."""
+    log-prob the trainer uses as the old policy's), as a list (``sample_tokens`` keeps it a tensor)."""
+    nxt, logp = sample_tokens(logits, temperature, top_p, gen)
+    return nxt, logp.tolist()
+
+
+def sample_tokens(logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """``sample_next`` without leaving the device: (tokens, their sampling log-probs), both tensors on
+    ``logits``' device, so a caller sampling several groups of rows reads them back in one transfer."""
     if temperature > 0:
         logp_all = torch.log_softmax(logits / temperature, dim=-1)
         probs = logp_all.exp()
@@ -110,7 +117,7 @@ def sample_next(logits: torch.Tensor, temperature: float, top_p: float, gen: tor
     else:
         logp_all = torch.log_softmax(logits, dim=-1)
         nxt = logits.argmax(-1)
-    return nxt, logp_all.gather(1, nxt[:, None]).squeeze(1).tolist()
+    return nxt, logp_all.gather(1, nxt[:, None]).squeeze(1)
 
 
 def _top_p_filter(probs: torch.Tensor, top_p: float) -> torch.Tensor:

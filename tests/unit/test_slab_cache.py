@@ -84,3 +84,17 @@ def test_a_bad_request_is_refused_naming_the_field(field, value, message):
     setattr(req, field, value)
     with pytest.raises(ValueError, match=message):
         check_request(req)
+
+
+def test_rows_already_in_place_stay_and_the_rest_move_up():
+    """Rows 1 and 3 of five leave: row 0 is not copied, rows 2 and 4 move up to 1 and 2."""
+    slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    for tag in (100, 200, 300, 400, 500):
+        slab.append_rows(_kv(tag, 2), n=1)
+    slab.select_rows([0, 2, 4])
+    assert slab.rows == 3
+    for layer in (0, 1):
+        assert _live(slab, layer).tolist() == [[100, 101], [300, 301], [500, 501]]
+        assert (-slab.v[layer][:3, 0, slab.start : slab.end, 0]).tolist() == [[100, 101], [300, 301], [500, 501]]
+    slab.select_rows(torch.tensor([0, 1, 2]))  # nobody leaves: nothing moves
+    assert _live(slab).tolist() == [[100, 101], [300, 301], [500, 501]]
