@@ -175,7 +175,8 @@ def _date_supported(candidates: set[Date], known: set[Date]) -> bool:
 # --------------------------------------------------------------------------- paths and names
 PATH_EXTS = ("py|txt|csv|json|jsonl|md|log|yaml|yml|toml|sh|js|ts|html|css|pdf|png|jpg|jpeg|gif|zip|tar|gz|cfg|ini|xml|sql"
              "|c|h|cpp|rs|go|java|rb|ipynb|parquet|db|lock|env|conf|bak|tmp|out|dat|xlsx|docx")
-PATH_RE = re.compile(r"(?<![\w/.])(?:~|\.{1,2})?/(?:[\w.\-]+/?)+|\b[\w\-]+(?:/[\w.\-]+)+/?|\b[\w\-]+(?:\.[\w\-]+)*\.(?:" + PATH_EXTS + r")\b")
+# A closing markup tag (`</tool_call>`, the text a model writes around a tool call) is no path: `<` before `/`.
+PATH_RE = re.compile(r"(?<![\w/.<])(?:~|\.{1,2})?/(?:[\w.\-]+/?)+|\b[\w\-]+(?:/[\w.\-]+)+/?|\b[\w\-]+(?:\.[\w\-]+)*\.(?:" + PATH_EXTS + r")\b")
 EMAIL_RE = re.compile(r"\b[\w.+\-]+@[\w\-]+(?:\.[\w\-]+)+\b")
 IDENT_RE = re.compile(r"\b[A-Z][A-Z0-9]*[-_#]?\d[\w\-]*\b|\b[A-Z]{2,6}\b")
 NAME_RE = re.compile(r"\b[A-Z][a-zA-Z'’\-]*[a-z][a-zA-Z'’\-]*(?:\s+(?:of\s+|de\s+|van\s+|&\s+)?[A-Z][a-zA-Z'’\-]*[a-z][a-zA-Z'’\-]*)*")

@@ -44,6 +44,14 @@ def test_a_listed_file_under_another_folder_is_flagged():
     assert kinds("See /home/bob/q1_summary.csv.") == [("path", "/home/bob/q1_summary.csv")]
 
 
+def test_a_tool_call_s_closing_tag_is_no_path():
+    # The text a model writes for a tool call (how the gateway lands a template without tool support).
+    call = '<tool_call>{"name": "ls", "arguments": {"path": "/home/ana/reports"}}</tool_call><|im_end|>'
+    assert kinds(call) == []
+    assert kinds('<tool_call>{"name": "cat", "arguments": {"path": "/home/bob/notes.txt"}}</tool_call>') == [
+        ("path", "/home/bob/notes.txt")]  # a path inside the call is still checked
+
+
 def test_a_number_the_context_gives_in_another_unit_is_a_unit_flag():
     ctx = "wind: 8 mph, humidity 65"
     assert kinds_of("The humidity is 65% and the wind 8 km/h.", ctx) == [("unit", "8 km/h")]

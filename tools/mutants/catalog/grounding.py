@@ -6,6 +6,7 @@ D = "tentalis_pipelines/reviewers/grounding_data.py"
 T = "tentalis_pipelines/reviewers/grounding_tagger.py"
 P = "tentalis_pipelines/reviewers/grounding_policy.py"
 TU = ["tests/unit/test_grounding.py"]
+TE = ["tests/test_grounding_pipeline.py"]  # end to end: landed sessions, the asset, build_samples, a checkpoint, replay
 
 MUTANTS = [
     # (Dropping .normalize() is an equivalent mutant: Decimal('3.50') == Decimal('3.5') and they hash alike.)
@@ -42,4 +43,13 @@ MUTANTS = [
      "why": "block masks the flagged claim, not its turn"},
     {"id": "grounding-flag-bounds-unchecked", "file": P, "find": "        if not (0 <= us <= ts < te <= ue <= n):\n",
      "replace": "        if False:\n", "tests": TU, "why": "a flag computed on other rollouts edits tokens silently (or IndexErrors)"},
+    {"id": "grounding-closing-tag-a-path", "file": G, "find": "PATH_RE = re.compile(r\"(?<![\\w/.<])",
+     "replace": "PATH_RE = re.compile(r\"(?<![\\w/.])", "tests": TU,
+     "why": "every tool-call turn is flagged for the path '/tool_call' (block drops every tool call from training)"},
+    {"id": "grounding-not-applied-in-build-samples", "file": "tentalis_pipelines/stages/training.py",
+     "find": "        out, n = apply_flags(sample, flags.get(rollout_id, []), grounding_policy, grounding_penalty, rollout_id=rollout_id)\n",
+     "replace": "        out, n = sample, {}\n", "tests": TE, "why": "the flags are written and a checkpoint trains as if they were not"},
+    {"id": "grounding-replay-ignores-policy", "file": "tentalis_pipelines/lineage.py",
+     "find": "grounding_policy=config.get(\"grounding_policy\", \"off\")", "replace": "grounding_policy=\"off\"", "tests": TE,
+     "why": "lineage.replay rebuilds other samples than a grounded checkpoint trained on"},
 ]
