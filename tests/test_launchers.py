@@ -182,3 +182,41 @@ def test_a_ray_job_killed_mid_run_leaves_no_half_checkpoint_and_frees_the_gpu_sl
         again = _materialize(cycle_home, tiny_model_dir, _trainer(), instance)
         assert again.success and lake.count("checkpoints") == 1
         assert lake.read("checkpoints").to_pylist()[0]["trajectory_count"] == 8
+
+
+# A Pipes run that sends messages while it runs (Ray's log stream delivers them live) and more right before it
+# exits (the stream has not delivered those when the job ends: the reader reads them from the finished log).
+CHATTY_RUN = """
+import time
+from dagster_pipes import open_dagster_pipes
+with open_dagster_pipes() as pipes:
+    for i in range(60):
+        pipes.report_custom_message({"seq": i})
+    time.sleep(3)
+    for i in range(60, 120):
+        pipes.report_custom_message({"seq": i})
+    print("a plain line the run printed")
+"""
+
+
+def test_the_ray_reader_hands_over_every_message_once_in_order_without_waiting_for_rays_stream(tmp_path, ray_cluster):
+    """`closing_ray_reader` stops following Ray's log stream when the job ends and reads the rest of the
+    finished log: every message the run sent arrives exactly once, in order (dagster-ray's own reader waits
+    seconds for Ray to close the stream)."""
+    from dagster import DagsterInstance, asset, materialize
+    from dagster_ray import PipesRayJobClient
+
+    script = tmp_path / "chatty.py"
+    script.write_text(CHATTY_RUN)
+    got = {}
+
+    @asset
+    def chatty(context):
+        client = PipesRayJobClient(address=ray_cluster.address, poll_interval=0.25, message_reader=launchers.closing_ray_reader())
+        invocation = client.run(context=context, submit_job_params={"entrypoint": f"{sys.executable} {script}"})
+        got["seq"] = [m["seq"] for m in invocation.get_custom_messages()]
+        return invocation.get_results()
+
+    with DagsterInstance.ephemeral() as instance:
+        assert materialize([chatty], instance=instance).success
+    assert got["seq"] == list(range(120))
