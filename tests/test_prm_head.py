@@ -134,3 +134,68 @@ def test_choosing_prm_head_without_a_trained_head_names_the_command(home):
     with pytest.raises(PRMHeadNotTrained, match="tentalis prm train"):
         ReviewResource(step_scorer="prm_head").step_judge(paths)
     assert ReviewResource(step_scorer="calculator").step_judge(paths) is None
+
+
+TASK = "Tom has 4 pens and buys 3 more. How many pens does he have?"
+
+
+def test_the_heads_step_scores_drive_process_mode_by_hand(home, tiny_model_dir, data_root):
+    """`review.step_scorer = prm_head` end to end through the batch stages: the head's P(correct) per step is the
+    step reward, their mean the process reward, and process mode adds DeepSeekMath's per-step advantage (the
+    group's step rewards normalised, suffix-summed, divided by the number of steps) to the outcome advantage,
+    all checked against numbers computed here from the head's own scores."""
+    from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+    from tentalis_pipelines.rewards.advantages import token_advantages
+    from tentalis_pipelines.rewards.steps import parse_completion
+    from tentalis_pipelines.stages.reviews import build_reviews
+    from tentalis_pipelines.stages.step_scores import build_step_scores
+    from tentalis_pipelines.stages.trajectories import build_trajectories
+
+    _train(home, tiny_model_dir, data_root)
+    scorer = PRMHeadScorer(home, tiny_model_dir)
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    completions = ["<step>4 + 3 = 7</step>\n<answer>7</answer>",
+                   "<step>4 * 3 = 12</step>\n<step>12 - 1 = 11</step>\n<answer>11</answer>",
+                   "<step>4 + 3 = 8</step>\n<step>8 + 0 = 8</step>\n<step>So 8 pens.</step>\n<answer>8</answer>",
+                   "<step>He buys some more pens.</step>"]  # no answer: its step earns no process reward
+    now = now_utc()
+    lake.write_batch("tasks", "b1", [{"batch_id": "b1", "task_id": "t0", "source": "test", "environment": "math", "prompt": TASK,
+                                      "reference": "7", "difficulty": 1, "metadata": "{}", "created_at": now}])
+    parsed = [parse_completion(c) for c in completions]
+    lake.write_batch("rollouts", "b1", [{
+        "batch_id": "b1", "rollout_id": f"r{i}", "task_id": "t0", "group_index": i, "policy_version": "base", "backend": "test",
+        "model": "test", "prompt_text": TASK, "completion": c, "steps": p.steps, "answer": p.answer, "parse_mode": p.parse_mode,
+        "prompt_tokens": 10, "completion_tokens": 20, "completion_token_ids": [1] * 20, "sampling_logprobs": None,
+        "finish_reason": "stop", "temperature": 0.8, "seconds": 0.1, "created_at": now} for i, (c, p) in enumerate(zip(completions, parsed))])
+    build_step_scores(lake, "b1", scorer="prm_head", judge=scorer)
+    build_reviews(lake, "b1", manager="verifier")
+    build_trajectories(lake, "b1", advantage_mode="process")
+    rows = sorted(lake.read("trajectories", batch_id="b1").to_pylist(), key=lambda r: r["rollout_id"])
+
+    head = [[j.score for j in js] for js in scorer.score_steps([JudgeRequest(TASK, p.steps) for p in parsed])]
+    assert [len(h) for h in head] == [1, 2, 3, 1]
+    stored = lake.read("step_scores", batch_id="b1").to_pylist()
+    assert {(r["rollout_id"], r["step_index"]): r["score"] for r in stored} == pytest.approx(
+        {(f"r{i}", j): s for i, h in enumerate(head) for j, s in enumerate(h)}) and {r["scorer"] for r in stored} == {"prm_head"}
+    for row, h in zip(rows, head):
+        assert row["step_rewards"] == pytest.approx(h)
+    assert [r["process_reward"] for r in rows[:3]] == pytest.approx([float(np.mean(h)) for h in head[:3]]) and rows[3]["process_reward"] is None
+    # the reward: the weighted sum of its parts, with the head's process reward among them
+    for r in rows:
+        w = json.loads(r["reward_weights"])
+        total = (w["outcome"] * r["outcome_reward"] + w["format"] * r["format_reward"] + w["process"] * (r["process_reward"] or 0.0)
+                 + w["manager"] * r["manager_score"])
+        assert r["reward"] == pytest.approx(total) and w["process"] > 0
+    rewards = np.array([r["reward"] for r in rows])
+    assert [r["advantage"] for r in rows] == pytest.approx(((rewards - rewards.mean()) / (rewards.std(ddof=1) + 1e-4)).tolist())
+    # DeepSeekMath by hand on the head's scores
+    pool = np.array([s for h in head for s in h])
+    mean, std = pool.mean(), pool.std(ddof=1)
+    for r, h in zip(rows, head):
+        norm = [(s - mean) / (std + 1e-4) for s in h]
+        by_hand = [sum(norm[j:]) / len(h) for j in range(len(h))]
+        assert r["step_advantages"] == pytest.approx(by_hand) and r["advantage_mode"] == "process"
+    # process mode adds (never replaces): a token of step j carries the outcome advantage plus step j's
+    two = rows[1]
+    assert token_advantages([0, 0, 1, None], two["advantage"], two["step_advantages"]) == pytest.approx(
+        [two["advantage"] + two["step_advantages"][0]] * 2 + [two["advantage"] + two["step_advantages"][1], two["advantage"]])

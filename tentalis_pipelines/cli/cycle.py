@@ -237,6 +237,10 @@ def learn(
     skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),
     manager: str | None = typer.Option(None, help="Who reviews: verifier | llm (the serving manager: the judge model with the "
                                        "adapter promoted by `tentalis promote --role manager`, else untrained); default: the review resource's."),
+    step_scorer: str | None = typer.Option(None, help="What scores each step: calculator | judge | prm_head (the newest head of "
+                                           "`tentalis prm train`); default: the review resource's, calculator."),
+    advantage_mode: str | None = typer.Option(None, help="outcome | process (adds the step scores' process advantage to the outcome's); "
+                                              "default: the trainer resource's, outcome."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -251,7 +255,7 @@ def learn(
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
-               "dtype": dtype, "seed": seed, **METHODS[method]}
+               "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
     try:  # validated once, by GRPOConfig, before any model loads
         TrainerResource(**trainer).config()
@@ -263,6 +267,15 @@ def learn(
         fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe")
     if manager not in (None, "verifier", "llm"):
         fail(f"--manager {manager!r}: choose verifier or llm")
+    if step_scorer not in (None, "calculator", "judge", "prm_head"):
+        fail(f"--step-scorer {step_scorer!r}: choose calculator, judge or prm_head")
+    if step_scorer == "prm_head":
+        from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, latest_version
+
+        try:  # before any cycle starts
+            latest_version(paths.home)
+        except PRMHeadNotTrained as exc:
+            fail(f"--step-scorer prm_head: {exc}")
     if tasks in ("terminal", "bfcl", "swe") and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
     sampling_temperature = recipe_temperature(tasks, temperature)
@@ -274,6 +287,8 @@ def learn(
                                      skills_top_k=skills_top_k if skills else None, temperature=sampling_temperature)
         if manager is not None:
             resources.setdefault("review", {"config": {}})["config"]["manager"] = manager
+        if step_scorer is not None:
+            resources.setdefault("review", {"config": {}})["config"]["step_scorer"] = step_scorer
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
             held_out = held_out_benchmark(tasks, tuple(lv))
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})

@@ -62,6 +62,9 @@ def test_openai_backend_without_a_server_url_is_refused(cli_home, monkeypatch):
     (["learn", "--learning-rate", "0"], "--learning-rate"),
     (["learn", "--loss-type", "ppo"], "--loss-type 'ppo'"),
     (["learn", "--skills", "--skills-top-k", "0"], "--skills-top-k"),
+    (["learn", "--step-scorer", "oracle"], "--step-scorer 'oracle'"),
+    (["learn", "--step-scorer", "prm_head"], "tentalis prm train"),  # no head trained in this home
+    (["learn", "--advantage-mode", "steps"], "--advantage-mode 'steps'"),
 ])
 def test_nonsense_numbers_are_refused_up_front(cli_home, args, needle):
     before = table_hashes(Paths.from_env(cli_home).lakehouse)
