@@ -106,7 +106,7 @@ def worker_curves(runs: Path, benchmark: str = "arithmetic") -> dict:
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import item_correctness
 
-    out = {}
+    out, base_items = {}, None
     for arm in ARMS:
         for seed in SEEDS:
             h = runs / f"mgr-{arm}-s{seed}" / "lakehouse"
@@ -115,8 +115,16 @@ def worker_curves(runs: Path, benchmark: str = "arithmetic") -> dict:
             lake = Lakehouse(h)
             have = {r["checkpoint_id"] for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark}
             ckpts = [c["checkpoint_id"] for c in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
-            out[(arm, seed)] = [item_correctness(lake, c, benchmark) for c in ["base", *ckpts] if c in have]
-    return out
+            items = [item_correctness(lake, c, benchmark) for c in ["base", *ckpts] if c in have]
+            if "base" in have:
+                base_items = base_items or items[0]
+            else:  # the base is the same model in every home: the transfer set measured it once (mgr-base-s0)
+                items = [None, *items]
+            out[(arm, seed)] = items
+    for v in out.values():
+        if v and v[0] is None:
+            v[0] = base_items
+    return {k: v for k, v in out.items() if all(x is not None for x in v)}
 
 
 def figure(c: dict, cycles: int) -> None:
@@ -178,6 +186,23 @@ def main() -> None:
             w.writeheader()
             w.writerows(curve_rows)
         figure(c, cycles)
+    t = worker_curves(runs, "arithmetic-transfer")
+    if t:
+        lines.append("\n## The same workers on the transfer set (`arithmetic-transfer`: other templates, larger numbers, two-step; "
+                     "2 seeds pooled)\n")
+        lines.append("| cycle | untrained manager | trained manager | trained - untrained (paired) |")
+        lines.append("|---|---|---|---|")
+        rows_t = []
+        for k in range(max(len(v) for v in t.values())):
+            lines.append(f"| {'base' if k == 0 else k} | {fmt_cell(pooled(t, 'base', k))} | {fmt_cell(pooled(t, 'trained', k))} | "
+                         f"{fmt_diff(paired(t, ('trained', k), ('base', k)))} |")
+            for (arm, seed), items in sorted(t.items()):
+                if k < len(items):
+                    rows_t.append({"arm": arm, "seed": seed, "cycle": k, "n": len(items[k]), "correct": sum(items[k].values())})
+        with open(HERE / "curves_transfer.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["arm", "seed", "cycle", "n", "correct"])
+            w.writeheader()
+            w.writerows(rows_t)
     text = "\n".join(lines) + "\n"
     (HERE / "summary.txt").write_text(text)
     print(text)
