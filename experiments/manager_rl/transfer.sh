@@ -1,6 +1,6 @@
 #!/bin/bash
 # Usage: RUNS=<folder of the mgr-* homes> experiments/manager_rl/transfer.sh
-# The manager comparison on the transfer set: base once, and each worker home's last checkpoint (cycle 4).
+# The manager comparison on the transfer set: the base model once, and every checkpoint of each worker home.
 cd "$(dirname "$0")/../.."  # the repository root
 RUNS=${RUNS:-/work/runs}
 for h in mgr-base-s0 mgr-trained-s0 mgr-base-s1 mgr-trained-s1; do
