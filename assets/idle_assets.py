@@ -31,6 +31,7 @@ def training_windows(
         lake, paths, policy.settings(), trainer.config(), promote=trainer.promotion == "always",
         activity_file=activity_path(paths.home), idle_since_ns=config.idle_since_ns, hours=trainer.idle_hours,
         progress_every=trainer.progress_every, run_id=context.run_id,
+        background=True,  # this step's process exists to train the window: users' requests come first
         on_step=lambda rec: context.log.info(f"update {rec['step']}: loss={rec['loss']:.4f} kl={rec['kl']:.5f}"),
     )
     context.log.info(f"window {res.metadata['window_id']}: {res.metadata['outcome']} ({res.metadata.get('reason', '')})")

@@ -75,7 +75,8 @@ def window_worker(home: str, model_dir: str, idle_since_ns: str) -> None:
     paths = Paths.from_env(home).ensure()
     cfg = GRPOConfig(num_iterations=1000, per_step_rows=8, device="cpu")
     out = run_window(Lakehouse(paths.lakehouse), paths, PolicySettings(model=model_dir), cfg, promote=False,
-                     activity_file=activity_path(paths.home), idle_since_ns=int(idle_since_ns), progress_every=1)
+                     activity_file=activity_path(paths.home), idle_since_ns=int(idle_since_ns), progress_every=1,
+                     background=True)
     print(json.dumps(out.metadata, default=str))
 
 

@@ -36,6 +36,7 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.training import train_checkpoint, trainable_trajectories
 from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training.cpu_priority import run_in_background
 from tentalis_pipelines.training.progress import (
     Checkpointing,
     Preempted,
@@ -93,7 +94,7 @@ class WindowRun:
     store: ProgressStore
     every: int
     should_yield: Callable[[], bool]
-    poll_s: float = 0.05
+    poll_s: float = 0.0
     resume: Progress | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     refused: int = 0
@@ -154,13 +155,16 @@ class WindowRun:
 
 def run_window(
     lake: Lakehouse, paths: Paths, policy: PolicySettings, config: GRPOConfig, *, promote: bool, activity_file: Path,
-    idle_since_ns: int | None = None, hours: str = "", progress_every: int = 4, poll_s: float = 0.05, on_step=None,
-    run_id: str = "",
+    idle_since_ns: int | None = None, hours: str = "", progress_every: int = 4, poll_s: float = 0.0, on_step=None,
+    run_id: str = "", background: bool = False,
 ) -> StageResult:
     """One idle window: train (or resume) until done or until a request arrives, then record the window.
 
     ``idle_since_ns``: the activity file's value when the window was decided (the sensor passes it; None:
-    read it now). Any change of it ends the window, as does leaving ``hours``."""
+    read it now). Any change of it ends the window, as does leaving ``hours``. ``poll_s``: the least time
+    between two looks at the activity file inside a pass (0: at every decoder layer, forward and
+    backward; a look is one ``stat``, microseconds). ``background``: train in the idle CPU class
+    (``training/cpu_priority.py``; one-way, for a process that exists to run the window)."""
     parse_hours(hours)  # a bad setting fails before anything trains
     started, t0 = now_utc(), time.monotonic()
     baseline = last_activity_ns(activity_file) if idle_since_ns is None else idle_since_ns
@@ -187,6 +191,8 @@ def run_window(
     try:
         if should_yield():
             raise Preempted("a request arrived before the window started training")
+        if background:
+            run_in_background()
         trainable, window.refused = trainable_trajectories(lake, row["policy_version"], config.max_policy_lag)
         if not store.exists() and not trainable:
             outcome, reason = "nothing", "no fresh trajectories to train on"
