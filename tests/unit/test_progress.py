@@ -101,3 +101,25 @@ def test_the_fingerprint_names_the_rows_config_starting_step_and_parameters():
         "parameters": fingerprint(rows, config, 4, names[:1]),
     }
     assert [k for k, v in changed.items() if v == base] == []
+
+
+class ToyDecoderLayer(torch.nn.Linear):
+    """Named like a transformer block: ``install_hooks`` hooks modules whose class ends in DecoderLayer."""
+
+
+def test_the_poll_runs_inside_each_layers_forward_and_backward_until_the_hooks_are_removed():
+    polls = []
+    cp = Checkpointing(store=None, every=0, should_yield=lambda: polls.append(1) is not None, poll_s=0.0)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(ToyDecoderLayer(3, 3), torch.nn.ReLU(), ToyDecoderLayer(3, 2))
+    handles = cp.install_hooks(model)
+    assert len(handles) == 4  # a pre-hook and a forward hook on each of the two layers
+    out = model(torch.ones(1, 3, requires_grad=True)).sum()
+    assert len(polls) == 2  # before each layer's forward
+    out.backward()
+    assert len(polls) == 4  # and once in each layer's backward
+    for h in handles:
+        h.remove()
+    model(torch.ones(1, 3, requires_grad=True)).sum().backward()
+    assert len(polls) == 4
+    assert Checkpointing(store=None, every=0).install_hooks(model) == []  # nothing to poll: no hooks

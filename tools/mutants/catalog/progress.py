@@ -8,6 +8,7 @@ TU = ["tests/unit/test_progress.py"]
 # The resume on the tiny model: a run preempted twice and resumed must end with the uninterrupted adapter.
 RESUME = ["tests/test_idle_training.py::test_preempted_twice_and_resumed_ends_with_the_uninterrupted_adapter"]
 STALE = ["tests/test_idle_training.py::test_a_progress_for_other_rows_is_refused"]
+PLAIN = ["tests/test_idle_training.py::test_checkpointing_without_a_yield_changes_nothing"]
 
 MUTANTS = [
     {"id": "progress-saved-in-place", "file": PR, "find": "        tmp = self.path.with_name(f\".{self.path.name}.{os.getpid()}.tmp\")\n",
@@ -29,6 +30,13 @@ MUTANTS = [
      "why": "the poll at a micro-step boundary is skipped inside poll_s: a request waits another micro-batch"},
     {"id": "poll-yield-ignored", "file": PR, "find": "        if self.should_yield():\n", "replace": "        if False:\n",
      "tests": TU, "why": "the run never yields: the gateway's users wait for a whole training run"},
+    {"id": "poll-not-before-layers", "file": PR, "find": "            handles.append(layer.register_forward_pre_hook(before))\n",
+     "replace": "", "tests": TU, "why": "no poll inside a forward pass: a request waits for a whole micro-batch's forward"},
+    {"id": "poll-not-in-backward", "file": PR, "find": "                out.register_hook(lambda grad: self.check(force=False))\n",
+     "replace": "                pass\n", "tests": TU, "why": "no poll inside a backward pass: a request waits for a whole backward"},
+    {"id": "poll-hooks-stay-on-the-model", "file": TR, "find": "        for h in self.hooks:\n            h.remove()\n",
+     "replace": "        for h in self.hooks:\n            pass\n", "tests": PLAIN,
+     "why": "the finished run's poll hooks stay on the model: a later forward (an evaluation) can raise Preempted"},
     {"id": "fingerprint-ignores-start-step", "file": PR, "find": "\"start_step\": start_step, ", "replace": "", "tests": TU,
      "why": "a progress made on another parent checkpoint (another chain position) is resumed onto this one"},
     {"id": "fingerprint-ignores-old-logps", "file": PR, "find": "s.advantage, s.token_advantages, s.old_logps, s.temperature",
