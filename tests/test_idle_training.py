@@ -95,11 +95,18 @@ def test_checkpointing_without_a_yield_changes_nothing(tiny_model_dir, tmp_path)
     train_grpo(model, tok, _samples(tok), cfg)
     want = _adapter(model)
     model = build_policy(tiny_model_dir, None, cfg)
-    cp = Checkpointing(store=ProgressStore(tmp_path / "p.pt"), every=1)
+    polls = []  # asked at every poll, never yields
+    cp = Checkpointing(store=ProgressStore(tmp_path / "p.pt"), every=1, should_yield=lambda: polls.append(1) is not None, poll_s=0.0)
     train_grpo(model, tok, _samples(tok), cfg, progress=cp)
     assert cp.saves >= 10 and cp.steps == 6
     got = _adapter(model)
     assert all(torch.equal(got[n], want[n]) for n in want)
+    # The run's poll hooks go with it: using the model afterwards never asks whether to yield.
+    asked = len(polls)
+    assert asked > 0
+    with torch.no_grad():
+        model(input_ids=torch.tensor([[1, 2, 3]]))
+    assert len(polls) == asked
 
 
 def test_a_progress_for_other_rows_is_refused(tiny_model_dir, tmp_path):

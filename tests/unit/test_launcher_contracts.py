@@ -10,6 +10,7 @@ import pytest
 from tentalis_pipelines.resources import TrainerResource
 from tentalis_pipelines.rewards import remote_reward as rr
 from tentalis_pipelines.training import launchers
+from tentalis_pipelines.training.checkpoints import CheckpointError
 from tentalis_pipelines.training.openrlhf import HandoffError, check_adapter_folder, export_row
 
 
@@ -46,6 +47,26 @@ def test_a_job_round_trips_through_json_and_a_foreign_one_is_refused():
     raw["extra"] = 1
     with pytest.raises(launchers.LauncherError, match=r"missing \['versions'\], unknown \['extra'\]"):
         launchers.TrainingJob.from_dict(raw)
+    with pytest.raises(launchers.LauncherError, match=r"missing \[\], unknown \['extra'\]"):
+        launchers.TrainingJob.from_dict({**job.to_dict(), "extra": 1})
+    short = job.to_dict()
+    short.pop("config")
+    with pytest.raises(launchers.LauncherError, match=r"missing \['config'\], unknown \[\]"):
+        launchers.TrainingJob.from_dict(short)
+
+
+def test_only_the_listed_set_variables_travel_to_an_external_run(monkeypatch):
+    for k in launchers.FORWARDED_ENV:
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("TENTALIS_HOME", "/shared/home")
+    monkeypatch.setenv("AWS_REGION", "")  # set but empty: not forwarded
+    monkeypatch.setenv("SOME_TOKEN", "secret")  # not in the list: never forwarded
+    assert launchers.forwarded_env() == {"TENTALIS_HOME": "/shared/home"}
+    assert launchers.forwarded_env({"TENTALIS_HOME": "/other", "X": "1"}) == {"TENTALIS_HOME": "/other", "X": "1"}
+    ray = launchers.PipesRayLauncher(object(), "http://head:8265")
+    params = ray.submit_params(_job())
+    assert params["runtime_env"] == {"env_vars": {"TENTALIS_HOME": "/shared/home"}}
+    assert "entrypoint_num_gpus" not in params and params["entrypoint"] == "python -m tentalis_pipelines.training.pipes_entry"
 
 
 def test_a_failed_launch_leaves_nothing_under_its_checkpoint_id_and_touches_no_other(tmp_path):
@@ -66,12 +87,27 @@ def test_an_external_run_must_report_its_own_complete_adapter(tmp_path):
         launchers.output_from_messages([{"adapter_path": str(tmp_path / "ckpt-2")}], job)
     folder = tmp_path / "ckpt-1"
     folder.mkdir()
-    (folder / "COMPLETE").write_text(json.dumps({"files": ["lineage.json"]}))
     (folder / "lineage.json").write_text(json.dumps({"checkpoint_id": "ckpt-1"}))
+    # No completion marker: a run killed mid-save, never read back as done.
+    with pytest.raises(CheckpointError, match="not a complete checkpoint"):
+        launchers.output_from_messages([{"adapter_path": str(folder)}], job)
+    (folder / "COMPLETE").write_text(json.dumps({"files": ["lineage.json"]}))
     with pytest.raises(launchers.LauncherError, match="no training_output.json"):
         launchers.output_from_messages([{"adapter_path": str(folder)}], job)
     launchers.write_output_file(folder, {"loss": 0.5}, [{"step": 1, "loss": 0.5}])
-    out = launchers.output_from_messages([{"adapter_path": str(folder), "metrics": {"loss": 0.5}}], job)
+    # An adapter of the same id in another checkpoints folder is not this job's.
+    elsewhere = tmp_path / "elsewhere" / "ckpt-1"
+    elsewhere.mkdir(parents=True)
+    with pytest.raises(launchers.LauncherError, match="reported .*elsewhere/ckpt-1, not"):
+        launchers.output_from_messages([{"adapter_path": str(elsewhere)}], job)
+    # A complete folder (its marker lists no files) without the lineage manifest: not the entry point's.
+    (folder / "lineage.json").unlink()
+    (folder / "COMPLETE").write_text(json.dumps({"files": []}))
+    with pytest.raises(launchers.LauncherError, match="no lineage.json"):
+        launchers.output_from_messages([{"adapter_path": str(folder)}], job)
+    (folder / "lineage.json").write_text(json.dumps({"checkpoint_id": "ckpt-1"}))
+    # The last report is the run's answer (an earlier one, for another folder, is not read).
+    out = launchers.output_from_messages([{"adapter_path": str(elsewhere)}, {"adapter_path": str(folder), "metrics": {"loss": 0.5}}], job)
     assert (out.metrics, out.history, out.manifest) == ({"loss": 0.5}, [{"step": 1, "loss": 0.5}], {"checkpoint_id": "ckpt-1"})
 
 

@@ -75,3 +75,44 @@ def test_training_refuses_rows_older_than_the_bound_and_counts_them(home):
         kept, n = trainable_trajectories(lake, "c3", bound)
         assert {r["policy_version"] for r in kept} == versions and len(kept) == 2 * len(versions)
         assert n == refused, (bound, n)
+
+
+def test_a_negative_bound_is_refused_in_the_config():
+    from tentalis_pipelines.training.trainer import GRPOConfig
+
+    assert GRPOConfig(max_policy_lag=0).max_policy_lag == 0
+    with pytest.raises(ValueError, match="max_policy_lag must be 0 or more policy versions, got -1"):
+        GRPOConfig(max_policy_lag=-1)
+
+
+class _Refusing:
+    """A launcher that records the job the stage built and fails (no model is trained)."""
+
+    name = "recording"
+
+    def __init__(self):
+        self.jobs = []
+
+    def launch(self, job, on_step=None):
+        self.jobs.append(job)
+        raise RuntimeError("stop here")
+
+
+def test_the_checkpoints_stage_trains_the_rows_its_bound_admits(home):
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.stages.training import train_checkpoint
+    from tentalis_pipelines.training.trainer import GRPOConfig
+
+    lake = _chain(home)
+    paths = Paths.from_env(home)
+    t = now_utc()
+    lake.write_batch("trajectories", "b1", [{"batch_id": "b1", "rollout_id": f"r-{v}", "task_id": "t", "group_index": i,
+                                             "policy_version": v, "advantage": 1.0, "kept": True, "created_at": t}
+                                            for i, v in enumerate(("c3", "c2", "c1", "x1"))])
+    for bound, ids in ((0, ["r-c3"]), (1, ["r-c3", "r-c2"])):
+        launcher = _Refusing()
+        with pytest.raises(RuntimeError, match="stop here"):
+            train_checkpoint(lake, paths, PolicySettings(model="embedded"), GRPOConfig(max_policy_lag=bound), promote=False,
+                             launcher=launcher)
+        [job] = launcher.jobs
+        assert job.trajectory_ids == ids and job.policy_version == "c3", bound

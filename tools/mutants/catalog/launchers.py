@@ -1,0 +1,72 @@
+"""Planted bugs in the training launchers: the job's JSON, cleaning up after a failed launch, reading an
+external run's report, the environment that travels, the Ray job's parameters, choosing a launcher, the
+checkpoints stage's launch (the job it builds, the launcher it uses, the idle window's refusal) and the
+external entry point's Pipes messages."""
+
+LA = "tentalis_pipelines/training/launchers.py"
+PE = "tentalis_pipelines/training/pipes_entry.py"
+ST = "tentalis_pipelines/stages/training.py"
+TC = ["tests/unit/test_launcher_contracts.py"]
+TL = ["tests/unit/test_training_launch.py"]
+
+MUTANTS = [
+    {"id": "job-unknown-field-accepted", "file": LA, "find": "        if missing or unknown:\n", "replace": "        if missing:\n",
+     "tests": TC, "why": "a job written by another Tentalis version dies on a TypeError instead of naming the foreign field"},
+    {"id": "discard-glob-takes-other-ids", "file": LA, "find": "    for p in [*root.glob(f\".tmp-{checkpoint_id}-*\"), root / checkpoint_id]:\n",
+     "replace": "    for p in [*root.glob(f\".tmp-{checkpoint_id}*\"), root / checkpoint_id]:\n", "tests": TC,
+     "why": "cleaning up a failed ckpt-1 deletes the in-flight save of ckpt-10 (a live run's work)"},
+    {"id": "discard-keeps-renamed-adapter", "file": LA, "find": "    for p in [*root.glob(f\".tmp-{checkpoint_id}-*\"), root / checkpoint_id]:\n",
+     "replace": "    for p in [*root.glob(f\".tmp-{checkpoint_id}-*\")]:\n", "tests": TC + TL,
+     "why": "a run killed after its rename leaves an adapter folder no checkpoint row points at"},
+    {"id": "output-no-report-taken-as-done", "file": LA,
+     "find": "    if not reported:\n        raise LauncherError(f\"the external training run for {job.checkpoint_id} exited without reporting its adapter \"\n                            \"(see its log lines in the Dagster run)\")\n",
+     "replace": "    if not reported:\n        reported = [{\"adapter_path\": str(Path(job.checkpoints) / job.checkpoint_id)}]\n", "tests": TC,
+     "why": "a run that died before reporting is taken for done: whatever folder sits under its id is recorded"},
+    {"id": "output-other-folder-accepted", "file": LA,
+     "find": "    if path.name != job.checkpoint_id or path.parent.resolve() != Path(job.checkpoints).resolve():\n",
+     "replace": "    if path.name != job.checkpoint_id:\n", "tests": TC,
+     "why": "an external run that wrote into another checkpoints folder is recorded: the row points outside the store"},
+    {"id": "output-manifest-not-required", "file": LA, "find": "        for name in (OUTPUT_FILE, lineage.MANIFEST_FILE):\n",
+     "replace": "        for name in (OUTPUT_FILE,):\n", "tests": TC,
+     "why": "a folder without a lineage manifest passes as a finished run, then fails on a bare FileNotFoundError"},
+    {"id": "env-not-forwarded", "file": LA, "find": "    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}\n",
+     "replace": "    env = {}\n", "tests": TC,
+     "why": "the Ray job does not get TENTALIS_HOME or the lakehouse URI: it trains against another (empty) lakehouse"},
+    {"id": "env-everything-forwarded", "file": LA, "find": "    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}\n",
+     "replace": "    env = dict(os.environ)\n", "tests": TC,
+     "why": "every variable of the Dagster process (tokens it has no business sending) travels to the cluster"},
+    {"id": "ray-gpus-not-asked", "file": LA, "find": "        if self.num_gpus:\n", "replace": "        if False:\n", "tests": TC,
+     "why": "trainer.ray_num_gpus is dropped: the job's driver gets no GPU and trains on the CPU"},
+    {"id": "ray-submission-id-shared", "file": LA, "find": "\"submission_id\": f\"tentalis-{job.checkpoint_id}\"}",
+     "replace": "\"submission_id\": \"tentalis\"}", "tests": TC,
+     "why": "every training job has one submission id: the second is refused by Ray, and stopping one names no checkpoint"},
+    {"id": "stage-failed-launch-leaves-folders", "file": ST,
+     "find": "        launchers.discard_partial(paths.checkpoints, checkpoint_id)  # no half checkpoint, wherever it trained\n",
+     "replace": "        pass\n", "tests": TL,
+     "why": "a killed Ray job leaves a half-written adapter folder and temporary folders in the checkpoint store"},
+    {"id": "stage-launcher-ignored", "file": ST, "find": "            result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)\n",
+     "replace": "            result = launchers.InProcessLauncher().launch(job, on_step)\n", "tests": TL,
+     "why": "trainer.launcher = ray trains in the Dagster step's process anyway"},
+    {"id": "stage-window-takes-any-launcher", "file": ST,
+     "find": "            if launcher is not None and not isinstance(launcher, launchers.InProcessLauncher):\n",
+     "replace": "            if False:\n", "tests": TL,
+     "why": "an idle window with launcher 'ray' trains here silently while the user believes it runs on the cluster"},
+    {"id": "stage-parent-adapter-dropped", "file": ST, "find": "parent_adapter=None if adapter is None else str(adapter), versions=",
+     "replace": "parent_adapter=None, versions=", "tests": TL,
+     "why": "every launched run trains from the base model: the chain's adapter and AdamW state are lost"},
+    {"id": "stage-versions-not-pinned", "file": ST, "find": "versions=dict(versions),\n", "replace": "versions={},\n", "tests": TL,
+     "why": "the external run reads the tables' latest versions, not the ones the manifest names: lineage lies"},
+    {"id": "stage-completion-limit-dropped", "file": ST,
+     "find": "    config = GRPOConfig(**{**config.to_dict(), \"max_completion_length\": policy.max_new_tokens})\n",
+     "replace": "", "tests": TL,
+     "why": "DAPO's length normalisation uses the config default, not the policy's max_new_tokens the rows were sampled with"},
+    {"id": "entry-report-dropped", "file": PE,
+     "find": "        pipes.report_custom_message({\"adapter_path\": out.adapter_path, \"metrics\": numbers})\n",
+     "replace": "        pass\n", "tests": TL, "why": "every external run ends 'without reporting its adapter': nothing trained is ever recorded"},
+    {"id": "entry-report-unfiltered", "file": PE,
+     "find": "        numbers = {k: v for k, v in out.metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}\n",
+     "replace": "        numbers = dict(out.metrics)\n", "tests": TL,
+     "why": "the report carries every metric (strings, None, lists): a long line a Ray log stream may split"},
+    {"id": "entry-updates-not-streamed", "file": PE, "find": "        out = run_training(job, on_step=on_step)\n",
+     "replace": "        out = run_training(job)\n", "tests": TL, "why": "the Dagster run shows nothing while a long external training runs"},
+]
