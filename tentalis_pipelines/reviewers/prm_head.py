@@ -332,7 +332,7 @@ def choose_rule(scores: Sequence[Sequence[float]], labels: Sequence[int], kind: 
         for t in cands:
             rule = DecisionRule(kind, float(t), float(d))
             f1 = processbench_metrics(list(labels), [rule.predict(s) for s in scores]).f1 or 0.0
-            if f1 > best[1] + 1e-12:
+            if f1 - best[1] > 1e-12:  # strictly better: ties keep the earlier rule
                 best = (rule, f1)
     return best
 

@@ -11,7 +11,13 @@ import pytest
 import torch
 
 from tentalis_pipelines.reviewers.prm_agreement import processbench_row, verifier_row
-from tentalis_pipelines.reviewers.prm_head import DecisionRule, HeadConfig, choose_rule, pool_steps, shape_features
+from tentalis_pipelines.reviewers.prm_head import (
+    DecisionRule,
+    HeadConfig,
+    choose_rule,
+    pool_steps,
+    shape_features,
+)
 from tentalis_pipelines.reviewers.prm_labels import LabelledSolution, latex_equation, processbench_style
 
 NOW = datetime(2026, 11, 26, tzinfo=timezone.utc)
