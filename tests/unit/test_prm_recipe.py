@@ -66,23 +66,23 @@ def test_latex_equation_writes_processbench_style():
 
 
 def test_processbench_style_merges_steps_and_carries_the_labels():
-    sol = LabelledSolution("p", "q", ("a 1+1 = 2.", "b.", "c.", "d.", "e."), 3, (1, 1, 1, 0, 0), "corrupted:result")
-    rng = random.Random(0)
-    sizes = []
     probe = random.Random(0)
-    i = 0
+    sizes, i = [], 0
     while i < 5:
         k = probe.randint(1, 3)
         sizes.append(min(k, 5 - i))
         i += k
-    out = processbench_style(sol, rng)
-    assert [len(s.split(". ")) for s in out.steps] == sizes  # merged runs of the seeded lengths
-    assert out.steps[0].startswith(r"a \( 1 + 1 = 2 \).")
-    starts = np.cumsum([0] + sizes[:-1])
-    expected_first = max(g for g, st in enumerate(starts) if st <= 3)
-    assert out.first_error == expected_first
-    assert out.labels == tuple(int(st + n - 1 < 3) for st, n in zip(starts, sizes))
-    assert out.kind == "corrupted:result+pbstyle" and out.problem_id == "p"
+    starts = [sum(sizes[:g]) for g in range(len(sizes))]
+    assert len(sizes) >= 2  # the seed merges: the check below crosses group boundaries
+    for fe in range(5):  # every position of the first error, each group's first and later members
+        labels = (1,) * fe + (0,) * (5 - fe)
+        sol = LabelledSolution("p", "q", ("a 1+1 = 2.", "b.", "c.", "d.", "e."), fe, labels, "corrupted:result")
+        out = processbench_style(sol, random.Random(0))
+        assert [len(s.split(". ")) for s in out.steps] == sizes  # merged runs of the seeded lengths
+        assert out.steps[0].startswith(r"a \( 1 + 1 = 2 \).")
+        assert out.first_error == max(g for g, st in enumerate(starts) if st <= fe)
+        assert out.labels == tuple(int(st + n - 1 < fe) for st, n in zip(starts, sizes))
+        assert out.kind == "corrupted:result+pbstyle" and out.problem_id == "p"
     ok = LabelledSolution("p", "q", ("x.", "y."), -1, (1, 1), "reference")
     assert processbench_style(ok, random.Random(1)).first_error == -1
 
