@@ -8,6 +8,7 @@ RS = "tentalis_pipelines/resources.py"
 TU = ["tests/unit/test_prm_labels.py"]
 TP = ["tests/test_prm_head.py"]
 TR = ["tests/unit/test_prm_recipe.py"]
+TA = ["tests/test_prm_agreement.py"]
 AG = "tentalis_pipelines/reviewers/prm_agreement.py"
 JA = "tentalis_pipelines/stages/judge_agreement.py"
 
@@ -90,10 +91,10 @@ MUTANTS = [
      "why": "predictions are scored as if they were the human labels"},
     {"id": "prm-agreement-rows-duplicated", "file": AG,
      "find": "                if (r[\"judge\"], r[\"rubric\"], r[\"window_kind\"], r[\"window_id\"]) not in keys]\n",
-     "replace": "                if True]\n", "tests": TP, "why": "evaluating again adds rows instead of replacing them"},
+     "replace": "                if True]\n", "tests": TA, "why": "evaluating again adds rows instead of replacing them"},
     {"id": "prm-agreement-not-carried", "file": JA, "find": "    lake.replace_all(\"judge_agreement\", rows + carried_rows(lake))\n",
-     "replace": "    lake.replace_all(\"judge_agreement\", rows)\n", "tests": TP,
+     "replace": "    lake.replace_all(\"judge_agreement\", rows)\n", "tests": TA,
      "why": "recomputing judge_agreement deletes the PRM head's rows (they need the trunk to recompute)"},
     {"id": "prm-verifier-outcome-ignored", "file": AG, "find": "                    \"outcome\": float(o)})\n",
-     "replace": "                    \"outcome\": 1.0})\n", "tests": TP, "why": "every rollout counts as accepted by the verifier"},
+     "replace": "                    \"outcome\": 1.0})\n", "tests": TA, "why": "every rollout counts as accepted by the verifier"},
 ]
