@@ -17,13 +17,13 @@ app.add_typer(prm_app, name="prm")
 @prm_app.command("train")
 def prm_train(
     train_problems: int = typer.Option(1500, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
-    layer: int = typer.Option(6, "--layer", help="The (deepest) trunk block whose output the head reads."),
+    layer: int = typer.Option(10, "--layer", help="The (deepest) trunk block whose output the head reads."),
     layers: str = typer.Option("", "--layers", help="Several blocks, comma-separated, concatenated (ending at --layer); empty: --layer alone."),
-    pooling: str = typer.Option("last", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),
+    pooling: str = typer.Option("mean", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),
     center: bool = typer.Option(False, "--center/--no-center", help="Subtract the solution's mean step feature."),
     rule: str = typer.Option("threshold", "--rule", help="threshold | drop | argmin: how step scores become a first error."),
-    renderings: str = typer.Option("plain", "--renderings", help="Our steps as GSM8K writes them (plain), in ProcessBench's shape (pbstyle), or both."),
-    weight_decay: float = typer.Option(1e-2, "--weight-decay", help="L2 strength (AdamW)."),
+    renderings: str = typer.Option("pbstyle", "--renderings", help="Our steps as GSM8K writes them (plain), in ProcessBench's shape (pbstyle), or both."),
+    weight_decay: float = typer.Option(1.0, "--weight-decay", help="L2 strength (AdamW). The defaults are the recipe chosen on held-out labels (experiments/prm_head)."),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="A solution's tokens read (later steps unscored)."),
     hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
     seed: int = typer.Option(0, "--seed"),

@@ -173,17 +173,18 @@ class HeadConfig:
     ``hidden``: 0 for a linear head; ``weight_decay`` is L2 on the weights (AdamW); ``rule`` and ``drop``:
     the :class:`DecisionRule` kind (its threshold is chosen on held-out labels)."""
 
-    layer: int = 6  # the layer the benchmark chose on held-out labels (experiments/prm_head)
+    # The recipe chosen on held-out labels (experiments/prm_head, third pass): block 10, mean-pooled, L2 1.0.
+    layer: int = 10
     hidden: int = 0
     epochs: int = 300
     lr: float = 1e-2
-    weight_decay: float = 1e-2
+    weight_decay: float = 1.0
     seed: int = 0
     balance: bool = True  # weight the classes equally in the loss
     max_tokens: int = 1024
     dropout: float = 0.0  # between the hidden layer and the output (hidden > 0 only)
     layers: tuple[int, ...] = ()
-    pooling: str = "last"
+    pooling: str = "mean"
     center: bool = False
     rule: str = "threshold"
     drop: float = 1.0
@@ -411,7 +412,8 @@ class HeadCheckpoint:
     def load(cls, folder: str | Path) -> HeadCheckpoint:
         folder = Path(folder)
         meta = json.loads((folder / "manifest.json").read_text())
-        cfg = HeadConfig(**meta["config"])
+        # A head stored before pooling was a setting read each step's last token: load it as it was trained.
+        cfg = HeadConfig(**{"pooling": "last", **meta["config"]})
         head = PRMHead(int(meta["dim"]), cfg.hidden, cfg.dropout)
         head.load_state_dict(torch.load(folder / "head.pt", weights_only=True))
         head.eval()

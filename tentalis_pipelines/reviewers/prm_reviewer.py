@@ -152,7 +152,7 @@ class TrainSettings:
     seed: int = 0
     use_embeddings: bool = True
     max_tokens: int = 1024
-    renderings: str = "plain"  # plain | pbstyle | both: our steps as GSM8K writes them, in ProcessBench's shape, or both
+    renderings: str = "pbstyle"  # (chosen on held-out labels, experiments/prm_head) plain | pbstyle | both: our steps as GSM8K writes them, in ProcessBench's shape, or both
 
     def __post_init__(self):
         if self.renderings not in RENDERINGS:

@@ -129,3 +129,18 @@ def test_verifier_row_by_hand():
     # head passes 1, 3, 5; the verifier accepts 1 and 5: agreement on 1, 2, 4, 5
     assert row["n"] == 5 and row["pass_agreement"] == 0.8 and row["judge_mean"] == 0.6 and row["human_mean"] == 0.4
     assert "f1" not in row
+
+
+def test_a_head_stored_before_pooling_existed_still_reads_the_last_token(tmp_path):
+    import json
+
+    from tentalis_pipelines.reviewers.prm_head import HeadCheckpoint, PRMHead
+
+    ck = HeadCheckpoint(PRMHead(4), HeadConfig(layer=6, pooling="last"), 0.3, "m")
+    folder = ck.save(tmp_path / "v")
+    meta = json.loads((folder / "manifest.json").read_text())
+    for key in ("pooling", "layers", "center", "rule", "drop", "dropout"):
+        del meta["config"][key]  # the manifest of an older version
+    (folder / "manifest.json").write_text(json.dumps(meta))
+    old = HeadCheckpoint.load(folder)
+    assert old.config.pooling == "last" and old.config.read_layers == (6,) and old.rule == DecisionRule("threshold", 0.3)

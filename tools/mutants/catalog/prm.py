@@ -97,4 +97,7 @@ MUTANTS = [
      "why": "recomputing judge_agreement deletes the PRM head's rows (they need the trunk to recompute)"},
     {"id": "prm-verifier-outcome-ignored", "file": AG, "find": "                    \"outcome\": float(o)})\n",
      "replace": "                    \"outcome\": 1.0})\n", "tests": TA, "why": "every rollout counts as accepted by the verifier"},
+    {"id": "prm-old-head-read-as-mean", "file": HD, "find": "        cfg = HeadConfig(**{\"pooling\": \"last\", **meta[\"config\"]})\n",
+     "replace": "        cfg = HeadConfig(**meta[\"config\"])\n", "tests": TR,
+     "why": "a head stored before pooling existed is scored with the new default (mean) instead of the last token it learned"},
 ]
