@@ -92,8 +92,9 @@ def test_train_head_is_deterministic_and_learns_a_separable_rule():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 8)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
-    a = train_head(x, y, HeadConfig(epochs=200, seed=3))
-    b = train_head(x, y, HeadConfig(epochs=200, seed=3))
+    cfg = HeadConfig(epochs=200, seed=3, weight_decay=1e-2)  # light L2: this checks that it learns, not the default
+    a = train_head(x, y, cfg)
+    b = train_head(x, y, cfg)
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
     with torch.no_grad():
