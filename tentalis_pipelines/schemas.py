@@ -683,7 +683,8 @@ SCHEMAS: dict[str, pa.Schema] = {
                 "`<reward_version>:<manager>` of a re-score", nullable=False),
             col("rubric", pa.string(),
                 "the rubric it scored with ('default' when the row does not name one)", nullable=False),
-            col("window_kind", pa.string(), "'batch', 'day' or 'all'", nullable=False),
+            col("window_kind", pa.string(), "'batch', 'day' or 'all'; a step scorer's 'processbench' or 'verifier'",
+                nullable=False),
             col("window_id", pa.string(), "the batch id, the day (YYYY-MM-DD) or 'all'", nullable=False),
             col("window_start", TS, "the earliest judge score of the window (orders the windows)"),
             col("n", pa.int64(), "rollouts scored by both the judge and a human manager"),
@@ -695,8 +696,17 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("judge_mean", pa.float64(), "the judge's mean score over the window's rollouts"),
             col("human_mean", pa.float64(), "the human manager's mean score over the same rollouts"),
             col("computed_at", TS, "when the table was recomputed (UTC)"),
+            col("f1", pa.float64(),
+                "window_kind 'processbench' (a step scorer against ProcessBench's human labels): ProcessBench's F1; "
+                "else null"),
+            col("error_accuracy", pa.float64(),
+                "window_kind 'processbench': share of erroneous solutions whose first wrong step was found exactly"),
+            col("correct_accuracy", pa.float64(),
+                "window_kind 'processbench': share of correct solutions judged all correct"),
         ],
-        metadata={DESCRIPTION: "How well a judge agrees with human managers, per judge, rubric and window."},
+        metadata={DESCRIPTION: "How well a judge agrees with human managers, per judge, rubric and window; a step "
+                               "scorer's rows against ProcessBench's labels ('processbench') and the verifier "
+                               "('verifier') are written by `tentalis prm eval`."},
     ),
     "reward_versions": pa.schema(
         [

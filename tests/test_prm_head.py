@@ -16,6 +16,7 @@ from tentalis_pipelines.reviewers.prm_head import (
     load_trunk,
     step_features,
     tokenize_solution,
+    tokenize_solution_spans,
     train_head,
 )
 from tentalis_pipelines.reviewers.prm_reviewer import (
@@ -91,8 +92,9 @@ def test_train_head_is_deterministic_and_learns_a_separable_rule():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(200, 8)).astype(np.float32)
     y = (x[:, 0] > 0).astype(np.int64)
-    a = train_head(x, y, HeadConfig(epochs=200, seed=3))
-    b = train_head(x, y, HeadConfig(epochs=200, seed=3))
+    cfg = HeadConfig(epochs=200, seed=3, weight_decay=1e-2)  # light L2: this checks that it learns, not the default
+    a = train_head(x, y, cfg)
+    b = train_head(x, y, cfg)
     for (ka, va), (kb, vb) in zip(a.state_dict().items(), b.state_dict().items()):
         assert ka == kb and torch.equal(va, vb)
     with torch.no_grad():
@@ -199,3 +201,15 @@ def test_the_heads_step_scores_drive_process_mode_by_hand(home, tiny_model_dir, 
     two = rows[1]
     assert token_advantages([0, 0, 1, None], two["advantage"], two["step_advantages"]) == pytest.approx(
         [two["advantage"] + two["step_advantages"][0]] * 2 + [two["advantage"] + two["step_advantages"][1], two["advantage"]])
+
+
+def test_mean_pooling_averages_each_steps_tokens(tiny_model_dir):
+    trunk = load_trunk(tiny_model_dir, 2)
+    problem, steps = "3 apples and 4 pears?", ["3 + 4 = 7 fruits.", "The answer is 7."]
+    ids, spans = tokenize_solution_spans(trunk.tokenizer, problem, steps, max_tokens=512)
+    assert spans[0][0] == len(trunk.tokenizer(problem, add_special_tokens=False)["input_ids"]) and spans[1][0] == spans[0][1] + 1
+    h = trunk.model(input_ids=torch.tensor([ids])).last_hidden_state[0].float()
+    (mean,) = step_features(trunk, [(problem, steps)], pooling="mean")
+    np.testing.assert_allclose(mean, torch.stack([h[a: b + 1].mean(0) for a, b in spans]).numpy(), rtol=1e-4, atol=1e-4)
+    (both,) = step_features(trunk, [(problem, steps)], pooling="last+mean", layers=[2])
+    np.testing.assert_allclose(both[:, 0], np.concatenate([h[[b for _, b in spans]].numpy(), mean], 1), rtol=1e-4, atol=1e-4)

@@ -17,7 +17,14 @@ app.add_typer(prm_app, name="prm")
 @prm_app.command("train")
 def prm_train(
     train_problems: int = typer.Option(1500, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
-    layer: int = typer.Option(6, "--layer", help="The trunk block whose output the head reads."),
+    layer: int = typer.Option(10, "--layer", help="The (deepest) trunk block whose output the head reads."),
+    layers: str = typer.Option("", "--layers", help="Several blocks, comma-separated, concatenated (ending at --layer); empty: --layer alone."),
+    pooling: str = typer.Option("mean", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),
+    center: bool = typer.Option(False, "--center/--no-center", help="Subtract the solution's mean step feature."),
+    rule: str = typer.Option("threshold", "--rule", help="threshold | drop | argmin: how step scores become a first error."),
+    renderings: str = typer.Option("pbstyle", "--renderings", help="Our steps as GSM8K writes them (plain), in ProcessBench's shape (pbstyle), or both."),
+    weight_decay: float = typer.Option(1.0, "--weight-decay", help="L2 strength (AdamW). The defaults are the recipe chosen on held-out labels (experiments/prm_head)."),
+    max_tokens: int = typer.Option(1024, "--max-tokens", help="A solution's tokens read (later steps unscored)."),
     hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
     seed: int = typer.Option(0, "--seed"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
@@ -41,13 +48,16 @@ def prm_train(
              "(tentalis data fetch --only gsm8k)")
     lake = Lakehouse(paths.lakehouse) if rollouts else None
     try:
-        folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake,
-                                config=HeadConfig(layer=layer, hidden=hidden, seed=seed),
-                                settings=TrainSettings(train_problems=train_problems, seed=seed, use_embeddings=embeddings))
+        read = tuple(int(x) for x in layers.split(",") if x.strip())
+        config = HeadConfig(layer=layer, layers=read, pooling=pooling, center=center, rule=rule, hidden=hidden, seed=seed,
+                            weight_decay=weight_decay, max_tokens=max_tokens)
+        folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake, config=config,
+                                settings=TrainSettings(train_problems=train_problems, seed=seed, use_embeddings=embeddings,
+                                                       max_tokens=max_tokens, renderings=renderings))
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     m = manifest_of(folder)
-    console.print(f"PRM head {folder.name} at {folder}: threshold {m['threshold']:.3f}, held-out F1 {100 * m['held_out_f1']:.1f}, "
+    console.print(f"PRM head {folder.name} at {folder}: rule {m['config']['rule']}, threshold {m['threshold']:.3f}, held-out F1 {100 * m['held_out_f1']:.1f}, "
                   f"{m['lineage']['labels']['solutions']} labelled solutions, "
                   f"{len(m['lineage']['contamination']['refused'])} problem(s) refused by the contamination guard")
 
@@ -85,13 +95,19 @@ def prm_eval(
     limit: int = typer.Option(0, "--limit", help="Seeded sample per split (0: all items)."),
     version: str | None = typer.Option(None, "--version", help="Default: the newest."),
     model: str = typer.Option("embedded", "--model"),
+    agreement: bool = typer.Option(True, "--agreement/--no-agreement",
+                                   help="Write the results as judge_agreement rows (against ProcessBench's human labels and the verifier)."),
+    rollouts: int = typer.Option(200, "--rollouts", help="Agreement with the verifier on the newest N rollouts of the home's lakehouse (0: none)."),
     home: str | None = HomeOpt,
 ):
     """ProcessBench's official metric (accuracy on erroneous and on correct samples, F1) of a stored head,
-    at its own threshold (chosen on held-out training labels, never on ProcessBench)."""
+    at its own decision rule (chosen on held-out training labels, never on ProcessBench); with
+    ``--agreement`` the per-split results and the head's pass/fail agreement with the verifier on the
+    home's rollouts land in ``judge_agreement`` (judge ``prm_head:<version>``)."""
     from tentalis_pipelines.evaluation.processbench import load_processbench, processbench_metrics
     from tentalis_pipelines.inference.models import resolve_model
-    from tentalis_pipelines.reviewers.prm_head import first_error
+    from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+    from tentalis_pipelines.reviewers.prm_agreement import processbench_row, store_rows, verifier_agreement
     from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, PRMHeadScorer
 
     paths = home_paths(home)
@@ -99,15 +115,28 @@ def prm_eval(
         scorer = PRMHeadScorer(paths.home, resolve_model(model, paths.models), version=version)
     except PRMHeadNotTrained as exc:
         fail(str(exc))
-    t = Table(title=f"ProcessBench, PRM head {scorer.version} (threshold {scorer.checkpoint.threshold:.3f})")
+    rule = scorer.checkpoint.rule
+    t = Table(title=f"ProcessBench, PRM head {scorer.version} (rule {rule.kind}, threshold {rule.threshold:.3f})")
     for col in ("split", "n", "acc. erroneous", "acc. correct", "F1"):
         add_column(t, col)
+    now, rows = now_utc(), []
     for name in [s.strip() for s in split.split(",") if s.strip()]:
         try:
             samples = load_processbench(name, limit=limit or None)
         except (FileNotFoundError, ValueError) as exc:
             fail(str(exc))
         scores = scorer.score([s.problem for s in samples], [list(s.steps) for s in samples])
-        m = processbench_metrics([s.label for s in samples], [first_error(sc, scorer.checkpoint.threshold) for sc in scores])
+        preds = [rule.predict(sc) for sc in scores]
+        m = processbench_metrics([s.label for s in samples], preds)
         t.add_row(name, str(m.n), f"{100 * m.error_accuracy:.1f}", f"{100 * m.correct_accuracy:.1f}", f"{100 * m.f1:.1f}")
+        rows.append(processbench_row(scorer.version, name, [s.label for s in samples], preds, now))
     print_table(t)
+    if agreement:
+        lake = Lakehouse(paths.lakehouse)
+        if rollouts > 0:
+            row = verifier_agreement(lake, scorer.version, scorer.score, rule.predict, now, limit=rollouts)
+            if row is not None:
+                rows.append(row)
+                console.print(f"agreement with the verifier on {row['n']} rollouts: pass/fail {100 * row['pass_agreement']:.1f} %")
+        store_rows(lake, rows)
+        console.print(f"{len(rows)} judge_agreement row(s) written for judge prm_head:{scorer.version}")

@@ -35,15 +35,26 @@ def tokenize_solution(tokenizer, problem: str, steps: Sequence[str], max_tokens:
     """Token ids of ``problem`` and the steps (each after a blank line) and the index of each step's last
     token. Steps are tokenised one by one, so their boundaries are exact. Steps that end beyond
     ``max_tokens`` are cut off (fewer ends than steps)."""
+    ids, spans = tokenize_solution_spans(tokenizer, problem, steps, max_tokens)
+    return ids, [end for _, end in spans]
+
+
+def tokenize_solution_spans(tokenizer, problem: str, steps: Sequence[str], max_tokens: int
+                            ) -> tuple[list[int], list[tuple[int, int]]]:
+    """:func:`tokenize_solution` with each kept step's ``(first, last)`` token index (inclusive; a step's
+    tokens start with its blank-line separator)."""
     ids = list(tokenizer(problem, add_special_tokens=False)["input_ids"])[: max_tokens // 2]
-    ends = []
+    spans = []
     for step in steps:
         piece = tokenizer(SEPARATOR + step, add_special_tokens=False)["input_ids"]
         if len(ids) + len(piece) > max_tokens:
             break
+        spans.append((len(ids), len(ids) + len(piece) - 1))
         ids += piece
-        ends.append(len(ids) - 1)
-    return ids, ends
+    return ids, spans
+
+
+POOLINGS = ("last", "mean", "last+mean")
 
 
 @dataclass
@@ -81,18 +92,22 @@ def load_trunk(model_dir: str | Path, layer: int, *, device: str = "auto", dtype
 
 @torch.inference_mode()
 def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], *, max_tokens: int = 1024,
-                  batch_tokens: int = 4096, layers: Sequence[int] | None = None) -> list[np.ndarray]:
-    """One float32 array ``[steps kept, hidden]`` per ``(problem, steps)``: the trunk's last hidden state at
-    each step's last token. Solutions are batched by length (right padding, attention mask), so the result
-    does not depend on the batch they land in beyond float rounding. With ``layers`` (each at most the
-    trunk's), the arrays are ``[steps kept, len(layers), hidden]``: several layers from one pass."""
+                  batch_tokens: int = 4096, layers: Sequence[int] | None = None, pooling: str = "last") -> list[np.ndarray]:
+    """One float32 array ``[steps kept, dim]`` per ``(problem, steps)``: the trunk's last hidden state at
+    each step's last token (``pooling="last"``), its mean over the step's tokens (``"mean"``: less tied to
+    how a step happens to end), or both concatenated (``"last+mean"``, ``dim`` = 2 x hidden). Solutions are
+    batched by length (right padding, attention mask), so the result does not depend on the batch they
+    land in beyond float rounding. With ``layers`` (each at most the trunk's), the arrays are
+    ``[steps kept, len(layers), dim]``: several layers from one pass."""
     if layers is not None and not all(1 <= x <= trunk.layer for x in layers):
         raise ValueError(f"layers {list(layers)} must lie in 1..{trunk.layer} (the trunk's depth)")
-    encoded = [tokenize_solution(trunk.tokenizer, p, s, max_tokens) for p, s in solutions]
+    if pooling not in POOLINGS:
+        raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
+    encoded = [tokenize_solution_spans(trunk.tokenizer, p, s, max_tokens) for p, s in solutions]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     out: list[np.ndarray | None] = [None] * len(encoded)
     pad = trunk.tokenizer.pad_token_id if trunk.tokenizer.pad_token_id is not None else 0
-    hidden = trunk.model.config.hidden_size
+    dim = trunk.model.config.hidden_size * (2 if pooling == "last+mean" else 1)
     i = 0
     while i < len(order):
         j = i + 1
@@ -110,40 +125,96 @@ def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], 
                           output_hidden_states=layers is not None)
         h = res.last_hidden_state if layers is None else torch.stack([res.hidden_states[x] for x in layers], 2)
         for row, k in enumerate(batch):
-            ends = encoded[k][1]
-            shape = (0, hidden) if layers is None else (0, len(layers), hidden)
-            out[k] = h[row, ends].float().cpu().numpy() if ends else np.zeros(shape, np.float32)
+            spans = encoded[k][1]
+            if not spans:
+                out[k] = np.zeros((0, dim) if layers is None else (0, len(layers), dim), np.float32)
+                continue
+            out[k] = pool_steps(h[row].float(), spans, pooling).cpu().numpy()
         i = j
     return [o for o in out]  # type: ignore[misc]
 
 
+def pool_steps(hidden: torch.Tensor, spans: Sequence[tuple[int, int]], pooling: str) -> torch.Tensor:
+    """Per step, the hidden state ``hidden [tokens, ...]`` at the span's last token, the mean over the
+    span's tokens, or both concatenated on the last axis."""
+    last = hidden[[end for _, end in spans]]
+    if pooling == "last":
+        return last
+    mean = torch.stack([hidden[a: b + 1].mean(0) for a, b in spans])
+    return mean if pooling == "mean" else torch.cat([last, mean], -1)
+
+
 # ------------------------------------------------------------------------------------------ the head
 class PRMHead(nn.Module):
-    """Standardise, then a linear layer (``hidden=0``) or one hidden layer with GELU, to one logit."""
+    """Standardise, then a linear layer (``hidden=0``) or one hidden layer with GELU (and dropout while
+    training), to one logit."""
 
-    def __init__(self, dim: int, hidden: int = 0):
+    def __init__(self, dim: int, hidden: int = 0, dropout: float = 0.0):
         super().__init__()
         self.register_buffer("mean", torch.zeros(dim))
         self.register_buffer("scale", torch.ones(dim))
+        # (the Sequential keeps its layout of old checkpoints; dropout sits outside it, it has no weights)
         self.net = nn.Linear(dim, 1) if hidden <= 0 else nn.Sequential(nn.Linear(dim, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net((x - self.mean) / self.scale).squeeze(-1)
+        z = (x - self.mean) / self.scale
+        if isinstance(self.net, nn.Linear):
+            return self.net(z).squeeze(-1)
+        return self.net[2](self.dropout(self.net[1](self.net[0](z)))).squeeze(-1)
 
 
 @dataclass(frozen=True)
 class HeadConfig:
-    """How the head is trained. ``layer``: the trunk block whose output it reads; ``hidden``: 0 for a
-    linear head; ``weight_decay`` is L2 on the weights (AdamW)."""
+    """How the head is trained and what it reads. ``layer``: the deepest trunk block it reads (``layers``:
+    several blocks, concatenated; empty means ``layer`` alone); ``pooling``: a step's last token, the mean
+    over its tokens, or both (:func:`step_features`); ``center``: subtract the solution's mean step
+    feature (what is left is how a step differs from its neighbours, not the solution's style);
+    ``hidden``: 0 for a linear head; ``weight_decay`` is L2 on the weights (AdamW); ``rule`` and ``drop``:
+    the :class:`DecisionRule` kind (its threshold is chosen on held-out labels)."""
 
-    layer: int = 6  # the layer the benchmark chose on held-out labels (experiments/prm_head)
+    # The recipe chosen on held-out labels (experiments/prm_head, third pass): block 10, mean-pooled, L2 1.0.
+    layer: int = 10
     hidden: int = 0
     epochs: int = 300
     lr: float = 1e-2
-    weight_decay: float = 1e-2
+    weight_decay: float = 1.0
     seed: int = 0
     balance: bool = True  # weight the classes equally in the loss
     max_tokens: int = 1024
+    dropout: float = 0.0  # between the hidden layer and the output (hidden > 0 only)
+    layers: tuple[int, ...] = ()
+    pooling: str = "mean"
+    center: bool = False
+    rule: str = "threshold"
+    drop: float = 1.0
+
+    def __post_init__(self):
+        object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))  # a manifest gives a list
+        if self.layers and max(self.layers) != self.layer:
+            raise ValueError(f"HeadConfig.layers {list(self.layers)} must end at layer {self.layer} (the trunk is cut there)")
+        if self.pooling not in POOLINGS:
+            raise ValueError(f"HeadConfig.pooling {self.pooling!r} is not one of {POOLINGS}")
+        if self.rule not in RULES:
+            raise ValueError(f"HeadConfig.rule {self.rule!r} is not one of {RULES}")
+
+    @property
+    def read_layers(self) -> tuple[int, ...]:
+        return self.layers or (self.layer,)
+
+
+def head_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], config: HeadConfig) -> list[np.ndarray]:
+    """The features ``config`` reads, one ``[steps kept, dim]`` array per solution: :func:`step_features`
+    of its layers (concatenated) and pooling, centred per solution when ``config.center``."""
+    feats = step_features(trunk, solutions, max_tokens=config.max_tokens, layers=config.read_layers, pooling=config.pooling)
+    return [shape_features(f, config.center) for f in feats]
+
+
+def shape_features(f: np.ndarray, center: bool) -> np.ndarray:
+    """``[steps, layers, dim]`` -> ``[steps, layers * dim]``, minus the solution's mean step when ``center``."""
+    x = np.asarray(f, dtype=np.float32)
+    x = x.reshape(len(x), int(np.prod(x.shape[1:])))  # (-1 cannot be inferred for a solution with no step kept)
+    return x - x.mean(0, keepdims=True) if center and len(x) else x
 
 
 def train_head(features: np.ndarray, labels: np.ndarray, config: HeadConfig) -> PRMHead:
@@ -156,7 +227,7 @@ def train_head(features: np.ndarray, labels: np.ndarray, config: HeadConfig) -> 
         raise ValueError("PRM labels must be 0 (wrong) or 1 (correct)")
     torch.manual_seed(config.seed)
     x = torch.as_tensor(np.asarray(features, dtype=np.float32))
-    head = PRMHead(x.shape[1], config.hidden)
+    head = PRMHead(x.shape[1], config.hidden, config.dropout)
     head.mean.copy_(x.mean(0))
     head.scale.copy_(x.std(0).clamp_min(1e-4))
     pos = float(y.sum())
@@ -197,6 +268,74 @@ def first_error_with_flags(scores: Sequence[float | None], threshold: float, fla
         if (i < len(flags) and flags[i]) or (s is not None and s < threshold):
             return i
     return -1
+
+
+RULES = ("threshold", "drop", "argmin")
+
+
+@dataclass(frozen=True)
+class DecisionRule:
+    """How a solution's step scores become its first-error prediction.
+
+    * ``threshold``: the first step scoring below ``threshold`` (:func:`first_error`).
+    * ``drop``: the first step scoring below ``threshold``, or more than ``drop`` below the running mean
+      of the steps before it: less tied to the absolute score level, which moves between domains.
+    * ``argmin``: the lowest-scoring step when its score is below ``threshold``, else none.
+    """
+
+    kind: str = "threshold"
+    threshold: float = 0.5
+    drop: float = 1.0
+
+    def __post_init__(self):
+        if self.kind not in RULES:
+            raise ValueError(f"decision rule {self.kind!r} is not one of {RULES}")
+
+    def predict(self, scores: Sequence[float | None]) -> int:
+        """The first-error index (-1: all correct); unscored steps (``None``) are never errors."""
+        if self.kind == "threshold":
+            return first_error(scores, self.threshold)
+        if self.kind == "argmin":
+            scored = [(s, i) for i, s in enumerate(scores) if s is not None]
+            if not scored:
+                return -1
+            low, at = min(scored)
+            return at if low < self.threshold else -1
+        total, seen = 0.0, 0
+        for i, s in enumerate(scores):
+            if s is None:
+                continue
+            if s < self.threshold or (seen and s < total / seen - self.drop):
+                return i
+            total += s
+            seen += 1
+        return -1
+
+
+def choose_rule(scores: Sequence[Sequence[float]], labels: Sequence[int], kind: str = "threshold",
+                drops: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)) -> tuple[DecisionRule, float]:
+    """The :class:`DecisionRule` of ``kind`` that maximises ProcessBench's F1 on held-out solutions with
+    known first errors (our own labels, never a benchmark's); returns ``(rule, F1)``. The threshold is
+    searched as in :func:`choose_threshold`; for ``drop`` every ``drops`` value is tried too (ties go to
+    the first)."""
+    from tentalis_pipelines.evaluation.processbench import processbench_metrics
+
+    if kind == "threshold":
+        t, f1 = choose_threshold(scores, labels)
+        return DecisionRule("threshold", t), f1
+    values = sorted({float(s) for ss in scores for s in ss})
+    if not values:
+        raise ValueError("choose_rule needs at least one scored step")
+    cands = [values[0] - 1e-6] + [(a + b) / 2 for a, b in zip(values, values[1:])] + [values[-1] + 1e-6]
+    cands = sorted(set(np.quantile(np.asarray(cands), np.linspace(0, 1, 101)).tolist()))
+    best: tuple[DecisionRule, float] = (DecisionRule(kind, cands[0]), -1.0)
+    for d in drops if kind == "drop" else (1.0,):
+        for t in cands:
+            rule = DecisionRule(kind, float(t), float(d))
+            f1 = processbench_metrics(list(labels), [rule.predict(s) for s in scores]).f1 or 0.0
+            if f1 - best[1] > 1e-12:  # strictly better: ties keep the earlier rule
+                best = (rule, f1)
+    return best
 
 
 def choose_threshold(scores: Sequence[Sequence[float]], labels: Sequence[int], *,
@@ -254,6 +393,11 @@ class HeadCheckpoint:
     base_model: str
     manifest: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def rule(self) -> DecisionRule:
+        """The decision rule: the config's kind at the stored (held-out) threshold."""
+        return DecisionRule(self.config.rule, self.threshold, self.config.drop)
+
     def save(self, folder: str | Path) -> Path:
         """``head.pt`` (the weights) and ``manifest.json`` (config, threshold, lineage) in ``folder``."""
         folder = Path(folder)
@@ -268,8 +412,9 @@ class HeadCheckpoint:
     def load(cls, folder: str | Path) -> HeadCheckpoint:
         folder = Path(folder)
         meta = json.loads((folder / "manifest.json").read_text())
-        cfg = HeadConfig(**meta["config"])
-        head = PRMHead(int(meta["dim"]), cfg.hidden)
+        # A head stored before pooling was a setting read each step's last token: load it as it was trained.
+        cfg = HeadConfig(**{"pooling": "last", **meta["config"]})
+        head = PRMHead(int(meta["dim"]), cfg.hidden, cfg.dropout)
         head.load_state_dict(torch.load(folder / "head.pt", weights_only=True))
         head.eval()
         rest = {k: v for k, v in meta.items() if k not in ("config", "threshold", "base_model", "dim")}

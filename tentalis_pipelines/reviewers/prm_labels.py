@@ -472,3 +472,44 @@ def build_label_set(problems: Sequence[Problem], *, seed: int = 0, corruptions: 
         except ValueError:
             continue  # a row that is not a GSM8K reference solution: nothing to label
     return out
+
+
+# ------------------------------------------------------------------------------------------ ProcessBench's shape
+_NUM = r"\$?\d[\d,]*(?:\.\d+)?"
+_EQUATION = re.compile(rf"{_NUM}(?:\s*[-+*/x×÷]\s*{_NUM})+\s*=\s*{_NUM}")
+_LATEX_OP = {"*": r"\times", "x": r"\times", "×": r"\times", "÷": r"\div", "+": "+", "-": "-"}
+
+
+def latex_equation(text: str) -> str:
+    """An equation written as LaTeX, the way ProcessBench's solutions write them: ``5*3 = 15`` ->
+    ``\\( 5 \\times 3 = 15 \\)``, ``12/4 = 3`` -> ``\\( \\frac{12}{4} = 3 \\)`` (a lone division); dollar
+    signs become ``\\$``."""
+    def one(m: re.Match) -> str:
+        eq = m.group(0).replace("$", r"\$")
+        lhs, rhs = eq.split("=", 1)
+        parts = re.split(r"\s*([-+*/x×÷])\s*", lhs.strip())
+        if len(parts) == 3 and parts[1] == "/":
+            lhs_tex = rf"\frac{{{parts[0]}}}{{{parts[2]}}}"
+        else:
+            lhs_tex = " ".join(_LATEX_OP.get(p, r"\div" if p == "/" else p) for p in parts)
+        return rf"\( {lhs_tex} = {rhs.strip()} \)"
+
+    return _EQUATION.sub(one, text)
+
+
+def processbench_style(solution: LabelledSolution, rng: random.Random, *, max_merge: int = 3) -> LabelledSolution:
+    """The same solution in ProcessBench's shape: runs of 1..``max_merge`` consecutive steps (seeded) merged
+    into one multi-sentence step, equations in LaTeX. The labels follow the merge: a merged step is wrong
+    when any step in it is (labels are 1s then 0s, so its label is their minimum) and the first error is
+    the merged step holding the original one. The content, hence the consensus, is unchanged."""
+    groups, i = [], 0
+    n = len(solution.steps)
+    while i < n:
+        k = rng.randint(1, max_merge)
+        groups.append(range(i, min(n, i + k)))
+        i += k
+    steps = tuple(" ".join(latex_equation(solution.steps[j]) for j in g) for g in groups)
+    labels = tuple(min(solution.labels[j] for j in g) for g in groups)
+    first = CORRECT if solution.first_error == CORRECT else next(gi for gi, g in enumerate(groups) if solution.first_error in g)
+    return LabelledSolution(solution.problem_id, solution.problem, steps, first, labels, f"{solution.kind}+pbstyle",
+                            solution.verdicts)

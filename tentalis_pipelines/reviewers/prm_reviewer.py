@@ -22,7 +22,7 @@ import random
 import re
 import shutil
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -31,10 +31,10 @@ import numpy as np
 from tentalis_pipelines.reviewers.prm_head import (
     HeadCheckpoint,
     HeadConfig,
-    choose_threshold,
+    choose_rule,
+    head_features,
     load_trunk,
     score_steps,
-    step_features,
     train_head,
 )
 from tentalis_pipelines.reviewers.prm_labels import (
@@ -43,6 +43,7 @@ from tentalis_pipelines.reviewers.prm_labels import (
     label_rollout,
     load_gsm8k_train,
     processbench_items,
+    processbench_style,
     screen_problems,
 )
 
@@ -151,6 +152,22 @@ class TrainSettings:
     seed: int = 0
     use_embeddings: bool = True
     max_tokens: int = 1024
+    renderings: str = "pbstyle"  # (chosen on held-out labels, experiments/prm_head) plain | pbstyle | both: our steps as GSM8K writes them, in ProcessBench's shape, or both
+
+    def __post_init__(self):
+        if self.renderings not in RENDERINGS:
+            raise ValueError(f"TrainSettings.renderings {self.renderings!r} is not one of {RENDERINGS}")
+
+
+RENDERINGS = ("plain", "pbstyle", "both")
+
+
+def rendered(solutions: Sequence[LabelledSolution], renderings: str, seed: int) -> list[LabelledSolution]:
+    """The solutions as ``renderings`` asks: as labelled (``plain``), in ProcessBench's shape
+    (:func:`~tentalis_pipelines.reviewers.prm_labels.processbench_style`, seeded), or both."""
+    rng = random.Random(seed)
+    styled = [processbench_style(s, rng) for s in solutions] if renderings != "plain" else []
+    return list(solutions) * (renderings != "pbstyle") + styled
 
 
 def _split(labelled: Sequence[LabelledSolution], held_out: float, seed: int):
@@ -187,19 +204,24 @@ def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, 
     train, val = _split(labelled, settings.held_out, settings.seed)
     if not train or not val:
         raise ValueError(f"too few consensus-labelled solutions to train a PRM head ({len(labelled)}): raise train_problems")
+    train, val = rendered(train, settings.renderings, settings.seed), rendered(val, "both", settings.seed)
     trunk = load_trunk(model_dir, config.layer)
-    f_train = step_features(trunk, [(s.problem, s.steps) for s in train], max_tokens=settings.max_tokens)
-    f_val = step_features(trunk, [(s.problem, s.steps) for s in val], max_tokens=settings.max_tokens)
+    f_train = head_features(trunk, [(s.problem, s.steps) for s in train], replace(config, max_tokens=settings.max_tokens))
+    f_val = head_features(trunk, [(s.problem, s.steps) for s in val], replace(config, max_tokens=settings.max_tokens))
     x = np.concatenate([f for f in f_train if len(f)])
     y = np.concatenate([np.asarray(s.labels[: len(f)]) for s, f in zip(train, f_train) if len(f)])
     head = train_head(x, y, config)
-    threshold, val_f1 = choose_threshold(score_steps(head, f_val), [s.first_error for s in val])
+    # The rule's threshold on the held-out problems, in both renderings (still only our own labels).
+    rule, val_f1 = choose_rule(score_steps(head, f_val), [s.first_error for s in val], config.rule)
+    threshold = rule.threshold
+    config = replace(config, drop=rule.drop, max_tokens=settings.max_tokens)
     kinds: dict[str, int] = {}
     for s in labelled:
         kinds[s.kind] = kinds.get(s.kind, 0) + 1
     manifest = {
         "reviewer": REVIEWER,
-        "trunk": {"model": str(model_dir), "layer": config.layer, "dtype": str(trunk.dtype).removeprefix("torch.")},
+        "trunk": {"model": str(model_dir), "layer": config.layer, "layers": list(config.read_layers),
+                  "pooling": config.pooling, "dtype": str(trunk.dtype).removeprefix("torch.")},
         "held_out_f1": val_f1,
         "settings": settings.__dict__,
         "lineage": {
@@ -237,7 +259,7 @@ class PRMHeadScorer:
 
     def score(self, problems: Sequence[str], solutions: Sequence[Sequence[str]]) -> list[list[float | None]]:
         """P(correct) of every step, ``None`` for steps past the head's token budget."""
-        feats = step_features(self.trunk, list(zip(problems, solutions)), max_tokens=self.checkpoint.config.max_tokens)
+        feats = head_features(self.trunk, list(zip(problems, solutions)), self.checkpoint.config)
         scores = score_steps(self.checkpoint.head, feats)
         return [s + [None] * (len(sol) - len(s)) for s, sol in zip(scores, solutions)]
 
@@ -253,7 +275,7 @@ class PRMHeadScorer:
     def rationale(self, score: float | None) -> str:
         if score is None:
             return "beyond the PRM head's token budget: not scored"
-        verdict = "wrong" if score < self.checkpoint.threshold else "correct"
+        verdict = "wrong" if score < self.checkpoint.threshold else "correct"  # the step alone, at the rule's threshold
         return f"prm_head {self.version}: P(correct) {score:.3f} ({verdict} at threshold {self.checkpoint.threshold:.3f})"
 
 

@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.reviewers.prm_agreement import carried_rows
 from tentalis_pipelines.rewards.agreement import (
     PASS_THRESHOLD,
     DriftOutcome,
@@ -63,8 +64,9 @@ def build_judge_agreement(lake: Lakehouse, *, window: str = "batch", threshold: 
     computed = now_utc()
     for r in rows:
         r["computed_at"] = computed
-    # One atomic replace of every row: the table is derived, never edited.
-    lake.replace_all("judge_agreement", rows)
+    # One atomic replace of every row: the table is derived, never edited. The step scorer's rows
+    # (`tentalis prm eval`) need a model to recompute: they are carried over as they are.
+    lake.replace_all("judge_agreement", rows + carried_rows(lake))
     outcomes = drift_outcomes(rows, drift)
     overall = [r for r in rows if r["window_kind"] == "all"]
     meta = {

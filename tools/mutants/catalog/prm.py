@@ -7,6 +7,10 @@ RV = "tentalis_pipelines/reviewers/prm_reviewer.py"
 RS = "tentalis_pipelines/resources.py"
 TU = ["tests/unit/test_prm_labels.py"]
 TP = ["tests/test_prm_head.py"]
+TR = ["tests/unit/test_prm_recipe.py"]
+TA = ["tests/test_prm_agreement.py"]
+AG = "tentalis_pipelines/reviewers/prm_agreement.py"
+JA = "tentalis_pipelines/stages/judge_agreement.py"
 
 MUTANTS = [
     {"id": "prm-consensus-one-source", "file": LB, "find": "    if len(given) < 2:\n", "replace": "    if len(given) < 1:\n",
@@ -47,7 +51,8 @@ MUTANTS = [
      "tests": TP, "why": "training depends on the global random state: the same labels give other weights"},
     {"id": "prm-head-labels-flipped", "file": HD, "find": "        loss = loss_fn(head(x), y)\n", "replace": "        loss = loss_fn(head(x), 1 - y)\n",
      "tests": TP, "why": "the head learns P(wrong)"},
-    {"id": "prm-features-wrong-token", "file": HD, "find": "        ends.append(len(ids) - 1)\n", "replace": "        ends.append(len(ids) - len(piece))\n",
+    {"id": "prm-features-wrong-token", "file": HD, "find": "        spans.append((len(ids), len(ids) + len(piece) - 1))\n",
+     "replace": "        spans.append((len(ids), len(ids)))\n",
      "tests": TP, "why": "each step is read at its first token, before the model has seen the step"},
     {"id": "prm-store-overwrites", "file": RV, "find": "        name = f\"v{(int(found[-1][1:]) + 1) if found else 1:04d}\"\n",
      "replace": "        name = \"v0001\"\n", "tests": TP, "why": "a new version replaces (or collides with) the first"},
@@ -56,4 +61,43 @@ MUTANTS = [
      "why": "a ProcessBench problem the guard refused is labelled and trained on anyway"},
     {"id": "prm-scorer-falls-back", "file": RS, "find": "        if scorer == \"prm_head\":\n", "replace": "        if scorer == \"prm-head\":\n",
      "tests": TP, "why": "choosing prm_head without a head silently scores with the calculator"},
+    # the recipe of issue 31's second pass: decision rules, renderings, pooling, centring, agreement rows
+    {"id": "prm-drop-rule-running-last", "file": HD, "find": "            total += s\n", "replace": "            total = s * (seen + 1)\n",
+     "tests": TR, "why": "the drop rule compares with the previous step alone, not the running mean"},
+    {"id": "prm-drop-rule-sign", "file": HD, "find": "(seen and s < total / seen - self.drop)", "replace": "(seen and s < total / seen + self.drop)",
+     "tests": TR, "why": "any step not far above the running mean counts as a drop"},
+    {"id": "prm-argmin-is-argmax", "file": HD, "find": "            low, at = min(scored)\n", "replace": "            low, at = max(scored)\n",
+     "tests": TR, "why": "the highest-scoring step is predicted as the error"},
+    {"id": "prm-choose-rule-one-drop", "file": HD, "find": "    for d in drops if kind == \"drop\" else (1.0,):\n",
+     "replace": "    for d in (1.0,):\n", "tests": TR, "why": "the drop is never searched: the drop rule degenerates to the threshold"},
+    {"id": "prm-pbstyle-label-max", "file": LB, "find": "    labels = tuple(min(solution.labels[j] for j in g) for g in groups)\n",
+     "replace": "    labels = tuple(max(solution.labels[j] for j in g) for g in groups)\n", "tests": TR,
+     "why": "a merged step holding the first error is labelled correct"},
+    {"id": "prm-pbstyle-first-error-next", "file": LB, "find": "if solution.first_error in g)",
+     "replace": "if solution.first_error - 1 in g)", "tests": TR, "why": "the merged first error points at the step before the real one"},
+    {"id": "prm-latex-frac-swapped", "file": LB, "find": "            lhs_tex = rf\"\\frac{{{parts[0]}}}{{{parts[2]}}}\"\n",
+     "replace": "            lhs_tex = rf\"\\frac{{{parts[2]}}}{{{parts[0]}}}\"\n", "tests": TR, "why": "a/b is written as b/a (the equation turns false)"},
+    {"id": "prm-mean-pool-drops-last-token", "file": HD, "find": "    mean = torch.stack([hidden[a: b + 1].mean(0) for a, b in spans])\n",
+     "replace": "    mean = torch.stack([hidden[a: b].mean(0) for a, b in spans])\n", "tests": TR, "why": "the step's last token is left out of its mean"},
+    {"id": "prm-center-ignored", "file": HD, "find": "    return x - x.mean(0, keepdims=True) if center and len(x) else x\n",
+     "replace": "    return x\n", "tests": TR, "why": "per-solution centring is asked for but not done"},
+    {"id": "prm-spans-start-late", "file": HD, "find": "        spans.append((len(ids), len(ids) + len(piece) - 1))\n",
+     "replace": "        spans.append((len(ids) + 1, len(ids) + len(piece) - 1))\n", "tests": TP,
+     "why": "a step's mean leaves out its first token"},
+    {"id": "prm-agreement-verdict-inverted", "file": AG, "find": "    return 1.0 if first_error == -1 else 0.0\n",
+     "replace": "    return 1.0 if first_error != -1 else 0.0\n", "tests": TR, "why": "a solution with an error found counts as a pass"},
+    {"id": "prm-agreement-metric-swapped", "file": AG, "find": "    m = processbench_metrics(list(labels), list(predictions))\n",
+     "replace": "    m = processbench_metrics(list(predictions), list(labels))\n", "tests": TR,
+     "why": "predictions are scored as if they were the human labels"},
+    {"id": "prm-agreement-rows-duplicated", "file": AG,
+     "find": "                if (r[\"judge\"], r[\"rubric\"], r[\"window_kind\"], r[\"window_id\"]) not in keys]\n",
+     "replace": "                if True]\n", "tests": TA, "why": "evaluating again adds rows instead of replacing them"},
+    {"id": "prm-agreement-not-carried", "file": JA, "find": "    lake.replace_all(\"judge_agreement\", rows + carried_rows(lake))\n",
+     "replace": "    lake.replace_all(\"judge_agreement\", rows)\n", "tests": TA,
+     "why": "recomputing judge_agreement deletes the PRM head's rows (they need the trunk to recompute)"},
+    {"id": "prm-verifier-outcome-ignored", "file": AG, "find": "                    \"outcome\": float(o)})\n",
+     "replace": "                    \"outcome\": 1.0})\n", "tests": TA, "why": "every rollout counts as accepted by the verifier"},
+    {"id": "prm-old-head-read-as-mean", "file": HD, "find": "        cfg = HeadConfig(**{\"pooling\": \"last\", **meta[\"config\"]})\n",
+     "replace": "        cfg = HeadConfig(**meta[\"config\"])\n", "tests": TR,
+     "why": "a head stored before pooling existed is scored with the new default (mean) instead of the last token it learned"},
 ]
