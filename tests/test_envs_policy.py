@@ -98,3 +98,44 @@ def test_batched_episodes_and_a_context_that_no_longer_fits(tiny):
     small = ChatPolicy(model, tok, max_new_tokens=6, max_context_tokens=40)
     ep = run_episode(EchoEnv(), {"task_id": "long", "prompt": "word " * 50}, small)
     assert end_kind(ep.end_reason) == "error" and "exceed" in ep.end_reason
+
+
+def test_a_new_conversation_reuses_the_kv_of_a_shared_prefix_with_the_same_greedy_output(tiny):
+    """Two episodes opening with the same long system prompt (BFCL items over the same tools): the second
+    prefills only what follows the shared prefix, and writes what a policy that shares nothing writes."""
+    model, tok = tiny
+    fed: list[int] = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        fed.append(int(kwargs["input_ids"].shape[1]))
+        return forward(*args, **kwargs)
+
+    system = "You call tools. " + " ".join(f"tool_{i}(x: int) returns x plus {i}." for i in range(40))
+
+    class DocsEnv(EchoEnv):
+        def reset(self, task):
+            self.n = 0
+            return Observation([{"role": "system", "content": system, "kind": "system"},
+                                {"role": "user", "content": task["prompt"], "kind": "instruction"}])
+
+    tasks = [{"task_id": "a", "prompt": "add one to 3"}, {"task_id": "b", "prompt": "add two to 5 then print it"}]
+    outs = {}
+    for share in (False, True):
+        policy = ChatPolicy(model, tok, max_new_tokens=6, share_prefixes=share)
+        model.forward = counting
+        try:
+            fed.clear()
+            first = run_episode(DocsEnv(max_turns=2), tasks[0], policy)
+            n_first = len(fed)
+            second = run_episode(DocsEnv(max_turns=2), tasks[1], policy)
+        finally:
+            model.forward = forward
+        outs[share] = ([t.token_ids for t in first.turns], [t.token_ids for t in second.turns],
+                       [t.prompt_token_ids for t in second.turns], fed[n_first])
+    assert outs[True][:3] == outs[False][:3]  # the same prompts and the same greedy tokens
+    prompt_b = outs[True][2][0]
+    shared = next(i for i, (x, y) in enumerate(zip(prompt_b, first.turns[0].prompt_token_ids)) if x != y)
+    assert shared > 300  # the system prompt's tokens
+    assert outs[False][3] == len(prompt_b)  # without sharing: the whole prompt is prefilled
+    assert outs[True][3] == len(prompt_b) - shared  # with it: only what follows the shared prefix

@@ -11,7 +11,10 @@ the sampling temperature; for greedy, under the model's distribution).
 
 A single conversation (``policy(messages)``) keeps its KV cache from one turn to the next, so a turn
 costs the new tokens only (the observation and what the model writes), not the whole conversation
-again; on a CPU that is most of an episode's time. Conversations of a batch (``generate_batch``) decode
+again; on a CPU that is most of an episode's time. A new conversation that opens like one kept in
+the cache (BFCL items over the same tools share a system prompt of 4-8k tokens of function docs) starts
+from a copy of that cache cut to the shared prefix, so only its own tokens are prefilled
+(``min_shared_prefix`` tokens at least; ``share_prefixes=False`` turns it off). Conversations of a batch (``generate_batch``) decode
 together instead (left padding, one KV cache, a row leaves when it ends). With
 ``stop_after_block`` a turn also ends once it holds a closed fenced code block (the action), as an
 agent loop's stop string would, so the model does not go on to imagine the command's output.
@@ -19,6 +22,7 @@ agent loop's stop string would, so the model does not go on to imagine the comma
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -39,6 +43,15 @@ class ContextTooLong(RuntimeError):
     """The conversation no longer fits the model's context."""
 
 
+def shared_prefix(a: list[int], b: list[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` have in common."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
 def _key(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
 
@@ -48,7 +61,8 @@ class ChatPolicy:
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, stop_after_block: bool = True,
-                 max_context_tokens: int | None = None, cache_size: int = 4096):
+                 max_context_tokens: int | None = None, cache_size: int = 4096, share_prefixes: bool = True,
+                 min_shared_prefix: int = 64):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens = int(max_new_tokens)
         self.temperature = float(temperature)
@@ -62,6 +76,8 @@ class ChatPolicy:
         self._calls = 0
         self._kv: OrderedDict[str, tuple[list[int], Any]] = OrderedDict()  # context ids (all but the last) -> KV cache
         self.kv_conversations = 4
+        self.share_prefixes = share_prefixes
+        self.min_shared_prefix = int(min_shared_prefix)
         eos = getattr(model.generation_config, "eos_token_id", None)
         self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         if tokenizer.eos_token_id is not None:
@@ -137,12 +153,31 @@ class ChatPolicy:
         return [r for r in results if r is not None]
 
     def _cached(self, prompt: list[int]) -> tuple[int, Any]:
-        """(how many leading tokens of ``prompt`` a kept KV cache holds, that cache) or (0, None)."""
+        """(how many leading tokens of ``prompt`` a KV cache holds, that cache) or (0, None).
+
+        The next turn of a kept conversation takes its cache (it is extended in place). Otherwise, with
+        ``share_prefixes``, the kept cache sharing the longest prefix with ``prompt`` (at least
+        ``min_shared_prefix`` tokens) is copied and cut to that prefix; the kept one stays for the next
+        conversation that shares it."""
         for key, (ids, cache) in reversed(self._kv.items()):
             if len(ids) < len(prompt) and prompt[: len(ids)] == ids:
                 del self._kv[key]
                 return len(ids), cache
-        return 0, None
+        if not self.share_prefixes:
+            return 0, None
+        best_n, best = 0, None
+        for ids, cache in self._kv.values():
+            n = shared_prefix(ids, prompt)
+            if n > best_n:
+                best_n, best = n, (ids, cache)
+        best_n = min(best_n, len(prompt) - 1)  # at least one token of the prompt is fed, for the logits
+        if best is None or best_n < self.min_shared_prefix:
+            return 0, None
+        ids, cache = best
+        shared = copy.deepcopy(cache)
+        if len(ids) > best_n:
+            shared.crop(best_n - len(ids))  # a negative count: drop that many tokens from the end
+        return best_n, shared
 
     def _decode(self, prompt_ids: list[list[int]], *, reuse_cache: bool = False) -> list[tuple[list[int], list[float], str]]:
         model, tok = self.model, self.tokenizer
