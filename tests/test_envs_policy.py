@@ -139,3 +139,14 @@ def test_a_new_conversation_reuses_the_kv_of_a_shared_prefix_with_the_same_greed
     assert shared > 300  # the system prompt's tokens
     assert outs[False][3] == len(prompt_b)  # without sharing: the whole prompt is prefilled
     assert outs[True][3] == len(prompt_b) - shared  # with it: only what follows the shared prefix
+
+
+def test_the_same_opening_twice_reuses_all_but_its_last_token(tiny):
+    """A conversation asked again (a second episode of the same task) lies wholly inside the first one's
+    cache: its last prompt token is fed again for the logits, and the greedy reply is the same."""
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=5, min_shared_prefix=4)
+    msgs = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "add one to 3"}]
+    first, again = policy(msgs), policy(msgs)
+    assert again.token_ids == first.token_ids and again.prompt_token_ids == first.prompt_token_ids
+    assert max(abs(x - y) for x, y in zip(first.logprobs, again.logprobs)) < 1e-4
