@@ -122,7 +122,7 @@ def test_a_new_conversation_reuses_the_kv_of_a_shared_prefix_with_the_same_greed
     tasks = [{"task_id": "a", "prompt": "add one to 3"}, {"task_id": "b", "prompt": "add two to 5 then print it"}]
     outs = {}
     for share in (False, True):
-        policy = ChatPolicy(model, tok, max_new_tokens=6, share_prefixes=share)
+        policy = ChatPolicy(model, tok, max_new_tokens=6, share_prefixes=share, prefill_block=32)
         model.forward = counting
         try:
             fed.clear()
@@ -132,20 +132,27 @@ def test_a_new_conversation_reuses_the_kv_of_a_shared_prefix_with_the_same_greed
         finally:
             model.forward = forward
         outs[share] = ([t.token_ids for t in first.turns], [t.token_ids for t in second.turns],
-                       [t.prompt_token_ids for t in second.turns], fed[n_first])
-    assert outs[True][:3] == outs[False][:3]  # the same prompts and the same greedy tokens
+                       [t.prompt_token_ids for t in second.turns], fed[n_first:], [t.logprobs for t in second.turns])
+    # The same prompts, the same greedy tokens and, bit for bit, the same log-probs (blocks of 32 positions).
+    assert outs[True][:3] == outs[False][:3] and outs[True][4] == outs[False][4]
     prompt_b = outs[True][2][0]
     shared = next(i for i, (x, y) in enumerate(zip(prompt_b, first.turns[0].prompt_token_ids)) if x != y)
     assert shared > 300  # the system prompt's tokens
-    assert outs[False][3] == len(prompt_b)  # without sharing: the whole prompt is prefilled
-    assert outs[True][3] == len(prompt_b) - shared  # with it: only what follows the shared prefix
+    def blocks(n):  # the prefill calls of n tokens from a block boundary: blocks of 32, the rest last
+        return [32] * (n // 32) + ([n % 32] if n % 32 else [])
+
+    n = len(prompt_b)
+    assert outs[False][3][:len(blocks(n))] == blocks(n)  # without sharing: the whole prompt
+    cut = shared - shared % 32  # with it: only the blocks after the shared prefix's last whole block
+    assert cut >= 288 and outs[True][3][:len(blocks(n - cut))] == blocks(n - cut)
+    assert outs[True][3][len(blocks(n - cut))] == 1  # then decoding
 
 
 def test_the_same_opening_twice_reuses_all_but_its_last_token(tiny):
     """A conversation asked again (a second episode of the same task) lies wholly inside the first one's
     cache: its last prompt token is fed again for the logits, and the greedy reply is the same."""
     model, tok = tiny
-    policy = ChatPolicy(model, tok, max_new_tokens=5, min_shared_prefix=4)
+    policy = ChatPolicy(model, tok, max_new_tokens=5, min_shared_prefix=4, prefill_block=1)
     msgs = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "add one to 3"}]
     first, again = policy(msgs), policy(msgs)
     assert again.token_ids == first.token_ids and again.prompt_token_ids == first.prompt_token_ids
