@@ -93,6 +93,13 @@ MUTANTS = [
     # ---- the policy's shared-prefix KV across conversations
     {"id": "kv-shared-cache-not-cut", "file": PO, "find": "        if len(ids) > best_n:\n", "replace": "        if False:\n",
      "tests": ["tests/test_envs_policy.py"], "why": "a new conversation starts from another's whole cache, not its shared prefix"},
+    {"id": "kv-share-not-block-aligned", "file": PO,
+     "find": "        best_n -= best_n % self.prefill_block  # a block boundary", "replace": "        best_n -= 0  # a block boundary",
+     "tests": ["tests/test_envs_policy.py"],
+     "why": "the shared prefix is cut mid-block: the blocks after it are other shapes than without sharing (bf16: other greedy tokens)"},
+    {"id": "kv-prefill-in-one-go", "file": PO, "find": "            block = max(self.prefill_block, 1)\n",
+     "replace": "            block = 10 ** 9\n", "tests": ["tests/test_envs_policy.py"],
+     "why": "a conversation's prompt is prefilled in one go: with a shared prefix, the rest is computed in another shape"},
     {"id": "kv-share-flag-ignored", "file": PO, "find": "        if not self.share_prefixes:\n", "replace": "        if False:\n",
      "tests": ["tests/test_envs_policy.py"], "why": "share_prefixes=False still shares"},
     {"id": "kv-shared-prefix-whole-prompt", "file": PO, "find": "        best_n = min(best_n, len(prompt) - 1)",
