@@ -15,10 +15,17 @@ A batch whose tasks come from an agent environment (``environment = 'terminal'``
   (one segment per episode with ``ChatPolicy``, which keeps the exact ids); ``steps`` holds the commands
   run, ``answer`` the submitted answer and ``parse_mode`` ``episode:<end kind>``
   (``submitted | turn_limit | hostile | error``);
-* step_scores: none (a command is not a checkable equation);
-* reviews: one per episode, the verifier's verdict (:func:`verdict_review`): ``manager = 'verifier'``,
-  score = the verdict's reward, critique = how the episode ended and what the check found, hint = a
-  short generic hint by failure type;
+* step_scores: one per assistant turn where the environment gives a deterministic signal
+  (:func:`turn_step_score`, scorer ``environment``): terminal, the command's exit status (1 for 0, else 0)
+  or 0 for a turn without a command; mini-SWE the same, and for a run of the tests whether they passed;
+  BFCL, 0 when a call raised or returned an error, 1 when every call ran, 0 for a call the parser
+  refused, nothing for a reply without calls (BFCL's way to end a user turn). They are recorded, not
+  trained on: ``multi_turn`` rows take the episode's advantage (docs/environments.md);
+* reviews: one per episode (:func:`build_environment_reviews`). The score is always the verifier's
+  (the final check is the ground truth). With ``manager = 'verifier'`` critique and hint are the
+  verdict's (:func:`verdict_review`: how the episode ended and what the check found, a short generic
+  hint by failure type); with ``manager = 'llm'`` the configured llm manager writes them from the
+  episode's transcript (``LLMManager.review_episodes``) and ``reviewer`` names it;
 * trajectories: ``multi_turn`` rows; the G episodes of a task are one GRPO group (reward = the review's
   score, advantage = (reward - group mean) / (group std + eps)), the advantage on every assistant token
   of the episode and nothing on the observations.
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
@@ -120,6 +128,57 @@ def episode_review_fields(episode: Episode, check_kind: str) -> dict[str, Any]:
     return verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,
                           end_reason=episode.end_reason, check_kind=check_kind, format_errors=fmt, turns=episode.turns_used,
                           max_turns=episode.max_turns)
+
+
+# --------------------------------------------------------------------------- step scores
+STEP_SCORER = "environment"
+CALL_LIKE = re.compile(r"[A-Za-z_][\w.]*\s*\(")  # something written as a call: name( or obj.name(
+
+
+def turn_step_score(environment: str, turn: dict[str, Any]) -> tuple[float | None, str]:
+    """(score, why) of one assistant turn of an episode transcript (``AssistantTurn`` as a dict: its
+    ``action`` and ``info``): 1 for a step that worked, 0 for one that failed, None where the
+    environment gives no deterministic signal (see the module doc)."""
+    info, action = turn.get("info") or {}, turn.get("action")
+    if action is None:
+        if environment == BFCL:
+            # A reply in words (or anything without a call in it) is BFCL's way to end a user turn: no
+            # signal. A reply that tried a call the parser refused (os.system(...), an unknown tool,
+            # positional arguments) is a failed step.
+            if not info.get("format_error") or not CALL_LIKE.search(str(turn.get("text") or "")):
+                return None, "no calls: the reply ends the user turn"
+            return 0.0, f"refused call: {info['format_error']}"
+        return 0.0, f"format error: {info.get('format_error') or 'no action'}"
+    if environment == BFCL:
+        calls, failed = len(info.get("calls") or []), int(info.get("failed_calls") or 0)
+        return (0.0, f"{failed} of {calls} call(s) failed") if failed else (1.0, f"{calls} call(s) ran")
+    code = info.get("exit_code")
+    if code is None:
+        return None, "no exit status"
+    if info.get("timed_out"):
+        return 0.0, "the command timed out"
+    if environment == SWE and "run_tests.py" in str(action):
+        return (1.0, "the tests pass") if code == 0 else (0.0, f"the tests fail (exit status {code})")
+    return (1.0 if code == 0 else 0.0), f"exit status {code}"
+
+
+def build_environment_step_scores(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
+    """One ``step_scores`` row per assistant turn of every episode (``step_index`` = the turn, as in the
+    rollouts' ``steps``; ``rollout_id`` = the episode id), scored by :func:`turn_step_score`."""
+    rows = []
+    for eid, ep in sorted(_episodes(lake, batch_id).items()):
+        rec = ep["episode"]
+        environment = str(rec.get("environment") or "")
+        for i, turn in enumerate((rec.get("transcript") or {}).get("turns") or []):
+            score, why = turn_step_score(environment, turn)
+            step = turn.get("action") if turn.get("action") is not None else str(turn.get("text") or "")[:200]
+            rows.append({"batch_id": batch_id, "rollout_id": eid, "step_index": i, "step_text": step, "scorer": STEP_SCORER,
+                         "score": score, "votes": [] if score is None else [score], "rationale": why})
+    n = lake.write_batch("step_scores", batch_id, rows)
+    scored = [r["score"] for r in rows if r["score"] is not None]
+    return n, {"num_step_scores": n, "scorer": STEP_SCORER, "scored_steps": len(scored),
+               "mean_step_score": round(sum(scored) / len(scored), 3) if scored else None,
+               "advantage": "not used: multi_turn rows take the episode's advantage"}
 
 
 # --------------------------------------------------------------------------- rollouts
@@ -289,24 +348,69 @@ def _episodes(lake: Lakehouse, batch_id: str) -> dict[str, dict]:
     return out
 
 
-def build_environment_reviews(lake: Lakehouse, batch_id: str) -> tuple[int, dict[str, Any]]:
-    """One review per episode: the verifier's verdict (:func:`verdict_review`), ``rollout_id`` = the
-    episode id (= its first rollout's id), ``session_id`` = the episode id."""
+# An observation in the manager's transcript keeps at most this many characters (a listing or a tool's result
+# can be long; the whole transcript is then clipped by ``llm_manager.clip_transcript`` to fit an 8k context).
+REVIEW_OBSERVATION_CHARS = 600
+
+
+def review_transcript(record: dict[str, Any]) -> str:
+    """What the llm manager reads of an episode (its ``episode`` record): the task (the user's messages
+    before the first turn), each assistant turn and what came back (observations cut to
+    :data:`REVIEW_OBSERVATION_CHARS`), and the final check's outcome. The system prompt (BFCL: 4-8k tokens
+    of function docs) and demonstrations are left out so the work itself fits the manager's context."""
+    transcript = record.get("transcript") or {}
+    lines = []
+    for m in transcript.get("messages") or []:
+        kind = m.get("kind") or m.get("role")
+        if kind in ("system", "demonstration"):
+            continue
+        text = str(m.get("content") or "")
+        if m.get("role") != "assistant" and kind != "instruction" and len(text) > REVIEW_OBSERVATION_CHARS:
+            text = text[:REVIEW_OBSERVATION_CHARS] + f" [... {len(text) - REVIEW_OBSERVATION_CHARS} characters cut ...]"
+        lines.append(f"{'agent' if m.get('role') == 'assistant' else kind}: {text}")
+    outcome = "passed" if record.get("passed") else "failed"
+    lines.append(f"final check: {outcome} ({record.get('end_reason') or 'unknown end'}): {record.get('detail') or 'no detail'}")
+    return "\n".join(lines)
+
+
+def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VERIFIER, llm_manager=None) -> tuple[int, dict[str, Any]]:
+    """One review per episode, ``rollout_id`` = the episode id (= its first rollout's id), ``session_id`` =
+    the episode id. The score is the verifier's verdict; critique and hint are the verdict's
+    (:func:`verdict_review`), or with ``manager = 'llm'`` the llm manager's (``llm_manager``: an
+    ``LLMManager`` or a function that builds one) from :func:`review_transcript`, the verdict's where it
+    wrote nothing (the critique says so). Other managers (human, hackable) have nothing to say about an
+    episode: the verdict's review, ``configured_manager`` in the metadata says so."""
     created = now_utc()
+    episodes = sorted(_episodes(lake, batch_id).items())
+    llm_texts: list[tuple[str, str]] | None = None
+    reviewer = VERIFIER
+    if manager == "llm":
+        if llm_manager is None:
+            raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        if callable(llm_manager):  # a function that builds it: the model loads only when it is used
+            llm_manager = llm_manager()
+        llm_texts = llm_manager.review_episodes([(review_transcript(ep["episode"]), float(ep["episode"].get("reward") or 0.0))
+                                                 for _, ep in episodes])
+        reviewer = f"llm-manager:{getattr(llm_manager, 'version', 'base')}"
     rows, failures = [], defaultdict(int)
-    for eid, ep in sorted(_episodes(lake, batch_id).items()):
+    for k, (eid, ep) in enumerate(episodes):
         rec = ep["episode"]
         review = verdict_review(passed=bool(rec.get("passed")), reward=float(rec.get("reward") or 0.0), detail=str(rec.get("detail") or ""),
                                 end_reason=str(rec.get("end_reason") or "error: no episode record"),
                                 check_kind=str(rec.get("check_kind") or "answer"), format_errors=int(rec.get("format_errors") or 0),
                                 turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0))
         failures[review.pop("failure")] += 1
-        rows.append({"batch_id": batch_id, "rollout_id": eid, **review, "created_at": created, "session_id": eid, "reviewer": VERIFIER,
+        if llm_texts is not None:
+            critique, hint = llm_texts[k]
+            review["manager"] = "llm"
+            review["critique"] = critique or f"(the manager wrote no critique; the verifier's) {review['critique']}"
+            review["hint"] = hint or review["hint"]
+        rows.append({"batch_id": batch_id, "rollout_id": eid, **review, "created_at": created, "session_id": eid, "reviewer": reviewer,
                      "rubric": f"{rec.get('environment') or 'env'}-final-state",
-                     "review_id": "verdict-" + hashlib.sha1(f"{batch_id}\x1f{eid}".encode()).hexdigest()[:16]})
+                     "review_id": ("llm-" if llm_texts is not None else "verdict-") + hashlib.sha1(f"{batch_id}\x1f{eid}".encode()).hexdigest()[:16]})
     n = lake.write_batch("reviews", batch_id, rows)
-    return n, {"num_reviews": n, "manager": VERIFIER, "score_mean": round(sum(r["score"] for r in rows) / max(n, 1), 4),
-               "outcomes": dict(sorted(failures.items()))}
+    return n, {"num_reviews": n, "manager": "llm" if llm_texts is not None else VERIFIER, "reviewer": reviewer,
+               "score_mean": round(sum(r["score"] for r in rows) / max(n, 1), 4), "outcomes": dict(sorted(failures.items()))}
 
 
 def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,

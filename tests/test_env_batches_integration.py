@@ -74,7 +74,9 @@ def test_a_terminal_batch_lands_episodes_reviews_and_multi_turn_trajectories_and
         assert review["manager"] == "verifier" and review["score"] == ep["reward"] and ep["detail"] in review["critique"]
         assert (review["hint"] == "") == ep["passed"]
     assert sorted(reviews[r["rollout_id"]]["score"] for r in rollouts) == [0.0, 0.0, 1.0, 1.0]
-    assert lake.count("step_scores", batch_id=batch_id) == 0
+    # One step score per turn (the environment's signal: exit status, or 0 for a turn without a command).
+    steps = lake.read("step_scores", batch_id=batch_id).to_pylist()
+    assert len(steps) == sum(json.loads(r["episode"])["turns"] for r in rollouts) and {s["scorer"] for s in steps} == {"environment"}
     trajectories = {r["rollout_id"]: r for r in lake.read("trajectories", batch_id=batch_id).to_pylist()}
     assert len(trajectories) == 4 and {t["kind"] for t in trajectories.values()} == {"multi_turn"}
     for r in rollouts:

@@ -98,3 +98,62 @@ def test_batched_episodes_and_a_context_that_no_longer_fits(tiny):
     small = ChatPolicy(model, tok, max_new_tokens=6, max_context_tokens=40)
     ep = run_episode(EchoEnv(), {"task_id": "long", "prompt": "word " * 50}, small)
     assert end_kind(ep.end_reason) == "error" and "exceed" in ep.end_reason
+
+
+def test_a_new_conversation_reuses_the_kv_of_a_shared_prefix_with_the_same_greedy_output(tiny):
+    """Two episodes opening with the same long system prompt (BFCL items over the same tools): the second
+    prefills only what follows the shared prefix, and writes what a policy that shares nothing writes."""
+    model, tok = tiny
+    fed: list[int] = []
+    forward = model.forward
+
+    def counting(*args, **kwargs):
+        fed.append(int(kwargs["input_ids"].shape[1]))
+        return forward(*args, **kwargs)
+
+    system = "You call tools. " + " ".join(f"tool_{i}(x: int) returns x plus {i}." for i in range(40))
+
+    class DocsEnv(EchoEnv):
+        def reset(self, task):
+            self.n = 0
+            return Observation([{"role": "system", "content": system, "kind": "system"},
+                                {"role": "user", "content": task["prompt"], "kind": "instruction"}])
+
+    tasks = [{"task_id": "a", "prompt": "add one to 3"}, {"task_id": "b", "prompt": "add two to 5 then print it"}]
+    outs = {}
+    for share in (False, True):
+        policy = ChatPolicy(model, tok, max_new_tokens=6, share_prefixes=share, prefill_block=32)
+        model.forward = counting
+        try:
+            fed.clear()
+            first = run_episode(DocsEnv(max_turns=2), tasks[0], policy)
+            n_first = len(fed)
+            second = run_episode(DocsEnv(max_turns=2), tasks[1], policy)
+        finally:
+            model.forward = forward
+        outs[share] = ([t.token_ids for t in first.turns], [t.token_ids for t in second.turns],
+                       [t.prompt_token_ids for t in second.turns], fed[n_first:], [t.logprobs for t in second.turns])
+    # The same prompts, the same greedy tokens and, bit for bit, the same log-probs (blocks of 32 positions).
+    assert outs[True][:3] == outs[False][:3] and outs[True][4] == outs[False][4]
+    prompt_b = outs[True][2][0]
+    shared = next(i for i, (x, y) in enumerate(zip(prompt_b, first.turns[0].prompt_token_ids)) if x != y)
+    assert shared > 300  # the system prompt's tokens
+    def blocks(n):  # the prefill calls of n tokens from a block boundary: blocks of 32, the rest last
+        return [32] * (n // 32) + ([n % 32] if n % 32 else [])
+
+    n = len(prompt_b)
+    assert outs[False][3][:len(blocks(n))] == blocks(n)  # without sharing: the whole prompt
+    cut = shared - shared % 32  # with it: only the blocks after the shared prefix's last whole block
+    assert cut >= 288 and outs[True][3][:len(blocks(n - cut))] == blocks(n - cut)
+    assert outs[True][3][len(blocks(n - cut))] == 1  # then decoding
+
+
+def test_the_same_opening_twice_reuses_all_but_its_last_token(tiny):
+    """A conversation asked again (a second episode of the same task) lies wholly inside the first one's
+    cache: its last prompt token is fed again for the logits, and the greedy reply is the same."""
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=5, min_shared_prefix=4, prefill_block=1)
+    msgs = [{"role": "system", "content": "You call tools."}, {"role": "user", "content": "add one to 3"}]
+    first, again = policy(msgs), policy(msgs)
+    assert again.token_ids == first.token_ids and again.prompt_token_ids == first.prompt_token_ids
+    assert max(abs(x - y) for x, y in zip(first.logprobs, again.logprobs)) < 1e-4

@@ -13,7 +13,10 @@ ends, so a run cut short keeps what it measured.
     PYTHONPATH=. OMP_NUM_THREADS=1 nice -n 19 .venv/bin/python -m experiments.bfcl_base.run \\
         --models-dir <dir> --official 200 --generated-per-level 30 --max-steps 20   # the full run
 
-``--official N`` takes the ``bfcl`` benchmark's seeded subset of N (``load_benchmark("bfcl", N, seed=0)``).
+``--official N`` takes the ``bfcl`` benchmark's seeded subset of N (``load_benchmark("bfcl", N, seed=0)``),
+run grouped by their tools (items over the same tools share the system prompt's KV cache). Rerunning the
+same command resumes: items already in ``--out`` with the same step limit, reply length and dtype are
+skipped.
 """
 
 from __future__ import annotations
@@ -51,6 +54,15 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def done_items(path: Path, *, max_steps: int, max_new_tokens: int, dtype: str) -> set[str]:
+    """Task ids already in the episode CSV ``path`` under the same settings (step limit, reply length,
+    dtype; not the commit): a rerun with those settings skips them, so a long run resumes where it
+    stopped. Rows under other settings do not count (their items run again)."""
+    with path.open(newline="") as fh:
+        return {r["task_id"] for r in csv.DictReader(fh)
+                if (r["max_steps"], r["max_new_tokens"], r["dtype"]) == (str(max_steps), str(max_new_tokens), dtype)}
 
 
 def summarize(paths: list[Path]) -> list[dict]:
@@ -112,12 +124,19 @@ def main() -> None:
     dtype = str(next(policy.model.parameters()).dtype).replace("torch.", "")
     _, items = load_benchmark("bfcl", args.official, seed=0) if args.official else ("bfcl", [])
     official = [BfclTask.from_dict(it.extra["task"]) for it in items]
+    # Items over the same tools share their system prompt (the function docs, most of the prompt): run them
+    # back to back so the policy prefills it once per group (ChatPolicy's shared-prefix KV); order does not
+    # change any item's result.
+    official.sort(key=lambda t: "+".join(t.involved_classes))
     # levels interleaved (task 0 of levels 1, 2, 3, then task 1, ...): a run cut short still covers each level
     generated = sorted((t for t in bfcl_held_out_tasks() if int(t.task_id.split("_")[3]) < args.generated_per_level),
                        key=lambda t: (int(t.task_id.split("_")[3]), t.level))
     rev, cpu = commit(), cpu_name()
     new = not args.out.exists()
-    done = set() if new else {r["task_id"] for r in csv.DictReader(args.out.open())}  # a rerun resumes
+    done = set() if new else done_items(args.out, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
+                                        dtype=dtype)
+    if done:
+        print(json.dumps({"resuming": str(args.out), "done": len(done)}), flush=True)
     with args.out.open("a", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=FIELDS)
         if new:

@@ -327,6 +327,9 @@ def result_text(value: Any) -> str:
     return str(value)
 
 
+EXECUTION_ERROR = "Error during execution: "  # BFCL's text for a call that raised
+
+
 def execute(calls: list[Call], table: dict[str, Any]) -> list[str]:
     """Run validated calls on the instances' whitelisted methods; an exception becomes BFCL's error text."""
     out = []
@@ -334,8 +337,20 @@ def execute(calls: list[Call], table: dict[str, Any]) -> list[str]:
         try:
             out.append(result_text(table[c.name](*c.args, **dict(c.kwargs))))
         except Exception as exc:  # noqa: BLE001 - a tool error is the agent's observation, as in BFCL
-            out.append(f"Error during execution: {exc}")
+            out.append(f"{EXECUTION_ERROR}{exc}")
     return out
+
+
+def call_failed(result: str) -> bool:
+    """Whether a call's result (:func:`execute`'s text) says it failed: it raised, or the simulator
+    returned its error dict (``{"error": ...}``, how BFCL's tools refuse a bad argument)."""
+    if result.startswith(EXECUTION_ERROR):
+        return True
+    try:
+        value = json.loads(result)
+    except ValueError:
+        return False
+    return isinstance(value, dict) and "error" in value
 
 
 def truncate(text: str, limit: int) -> str:
@@ -445,6 +460,7 @@ class BfclEnv(Environment):
             self.decoded[-1].append(texts)
             info["command"] = json.dumps(texts)
             info["calls"] = texts
+            info["failed_calls"] = sum(call_failed(r) for r in results)  # the step's deterministic signal
             shown = [{"role": "tool", "name": t, "content": truncate(r, self.config.result_chars)} for t, r in zip(texts, results)]
             messages.append({"role": "user", "content": repr(shown), "kind": "observation"})
             if self.steps_in_turn >= self.config.max_steps_per_turn:

@@ -16,8 +16,9 @@ The kinds:
   group-relative advantages.
 * :class:`EnvironmentBatch` (``ENVIRONMENT``): agent environments (issue #28; the terminal family so
   far), every task an environment's (``environment = 'terminal'``). G episodes per task with the serving
-  policy, each a multi-turn rollout shaped like a session segment; no step scores; the verifier's
-  verdict as one review per episode; ``multi_turn`` trajectories with the G episodes of a task as the
+  policy, each a multi-turn rollout shaped like a session segment; the environment's step scores per
+  turn (recorded, not trained on); one review per episode scored by the verifier (critique and hint by
+  the llm manager when ``review.manager = 'llm'``); ``multi_turn`` trajectories with the G episodes of a task as the
   GRPO group (``env_batches.py``).
 * :class:`SessionsBatch` (``SESSIONS``): live sessions that the ``fresh_sessions`` sensor cut
   (``sessions-<hash>``, see ``sessions.py``). Rollouts are built from the turns (never sampled again),
@@ -222,8 +223,9 @@ class SessionsBatch(BatchKind):
 
 class EnvironmentBatch(BatchKind):
     """Agent episodes in an environment (the terminal family: ``tasks.batches.register_terminal_batch``):
-    G episodes per task with the serving policy, the verifier's verdict as each episode's review,
-    ``multi_turn`` trajectories grouped per task (``env_batches.py``). No step scores; no hinted OPD yet."""
+    G episodes per task with the serving policy, the environment's step scores per turn, the verifier's
+    verdict as each episode's score (critique and hint by the llm manager when it is configured),
+    ``multi_turn`` trajectories grouped per task (``env_batches.py``). No hinted OPD yet."""
 
     name = "environment"
 
@@ -238,12 +240,16 @@ class EnvironmentBatch(BatchKind):
         return StageResult(*env_batches.build_environment_rollouts(lake, paths, batch_id, policy, backend))
 
     def step_scores(self, lake, batch_id, *, scorer, judge=None):
-        n = lake.write_batch("step_scores", batch_id, [])  # a command is not a checkable step
-        return StageResult(n, {"num_step_scores": n, "scorer": "none: environment episodes are scored by their verifier"})
+        from tentalis_pipelines import env_batches
+
+        # The environment's own signal per turn (exit status, a failed call), whatever the configured scorer.
+        return StageResult(*env_batches.build_environment_step_scores(lake, batch_id))
 
     def reviews(self, lake, batch_id, manager, llm_manager):
         from tentalis_pipelines import env_batches
 
+        if manager == "llm":
+            return StageResult(*env_batches.build_environment_reviews(lake, batch_id, manager, llm_manager))
         n, meta = env_batches.build_environment_reviews(lake, batch_id)
         if manager != env_batches.VERIFIER:
             meta["configured_manager"] = f"{manager}: not used (environment episodes are reviewed by their verifier)"

@@ -1,11 +1,19 @@
 """Planted bugs in the BFCL and mini-SWE families (issue 28): the safety of reading a model's calls, the
 reward from the final check (BFCL's checker, the FAIL_TO_PASS / PASS_TO_PASS verdict), observation
-truncation. Guarded by the pure unit tests of each family (no model; BFCL's checker runs in-process)."""
+truncation. Guarded by the pure unit tests of each family (no model; BFCL's checker runs in-process). Then the
+episodes' step scores and manager reviews (env_batches, the llm manager's episode pass, the stage's choice of
+manager) and the policy's shared-prefix KV (tests with the tiny or embedded model and the sandbox)."""
 
 BF = "tentalis_pipelines/envs/bfcl.py"
 SW = "tentalis_pipelines/envs/swe.py"
 TB = ["tests/unit/test_envs_bfcl.py"]
 TS = ["tests/unit/test_envs_swe.py"]
+EB = "tentalis_pipelines/env_batches.py"
+LM = "tentalis_pipelines/rewards/llm_manager.py"
+KI = "tentalis_pipelines/tasks/kinds.py"
+PO = "tentalis_pipelines/envs/policies.py"
+SR = ["tests/unit/test_env_step_reviews.py"]
+MR = ["tests/test_env_manager_reviews.py"]
 
 MUTANTS = [
     # ---- BFCL: what a reply may run
@@ -36,4 +44,65 @@ MUTANTS = [
     {"id": "swe-not-run-passes", "file": SW, "find": "        return Verdict(False, 0.0, f\"tests not run: {run.error}\"), 0, len(required)\n",
      "replace": "        return Verdict(True, 1.0, f\"tests not run: {run.error}\"), 0, len(required)\n", "tests": TS,
      "why": "a run that never produced a report (the module does not import) passes"},
+    # ---- episodes: step scores per turn
+    {"id": "step-exit-status-inverted", "file": EB, "find": '    return (1.0 if code == 0 else 0.0), f"exit status {code}"\n',
+     "replace": '    return (1.0 if code != 0 else 0.0), f"exit status {code}"\n', "tests": SR,
+     "why": "a command that failed scores 1, one that worked 0"},
+    {"id": "step-timeout-not-failed", "file": EB, "find": '    if info.get("timed_out"):\n', "replace": "    if False:\n",
+     "tests": SR, "why": "a command killed at its time limit scores by the killer's exit status"},
+    {"id": "step-swe-tests-as-any-command", "file": EB, "find": '    if environment == SWE and "run_tests.py" in str(action):\n',
+     "replace": "    if False:\n", "tests": SR, "why": "a test run is scored as any command: the rationale no longer says the tests failed"},
+    {"id": "step-bfcl-prose-penalised", "file": EB,
+     "find": '            if not info.get("format_error") or not CALL_LIKE.search(str(turn.get("text") or "")):\n',
+     "replace": '            if not info.get("format_error"):\n', "tests": SR,
+     "why": "a reply in words (BFCL's end of a user turn) scores 0 like a refused call"},
+    {"id": "step-bfcl-failed-calls-not-counted", "file": BF,
+     "find": '            info["failed_calls"] = sum(call_failed(r) for r in results)', "replace": '            info["failed_calls"] = 0',
+     "tests": SR, "why": "a call that raised or returned an error scores 1"},
+    {"id": "step-bfcl-error-dict-not-a-failure", "file": BF, "find": '    return isinstance(value, dict) and "error" in value\n',
+     "replace": "    return False\n", "tests": SR, "why": "cd to a missing folder ({'error': ...}) counts as a call that ran"},
+    {"id": "step-scores-off-for-episodes", "file": KI,
+     "find": "        return StageResult(*env_batches.build_environment_step_scores(lake, batch_id))\n",
+     "replace": '        return StageResult(lake.write_batch("step_scores", batch_id, []), {"scorer": "environment", "scored_steps": 5})\n',
+     "tests": MR, "why": "the stage writes no step scores for episodes"},
+    # ---- episodes: the manager's review
+    {"id": "review-transcript-keeps-system-prompt", "file": EB, "find": '        if kind in ("system", "demonstration"):\n',
+     "replace": '        if kind in ("demonstration",):\n', "tests": SR,
+     "why": "BFCL's 4-8k tokens of function docs fill the manager's context before the work"},
+    {"id": "review-observation-uncut", "file": EB,
+     "find": 'and kind != "instruction" and len(text) > REVIEW_OBSERVATION_CHARS:\n',
+     "replace": 'and kind != "instruction" and len(text) > 10 * REVIEW_OBSERVATION_CHARS:\n', "tests": SR,
+     "why": "a long listing or tool result crowds out the rest of the episode"},
+    {"id": "review-score-not-the-verifiers", "file": LM, "find": '        prefill = PREFILL + f"{round(10 * float(score))}" + CRITIQUE_BRIDGE\n',
+     "replace": '        prefill = PREFILL + "10" + CRITIQUE_BRIDGE\n', "tests": SR,
+     "why": "the manager is shown a perfect score for a failed episode, and critiques accordingly"},
+    {"id": "review-hint-pass-forgets-critique", "file": LM,
+     "find": "        asks = [p + c.replace('\"', \"'\") + '\"' + HINT_BRIDGE for p, c in zip(prompts, critiques)]\n",
+     "replace": "        asks = [p + HINT_BRIDGE for p, c in zip(prompts, critiques)]\n", "tests": SR,
+     "why": "the hint is asked for inside the unclosed critique: broken JSON, a hint unrelated to the critique"},
+    {"id": "review-llm-manager-ignored", "file": KI, "find": '        if manager == "llm":\n            return StageResult(*env_batches.build_environment_reviews(',
+     "replace": '        if False:\n            return StageResult(*env_batches.build_environment_reviews(', "tests": MR,
+     "why": "review.manager = 'llm' is ignored for environment batches (the verdict's words only)"},
+    {"id": "review-managers-words-dropped", "file": EB,
+     "find": """            review["critique"] = critique or f"(the manager wrote no critique; the verifier's) {review['critique']}"\n""",
+     "replace": """            review["critique"] = f"(the manager wrote no critique; the verifier's) {review['critique']}"\n""", "tests": MR,
+     "why": "the llm manager's critique is thrown away for the verdict's"},
+    {"id": "review-llm-score-from-manager", "file": EB, "find": '            review["manager"] = "llm"\n',
+     "replace": '            review["manager"], review["score"] = "llm", 0.5\n', "tests": MR,
+     "why": "an llm-managed episode's score is not the verifier's"},
+    # ---- the policy's shared-prefix KV across conversations
+    {"id": "kv-shared-cache-not-cut", "file": PO, "find": "        if len(ids) > best_n:\n", "replace": "        if False:\n",
+     "tests": ["tests/test_envs_policy.py"], "why": "a new conversation starts from another's whole cache, not its shared prefix"},
+    {"id": "kv-share-not-block-aligned", "file": PO,
+     "find": "        best_n -= best_n % self.prefill_block  # a block boundary", "replace": "        best_n -= 0  # a block boundary",
+     "tests": ["tests/test_envs_policy.py"],
+     "why": "the shared prefix is cut mid-block: the blocks after it are other shapes than without sharing (bf16: other greedy tokens)"},
+    {"id": "kv-prefill-in-one-go", "file": PO, "find": "            block = max(self.prefill_block, 1)\n",
+     "replace": "            block = 10 ** 9\n", "tests": ["tests/test_envs_policy.py"],
+     "why": "a conversation's prompt is prefilled in one go: with a shared prefix, the rest is computed in another shape"},
+    {"id": "kv-share-flag-ignored", "file": PO, "find": "        if not self.share_prefixes:\n", "replace": "        if False:\n",
+     "tests": ["tests/test_envs_policy.py"], "why": "share_prefixes=False still shares"},
+    {"id": "kv-shared-prefix-whole-prompt", "file": PO, "find": "        best_n = min(best_n, len(prompt) - 1)",
+     "replace": "        best_n = min(best_n, len(prompt))", "tests": ["tests/test_envs_policy.py"],
+     "why": "a conversation asked again lies wholly inside the kept cache: nothing is fed, there are no logits"},
 ]
