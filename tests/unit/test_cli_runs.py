@@ -78,3 +78,22 @@ def test_an_unusable_home_is_one_clear_line(tmp_path, monkeypatch):
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
     (tmp_path / "file").write_text("not a folder")
     _one_clear_line(runner.invoke(app, ["status", "--home", str(tmp_path / "file" / "home")]), "is not usable", "TENTALIS_HOME")
+
+
+def test_learn_hands_its_step_scorer_and_advantage_mode_to_every_cycle(cli_home, monkeypatch):
+    """`learn --step-scorer prm_head --advantage-mode process` reaches each cycle's review and trainer config
+    (the cycle itself is recorded here, not run)."""
+    import tentalis_pipelines.cli.cycle as cycle
+
+    head = cli_home / "reviewers" / "prm_head" / "v0001"
+    head.mkdir(parents=True)
+    (head / "manifest.json").write_text("{}")  # a stored version: what `learn` checks before any cycle
+    seen = []
+    monkeypatch.setattr(cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
+    monkeypatch.setattr("tentalis_pipelines.promotion.benchmark_history", lambda *a, **k: {"history": ""})
+    out = runner.invoke(app, ["learn", "--cycles", "2", "--step-scorer", "prm_head", "--advantage-mode", "process", "--home", str(cli_home)])
+    assert out.exit_code == 0, out.output
+    assert len(seen) == 2
+    for opts in seen:
+        assert opts.resources["review"]["config"]["step_scorer"] == "prm_head"
+        assert opts.resources["trainer"]["config"]["advantage_mode"] == "process"
