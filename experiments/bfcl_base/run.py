@@ -97,6 +97,11 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--out", type=Path, default=HERE / "episodes.csv")
+    ap.add_argument("--shard", default=None, metavar="K/N",
+                    help="run only the K-th (0-based) of N contiguous blocks of the items not yet in --done-in, so N "
+                         "processes (one core each) share a run; each writes its own --out, merge them afterwards")
+    ap.add_argument("--done-in", type=Path, nargs="*", default=[],
+                    help="episode CSVs whose items (same settings) count as done: the shards' common base")
     args = ap.parse_args()
     if args.summarize is not None:
         rows = summarize(args.summarize or [HERE / "episodes.csv", HERE / "episodes_generated.csv"])
@@ -135,6 +140,18 @@ def main() -> None:
     new = not args.out.exists()
     done = set() if new else done_items(args.out, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens,
                                         dtype=dtype)
+    if args.shard:
+        # The split is over the items not done in the common base (--done-in), not in this shard's own --out,
+        # so a resumed shard gets the same block as before and shards never overlap.
+        k, n = (int(x) for x in args.shard.split("/"))
+        base: set[str] = set()
+        for path in args.done_in:
+            base |= done_items(path, max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, dtype=dtype)
+        official, generated = ([t for t in ts if t.task_id not in base] for ts in (official, generated))
+        todo = official + generated
+        block = set(t.task_id for t in todo[k * len(todo) // n:(k + 1) * len(todo) // n])
+        official, generated = ([t for t in ts if t.task_id in block] for ts in (official, generated))
+        print(json.dumps({"shard": args.shard, "items": len(block), "base_done": len(base)}), flush=True)
     if done:
         print(json.dumps({"resuming": str(args.out), "done": len(done)}), flush=True)
     with args.out.open("a", newline="") as fh:
