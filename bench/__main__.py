@@ -30,6 +30,8 @@ def main(
     num_generations: int = typer.Option(8, help="Samples per prompt."),
     max_new_tokens: int = typer.Option(96, help="Completion length limit."),
     plain_prompts: int = typer.Option(4, help="Prompts the plain per-sample loop generates for (it is slow)."),
+    rollout_dtype: str = typer.Option("float32", help="Rollout part: the precision both decoders run in (float32, bfloat16, auto)."),
+    rollout_repeats: int = typer.Option(1, help="Rollout part: alternate the decoder and HF's generate this many times, keep each one's fastest."),
     updates: int = typer.Option(2, help="GRPO updates per trainer."),
     rows: int = typer.Option(1_000_000, help="Synthetic trajectory rows for the DuckDB aggregate."),
     gateway_requests: int = typer.Option(32, help="Gateway part: sequential chat calls per side for the latency percentiles."),
@@ -59,7 +61,7 @@ def main(
 
         with console.status("rollouts: pipeline backend vs HF batched generate and a plain generate loop..."):
             r = rollout_benchmark(model_dir, prompts=prompts, num_generations=num_generations, max_new_tokens=max_new_tokens,
-                                  plain_prompts=plain_prompts)
+                                  plain_prompts=plain_prompts, dtype=rollout_dtype, repeats=rollout_repeats)
         report["rollout"] = r
         rows_out.append((f"rollout tokens/s, {prompts} x {num_generations}, {r['config']['dtype']}",
                          f"{r['pipeline']['tokens_per_s']} vs {r['hf_batched_generate']['tokens_per_s']} (HF batched generate)",

@@ -70,16 +70,16 @@ def hf_batched_generate(model, tokenizer, prompts: list[str], params: SamplingPa
 
 def rollout_benchmark(model_dir: Path, *, prompts: int = 16, num_generations: int = 8, max_new_tokens: int = 96,
                       temperature: float = 0.8, plain_prompts: int = 4, seed: int = 0, hf_batched: bool = True,
-                      repeats: int = 1) -> dict:
+                      repeats: int = 1, dtype: str = "float32") -> dict:
     """Tokens/s of the pipeline's backend on ``prompts`` × ``num_generations`` samples, of Hugging Face's
     batched ``generate`` on the same workload (``hf_batched``), and of the plain loop on the first
     ``plain_prompts`` of the same prompts (the loop is slow, so it gets a subset; a rate is comparable
     across them); ``plain_prompts=0`` leaves the loop out. With ``repeats`` > 1 the backend and the batched
     ``generate`` run alternately that many times and each side's fastest run is reported (load on a shared
-    machine then hits both alike)."""
+    machine then hits both alike). ``dtype``: the precision both run in (``auto`` as the pipeline picks it)."""
     from tentalis_pipelines.inference.transformers_backend import TransformersBackend, load_policy
 
-    model, tok = load_policy(model_dir)
+    model, tok = load_policy(model_dir, dtype=dtype)
     tasks = generate_arithmetic(prompts, seed=seed, levels=(1, 2))
     texts = [render_prompt(tok, t.prompt) for t in tasks]
     params = SamplingParams(num_generations=num_generations, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed)

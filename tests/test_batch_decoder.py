@@ -28,59 +28,63 @@ def _recomputed(model, prompt: list[int], completion: list[int], temperature: fl
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(completion)[:, None]).squeeze(1)
 
 
-# Produced by the decoder BEFORE the one-transfer step (main at d9e4b20: per-request ``sample_next`` with
-# its ``.tolist()``s and ``torch.isin``), by ``_mixed_batch`` below with one thread, on this tiny model:
-# (token ids, sampling log-probs, finish reason, text) per choice, requests in submission order. Frozen on
-# purpose: do not regenerate them from the code they guard.
+# Produced by ``_mixed_batch`` below with one thread, on this tiny model, at the commit that moved sampling
+# from ``torch.multinomial`` to inverse-transform draws (``draw_categorical``: one uniform per row, so every
+# seed draws other tokens than before; the stop strings and the extra EOS were re-chosen from the new
+# draws so that every finish kind still happens). The earlier list was frozen at d9e4b20, before the
+# one-transfer step, and the one-transfer step reproduced it exactly. (token ids, sampling log-probs,
+# finish reason, text) per choice, requests in submission order. Frozen on purpose: do not regenerate
+# them from the code they guard.
 _FROZEN_STEPS = 15
 _FROZEN = [
-    ([46934, 3895, 11809, 47481, 46691, 21074, 2782, 12031, 48812, 15102, 23266, 42032],
-     [-10.558265686035156, -11.106023788452148, -10.744393348693848, -11.04084300994873, -10.78734302520752, -10.662495613098145, -10.55783462524414, -10.718006134033203, -10.71500015258789, -10.88602066040039, -10.661314964294434, -11.035101890563965],
-     'length', ''),
-    ([17841, 6666, 25587, 32473, 15850, 25200],
-     [-10.864590644836426, -10.970012664794922, -10.944334030151367, -10.809930801391602, -11.069819450378418, -10.527030944824219],
+    ([31535, 15510, 28452],
+     [-10.568230628967285, -10.938959121704102, -10.752252578735352],
      'stop', ''),
-    ([16108, 42734, 35138, 15531, 46685, 43222, 30720, 27431, 14747, 7903, 3684, 10900],
-     [-10.895686149597168, -10.564017295837402, -10.768118858337402, -10.522944450378418, -10.823974609375, -10.68274974822998, -10.50001335144043, -11.222208976745605, -10.760943412780762, -11.065053939819336, -10.720032691955566, -10.991743087768555],
+    ([12762, 13111, 35408, 22290, 16029, 10759, 16170, 18295, 24979, 19534, 17164, 12237],
+     [-10.794669151306152, -11.021775245666504, -10.628471374511719, -10.650827407836914, -10.827231407165527, -10.839733123779297, -10.904269218444824, -10.829598426818848, -11.027060508728027, -10.880027770996094, -10.603158950805664, -11.1536226272583],
      'length', ''),
-    ([23697, 39671, 24788, 37055, 2464],
-     [-10.573328018188477, -10.699809074401855, -10.401786804199219, -10.86776351928711, -10.62130069732666],
-     'stop', ' landownersVirginontology violentlyII'),
-    ([7201, 47927, 28858, 48248, 47824, 34563, 25747, 21765, 10035, 47019],
-     [-10.590076446533203, -10.948649406433105, -10.673161506652832, -10.955740928649902, -10.557039260864258, -10.914291381835938, -10.741474151611328, -10.739205360412598, -10.446317672729492, -10.50202751159668],
-     'length', ' moodactiv bottlednearesthogs vinyl landl vagueoler catap'),
+    ([17738, 41836, 41671, 17611, 39393, 5448, 17362, 37242, 32222, 1800, 41831, 8607],
+     [-10.80380630493164, -11.005000114440918, -10.804880142211914, -11.015533447265625, -10.684879302978516, -10.930864334106445, -10.632927894592285, -10.762843132019043, -11.129253387451172, -10.68338394165039, -11.06680679321289, -10.657788276672363],
+     'length', ''),
+    ([13690, 42343, 45361, 14474, 37469],
+     [-10.864490509033203, -10.733567237854004, -10.948781967163086, -10.773959159851074, -10.861863136291504],
+     'stop', ' lenses retribution LiquTubevc'),
+    ([13411, 32399, 41270, 27535, 37276, 3108, 2833, 8194, 1845, 5979],
+     [-10.732637405395508, -10.49251651763916, -10.921122550964355, -10.903181076049805, -10.861346244812012, -10.814920425415039, -10.428810119628906, -10.386329650878906, -10.806941986083984, -10.848481178283691],
+     'length', ' manipulation PK mutants Disaster THAT theoryrsopath range Whe'),
     ([30, 30, 30, 30, 30, 30, 30, 30, 30],
      [-9.76397705078125, -9.766450881958008, -9.76979923248291, -9.773788452148438, -9.778038024902344, -9.782269477844238, -9.786484718322754, -9.79086971282959, -9.795538902282715],
      'length', '.........'),
-    ([17124, 11985, 34490, 6404, 16555, 3707, 5782, 41008],
-     [-10.72036075592041, -10.783720970153809, -10.696452140808105, -10.839783668518066, -10.735594749450684, -10.712943077087402, -10.913238525390625, -10.826272964477539],
-     'stop', "aho compensation aerosols Group '< laws obst"),
-    ([25247, 37307, 25351, 14111, 38543, 21396, 5381, 16392, 43773, 26327, 32876, 8387, 41044, 12919],
-     [-10.958494186401367, -10.675543785095215, -10.999641418457031, -10.723313331604004, -10.800244331359863, -10.727995872497559, -10.910228729248047, -10.893369674682617, -10.957700729370117, -10.901988983154297, -10.89576244354248, -10.861254692077637, -10.79322624206543, -10.545470237731934],
-     'length', ' lonelinessdigitsketsAug booming bilingualicks hypot witty mosque sickle facility DV supplied'),
+    ([12098, 16919, 2129, 5120, 7593, 28581, 27416, 14161, 28270, 17479, 37930, 583, 5818, 39792],
+     [-10.620433807373047, -11.001709938049316, -10.581543922424316, -10.684162139892578, -10.895099639892578, -10.851597785949707, -10.639004707336426, -10.840957641601562, -10.745198249816895, -10.654720306396484, -10.820479393005371, -10.88723087310791, -10.822704315185547, -10.799993515014648],
+     'length', ' buttisuretestanges################################ gorge Roh Custom latency unpredict parachuteveryrianako'),
+    ([41222, 4078, 29858, 5480],
+     [-10.693951606750488, -10.71641731262207, -10.787332534790039, -10.65868091583252],
+     'stop', ' Halifax copSt'),
 ]
 
 
 def _mixed_batch(model, tok, on_step=None):
     """Four requests, two joining after two steps: n 3/2/1/2, temperatures 0.9/0.7/0/1.2, top-p 1/0.8/1/0.95,
-    a stop string spanning two tokens (no text tracked) and one cut from the text, and token 2464 made an
-    EOS (request B's first choice samples it at its fifth token)."""
+    a stop string spanning two tokens (no text tracked: A's first choice, "PN" + " thermost") and one cut from
+    the text (D's second choice, "Stage" + "long"), and token 37469 made an EOS (request B's first choice
+    samples it, "vc", at its fifth token)."""
     base = model.generation_config.eos_token_id
-    model.generation_config.eos_token_id = [base, 2464]
+    model.generation_config.eos_token_id = [base, 37469]
     try:
         dec = BatchDecoder(model, tok)
     finally:
         model.generation_config.eos_token_id = base
     system = "You are a careful assistant. Answer briefly. " * 3
     reqs = [dec.submit(DecodeRequest(_ids(tok, system + "What is 2 + 3?"), n=3, max_new_tokens=12, temperature=0.9, seed=5,
-                                     track_text=False, stop=("htmcli",))),
+                                     track_text=False, stop=("PN therm",))),
             dec.submit(DecodeRequest(_ids(tok, "Tom has 3 apples."), n=2, max_new_tokens=10, temperature=0.7, top_p=0.8, seed=7))]
     for _ in range(2):
         dec.step()
         on_step and on_step(dec)
     reqs.append(dec.submit(DecodeRequest(_ids(tok, system + "Name a colour."), n=1, max_new_tokens=9, temperature=0.0)))
     reqs.append(dec.submit(DecodeRequest(_ids(tok, "Once upon a time"), n=2, max_new_tokens=14, temperature=1.2, top_p=0.95, seed=9,
-                                         stop=(" osmosis",))))
+                                         stop=("agelo",))))
     while dec.busy():
         dec.step()
         on_step and on_step(dec)
@@ -203,3 +207,27 @@ def test_a_cancelled_request_leaves_the_batch_and_the_others_go_on(policy):
     assert ended == [("gone", None), ("keep", None)]
     assert len(keep.choices[0].token_ids) == 8 and all(c.finish_reason is None for c in gone.choices)
 
+
+
+def test_a_slab_sized_up_front_in_uninitialised_memory_decodes_what_a_grown_one_does(policy, monkeypatch):
+    """``slab_hint`` allocates the KV slab once, uninitialised (here: NaN-filled, the worst memory can
+    hold); every token and log-prob of the mixed batch equals the frozen run's, where the slab grew
+    from nothing. A padding column left unwritten would turn a row's attention into NaN."""
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    real_empty = torch.empty
+    monkeypatch.setattr(bd.torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
+    real_init = bd.BatchDecoder.__init__
+    monkeypatch.setattr(bd.BatchDecoder, "__init__", lambda self, *a, **k: real_init(self, *a, **{**k, "slab_hint": (16, 64)}))
+    model, tok = policy
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        dec, reqs = _mixed_batch(model, tok)
+    finally:
+        torch.set_num_threads(threads)
+    assert dec.cache.k[0].shape[0] == 16  # the hint was taken (8 rows at most: never grown past it)
+    got = [(c.token_ids, c.logprobs, c.finish_reason, c.text) for r in reqs for c in r.choices]
+    for (ids, logps, finish, text), (f_ids, f_logps, f_finish, f_text) in zip(got, _FROZEN, strict=True):
+        assert (ids, finish, text) == (f_ids, f_finish, f_text)
+        assert logps == pytest.approx(f_logps, abs=1e-5, rel=0)

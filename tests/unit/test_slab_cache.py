@@ -98,3 +98,39 @@ def test_rows_already_in_place_stay_and_the_rest_move_up():
         assert (-slab.v[layer][:3, 0, slab.start : slab.end, 0]).tolist() == [[100, 101], [300, 301], [500, 501]]
     slab.select_rows(torch.tensor([0, 1, 2]))  # nobody leaves: nothing moves
     assert _live(slab).tolist() == [[100, 101], [300, 301], [500, 501]]
+
+
+@pytest.fixture
+def poisoned_empty(monkeypatch):
+    """``torch.empty`` in the slab's module returns NaN-filled tensors: what uninitialised memory may
+    hold. A padding column the attention reads (masked or not: NaN times a zero weight is NaN) shows."""
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    real = torch.empty
+    monkeypatch.setattr(bd.torch, "empty", lambda *a, **k: real(*a, **k).fill_(float("nan")))
+
+
+def test_a_grown_slab_shows_no_uninitialised_column_to_anyone(poisoned_empty):
+    """Every path that relays the slab out (rows joining past the capacity, a longer prompt widening the
+    window to the left, columns running out, the block sliding left after rows left) leaves only written
+    values inside the live window: the hand-built layouts of the tests above, with no NaN."""
+    slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab._relayout(3, 4, 0)  # a caller's size hint: fresh memory, nothing live yet
+    slab.append_rows(_kv(100, 3), n=2)
+    slab.append_rows(_kv(200, 5), n=2)  # more rows than the hint and a wider window
+    assert _live(slab).tolist() == [[0, 0, 100, 101, 102]] * 2 + [[200, 201, 202, 203, 204]] * 2
+    for t in range(40):  # the columns run out twice: grown
+        slab.reserve(1)
+        for layer in slab.layers:  # a forward pass writes every layer's new column
+            keys, values = layer.update(torch.full((4, 1, 1, 2), 1000.0 + t), torch.full((4, 1, 1, 2), -1000.0 - t))
+            assert not keys.isnan().any() and not values.isnan().any()
+        slab.advance(1)
+    slab.select_rows([3])
+    slab.drop_left(2)
+    slab.reserve(200)  # slides left into memory nobody wrote since the last growth, then grows
+    slab.append_rows(_kv(300, 2), n=3)
+    for buf in (slab.k, slab.v):
+        for layer_buf in buf:
+            assert not layer_buf[: slab.rows, :, slab.start : slab.end].isnan().any()
+    assert _live(slab)[0].tolist()[-41:] == [204.0, *[1000.0 + t for t in range(40)]]
+    assert _live(slab)[1].tolist() == [0.0] * (slab.width - 2) + [300, 301]

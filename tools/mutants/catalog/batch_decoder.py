@@ -5,6 +5,7 @@ D = "tentalis_pipelines/inference/batch_decoder.py"
 B = "tentalis_pipelines/inference/transformers_backend.py"
 TD = ["tests/test_batch_decoder.py"]
 TS = ["tests/unit/test_slab_cache.py"]
+TSAMPLE = ["tests/unit/test_sampling.py"]
 
 MUTANTS = [
     {"id": "decoder-eos-ignored", "file": D, "find": "            if ids[j] in self.eos or hit:\n",
@@ -48,4 +49,29 @@ MUTANTS = [
      "why": "a row that moves up by one place is taken as in place: the row that left stays in its slot"},
     {"id": "greedy-takes-argmin", "file": B, "find": "        nxt = logits.argmax(-1)\n", "replace": "        nxt = logits.argmin(-1)\n",
      "tests": TD, "why": "temperature 0 decodes the least likely token"},
+    {"id": "draw-not-normalised", "file": B, "find": "    idx = torch.searchsorted(cum, u * cum[:, -1:], right=True).squeeze(1)\n",
+     "replace": "    idx = torch.searchsorted(cum, u, right=True).squeeze(1)\n", "tests": TSAMPLE + TD,
+     "why": "a row whose mass is not 1 (nucleus-filtered) is drawn as if cut at 1: its tail is never or always drawn"},
+    {"id": "draw-left-boundary", "file": B, "find": "    idx = torch.searchsorted(cum, u * cum[:, -1:], right=True).squeeze(1)\n",
+     "replace": "    idx = torch.searchsorted(cum, u * cum[:, -1:], right=False).squeeze(1)\n", "tests": TSAMPLE + TD,
+     "why": "a draw exactly on a cumulative boundary takes the token before it",
+     "equivalent": "differs only when u * total equals a cumulative mass exactly (u = 0 with a zero-probability first token, "
+                   "probability 2**-53 per draw): no sampling test can see it"},
+    {"id": "draw-cumsum-float32", "file": B, "find": "    cum = probs.cumsum(-1, dtype=torch.float64)\n",
+     "replace": "    cum = probs.cumsum(-1)\n", "tests": TSAMPLE + TD,
+     "why": "the cumulative mass is summed in float32",
+     "equivalent": "shifts each boundary by at most ~49,152 float32 roundings (about 3e-3 of the mass at worst, ~1e-5 typically) "
+                   "for a 49,152-token vocabulary; the tests' rows are short and the tiny model's frozen draws sit far from any boundary"},
+    {"id": "draw-multinomial-back", "file": B, "find": "        nxt = draw_categorical(probs, gen)\n",
+     "replace": "        nxt = torch.multinomial(probs, 1, generator=gen).squeeze(1)\n", "tests": TD,
+     "why": "the old exponential-race sampler: the same distribution, 15.6% of a rollout's time, other tokens per seed"},
+    {"id": "draw-one-uniform-for-all-rows", "file": B,
+     "find": "    u = torch.rand(probs.shape[0], 1, generator=gen, dtype=torch.float64, device=probs.device)\n",
+     "replace": "    u = torch.rand(1, 1, generator=gen, dtype=torch.float64, device=probs.device).expand(probs.shape[0], 1)\n",
+     "tests": TSAMPLE + TD, "why": "every row of a request shares one uniform: n samples of one prompt are the same sample"},
+    {"id": "slab-padding-left-stale", "file": D, "find": "                buf[i][r0:r1, :, self.start : self.end - p] = 0  # no stale values under the mask\n",
+     "replace": "                pass\n", "tests": TS + TD,
+     "why": "a joining row's padding columns keep what the memory held (uninitialised since the slab is no longer zero-filled)"},
+    {"id": "slab-hint-ignored", "file": D, "find": "            if self.slab_hint is not None:\n                self.cache._relayout(*self.slab_hint, 0)\n",
+     "replace": "", "tests": TD, "why": "the size hint is dropped: the slab doubles its way up again, copying every layer each time"},
 ]
