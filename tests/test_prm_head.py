@@ -93,6 +93,41 @@ def test_trained_versions_refuse_the_planted_benchmark_problem_and_repeat_exactl
     assert len(m1["lineage"]["gsm8k_train"]["sha256"]) == 64
 
 
+def test_the_threshold_is_chosen_on_out_of_fold_scores_of_both_renderings(home, tiny_model_dir, data_root, monkeypatch):
+    """`prm train`'s default: every labelled solution in both renderings is scored by a head trained without
+    its fold (only the ProcessBench-shaped rendering trains), and the stored threshold and held-out F1 are
+    the rule chosen on exactly those scores; `folds=1` keeps the old single held-out slice."""
+    from tentalis_pipelines.reviewers import prm_reviewer
+    from tentalis_pipelines.reviewers.prm_head import choose_rule
+    from tentalis_pipelines.reviewers.prm_reviewer import TrainSettings, train_reviewer
+
+    seen: dict = {}
+    real = prm_reviewer.out_of_fold_scores
+
+    def spy(features, labels, groups, config, **kw):
+        out = real(features, labels, groups, config, **kw)
+        seen.update(kw, labels=[list(x) for x in labels], groups=list(groups), out=out, steps=[len(f) for f in features])
+        return out
+
+    monkeypatch.setattr(prm_reviewer, "out_of_fold_scores", spy)
+    m = manifest_of(_train(home, tiny_model_dir, data_root))
+    n = len(seen["groups"]) // 2
+    assert seen["folds"] == 5 and m["threshold_from"] == "5-fold out-of-fold scores"
+    assert n == m["lineage"]["labels"]["solutions"] and seen["groups"][:n] == seen["groups"][n:]  # plain, then pbstyle
+    assert seen["trains"] == [False] * n + [True] * n
+    first = [next((i for i, x in enumerate(lab) if x == 0), -1) for lab in seen["labels"]]
+    rule, f1 = choose_rule(seen["out"], first)
+    assert (m["threshold"], m["held_out_f1"]) == (rule.threshold, f1)
+    assert m["lineage"]["labels"]["train_steps"] == sum(seen["steps"][n:])  # the final head learns from the pbstyle rows
+
+    seen.clear()
+    v = train_reviewer(home, tiny_model_dir, data_root, config=HeadConfig(layer=2, epochs=40),
+                       settings=TrainSettings(train_problems=50, folds=1, held_out=0.34, use_embeddings=False), cache_dir=home / "cache")
+    assert not seen and manifest_of(v)["threshold_from"] == "a held-out slice of 34% of the problems"
+    with pytest.raises(ValueError, match="folds must be 1"):
+        TrainSettings(folds=0)
+
+
 def test_step_scorer_prm_head_scores_in_unit_interval(home, tiny_model_dir, data_root):
     _train(home, tiny_model_dir, data_root)
     scorer = PRMHeadScorer(home, tiny_model_dir)

@@ -26,6 +26,8 @@ def prm_train(
     weight_decay: float = typer.Option(1.0, "--weight-decay", help="L2 strength (AdamW). The defaults are the recipe chosen on held-out labels (experiments/prm_head)."),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="A solution's tokens read (later steps unscored)."),
     hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
+    folds: int = typer.Option(5, "--folds", help="The threshold is chosen on out-of-fold scores of every labelled problem, this many heads "
+                              "each trained without one fold; 1: on one held-out slice of 20% of the problems."),
     seed: int = typer.Option(0, "--seed"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
     embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings", help="The contamination guard's MiniLM tier (the slowest)."),
@@ -52,7 +54,7 @@ def prm_train(
         config = HeadConfig(layer=layer, layers=read, pooling=pooling, center=center, rule=rule, hidden=hidden, seed=seed,
                             weight_decay=weight_decay, max_tokens=max_tokens)
         folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake, config=config,
-                                settings=TrainSettings(train_problems=train_problems, seed=seed, use_embeddings=embeddings,
+                                settings=TrainSettings(train_problems=train_problems, folds=folds, seed=seed, use_embeddings=embeddings,
                                                        max_tokens=max_tokens, renderings=renderings))
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))

@@ -15,6 +15,8 @@ from tentalis_pipelines.reviewers.prm_head import (
     DecisionRule,
     HeadConfig,
     choose_rule,
+    fold_of,
+    out_of_fold_scores,
     pool_steps,
     shape_features,
 )
@@ -56,6 +58,48 @@ def test_choose_rule_picks_the_parameters_with_the_best_held_out_f1():
     assert [rule.predict(s) for s in scores] == labels
     t_rule, t_f1 = choose_rule(scores, labels, "threshold")
     assert t_rule.kind == "threshold" and t_f1 < 1.0
+
+
+def test_fold_of_deals_shuffled_problems_round_robin():
+    groups = ["p3", "p1", "p2", "p1", "p4", "p5", "p2"]
+    f = fold_of(groups, 2, seed=7)
+    order = sorted({"p1", "p2", "p3", "p4", "p5"})
+    random.Random(7).shuffle(order)
+    assert f == {g: i % 2 for i, g in enumerate(order)}  # by hand: shuffle the sorted ids, deal 0, 1, 0, 1, 0
+    assert sorted(f.values()) == [0, 0, 0, 1, 1]
+    assert fold_of(list(reversed(groups)), 2, seed=7) == f  # the order of the solutions does not matter
+    assert fold_of(groups, 5, seed=0).keys() == f.keys() and sorted(fold_of(groups, 5, seed=0).values()) == [0, 1, 2, 3, 4]
+    with pytest.raises(ValueError, match="5 problem\\(s\\) cannot fill 6 folds"):
+        fold_of(groups, 6, seed=0)
+    with pytest.raises(ValueError, match="at least 2 folds"):
+        fold_of(groups, 1, seed=0)
+
+
+def test_out_of_fold_scores_come_from_heads_that_never_saw_the_problem():
+    """Every step looks the same (one feature, tiny noise); the label is the problem's fold: fold 0's
+    problems are all correct, fold 1's all wrong. A head that never saw fold 0 learned only wrong steps, so
+    fold 0's steps score low; fold 1's score high: the out-of-fold scores are the labels inverted. A head
+    that saw the problem (in-sample) would score them the other way round. A wrong-labelled rendering kept
+    out of training (``trains`` false) is scored but not learned from."""
+    groups = [f"p{i}" for i in range(8)]
+    fold = fold_of(groups, 2, seed=1)
+    rng = np.random.default_rng(0)
+    feats = [rng.normal(0, 1e-3, (3, 1)).astype(np.float32) + 1.0 for _ in groups]
+    labels = [[1, 1, 1] if fold[g] == 0 else [0, 0, 0] for g in groups]
+    cfg = HeadConfig(epochs=200, lr=0.1, weight_decay=0.0, balance=True)
+    # one more solution of a fold-1 problem, labelled correct, that must not train fold 0's head
+    odd = next(g for g in groups if fold[g] == 1)
+    scores = out_of_fold_scores(feats + [feats[0]], labels + [[1, 1, 1]], groups + [odd], cfg, folds=2, seed=1,
+                                trains=[True] * len(groups) + [False])
+    assert len(scores) == len(groups) + 1 and all(len(s) == 3 for s in scores)
+    for g, s in zip(groups, scores):
+        if fold[g] == 0:
+            assert max(s) < 0.2, (g, s)  # taught only by fold 1's wrong steps (with the odd row: about 0.5)
+        else:
+            assert min(s) > 0.8, (g, s)
+    assert min(scores[-1]) > 0.8  # scored, by the head of fold 0's problems
+    with pytest.raises(ValueError, match="one label list and one group per solution"):
+        out_of_fold_scores(feats, labels[:-1], groups, cfg, folds=2)
 
 
 def test_latex_equation_writes_processbench_style():
