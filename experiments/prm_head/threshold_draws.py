@@ -24,7 +24,13 @@ import numpy as np
 
 from experiments.prm_head.sweep import Variant, transform
 from tentalis_pipelines.evaluation.processbench import processbench_metrics
-from tentalis_pipelines.reviewers.prm_head import HeadConfig, choose_rule, out_of_fold_scores, score_steps, train_head
+from tentalis_pipelines.reviewers.prm_head import (
+    HeadConfig,
+    choose_rule,
+    out_of_fold_scores,
+    score_steps,
+    train_head,
+)
 
 RECIPE = Variant(layers=(10,), pooling="mean", data="pbstyle", weight_decay=1.0)
 
