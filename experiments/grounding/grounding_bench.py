@@ -90,7 +90,8 @@ def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out
         tagger = train_tagger(train, model_dir(), TaggerConfig(epochs=epochs, seed=seed, learning_rate=lr),
                               on_step=lambda s, n, loss: print(f"  step {s}/{n} loss {loss:.4f}", flush=True) if s % 20 == 0 or s == n else None)
         train_s = time.time() - started
-        print(f"trained in {train_s:.0f} s")
+        print(f"trained in {train_s:.0f} s; unsupported-token weight {tagger.positive_weight:.2f}, threshold {tagger.threshold} "
+              f"(exact-span F1 {tagger.held_out_f1} on held-out training sessions)")
         if save is not None:
             tagger.save(save)
     rows = []
@@ -118,7 +119,9 @@ def run(sessions: int, epochs: int, lr: float, seed: int, save: Path | None, out
         rows.append({"detector": name, "test_pairs": len(test), "train_pairs": len(train), **score(test, preds[name]),
                      "p50_ms": round(percentile(ms, 0.5), 2), "p95_ms": round(percentile(ms, 0.95), 2),
                      "omp_threads": threads or torch.get_num_threads(), "load_1m_before": round(load_before[0], 2),
-                     "load_1m_after": round(load_after[0], 2), "train_seconds": round(train_s, 1), "cpu": cpu.get("model", "")})
+                     "load_1m_after": round(load_after[0], 2), "train_seconds": round(train_s, 1), "cpu": cpu.get("model", ""),
+                     "tagger_threshold": None if tagger is None else tagger.threshold,
+                     "tagger_positive_weight": None if tagger is None or tagger.positive_weight is None else round(tagger.positive_weight, 2)})
     for r in rows:
         print({k: r[k] for k in ("detector", "response_f1", "span_exact_f1", "span_overlap_f1", "p50_ms", "p95_ms")})
     with out.open("w", newline="") as fh:

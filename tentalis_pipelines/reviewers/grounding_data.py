@@ -372,14 +372,16 @@ def make_sessions(n_sessions: int, *, seed: int = 0, correct: int = 2, corrupted
     return pairs
 
 
-def split_by_session(pairs: list[Pair], *, test_fraction: float = 0.25, seed: int = 0) -> tuple[list[Pair], list[Pair]]:
+def split_by_session(pairs: list[Pair], *, test_fraction: float = 0.25, seed: int = 0, salt: str = "") -> tuple[list[Pair], list[Pair]]:
     """(train, test): each session wholly on one side, chosen by a seeded hash of its id (stable when
-    sessions are added or reordered)."""
+    sessions are added or reordered). ``salt`` makes a split independent of another with the same seed: a
+    split of the train side needs one, or its held-out share falls where the test share already was."""
     if not 0 < test_fraction < 1:
         raise ValueError(f"test_fraction must be in (0, 1), got {test_fraction}")
+    key = f"{seed}\x1f{salt}\x1f" if salt else f"{seed}\x1f"
 
     def in_test(sid: str) -> bool:
-        h = int.from_bytes(hashlib.sha256(f"{seed}\x1f{sid}".encode()).digest()[:8], "big")
+        h = int.from_bytes(hashlib.sha256(f"{key}{sid}".encode()).digest()[:8], "big")
         return h / 2 ** 64 < test_fraction
 
     train = [p for p in pairs if not in_test(p.session_id)]

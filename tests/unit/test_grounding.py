@@ -6,9 +6,16 @@ from __future__ import annotations
 import pytest
 
 from tentalis_pipelines.reviewers.grounding import Flag, FlagError, check_answer, validate_flag
-from tentalis_pipelines.reviewers.grounding_data import make_sessions, split_by_session
+from tentalis_pipelines.reviewers.grounding_data import Pair, make_sessions, split_by_session
 from tentalis_pipelines.reviewers.grounding_policy import GroundingFlagError, apply_flags, chars_to_tokens
-from tentalis_pipelines.reviewers.grounding_tagger import combine, spans_from_tokens
+from tentalis_pipelines.reviewers.grounding_tagger import (
+    choose_threshold,
+    combine,
+    positive_weight,
+    span_counts,
+    spans_from_tokens,
+    tagger_loss,
+)
 from tentalis_pipelines.training.trainer import TrainSample
 
 CONTEXT = ('{"city": "San Diego", "temp_f": 72.41, "humidity_pct": 65, "date": "2024-03-05", "wind_mph": 8}\n'
@@ -149,6 +156,35 @@ def test_tagger_tokens_become_word_spans_and_rules_win_overlaps():
     rules = [Flag(5, 14, "number", "r", "$1,205.50")]
     both = combine(rules, spans)
     assert [(f.text, f.detector) for f in both] == [("$1,205.50", "rules"), ("Trader Joe's", "tagger")]
+
+
+def test_tagger_loss_weighs_unsupported_tokens_by_hand():
+    import math
+
+    import torch
+
+    logits = torch.tensor([[[0.0, 0.0], [2.0, 0.0], [0.0, 1.0], [5.0, 5.0]]])
+    labels = torch.tensor([[0, 1, 1, -100]])  # the last token is context: ignored
+    nll = [math.log(2), math.log(1 + math.e ** 2), math.log(1 + math.e ** -1)]  # -log softmax at each label
+    w = 4.0
+    by_hand = (nll[0] + w * nll[1] + w * nll[2]) / (1 + w + w)
+    assert tagger_loss(logits, labels, w).item() == pytest.approx(by_hand, rel=1e-6)
+    assert tagger_loss(logits, labels, 1.0).item() == pytest.approx(sum(nll) / 3, rel=1e-6)
+    assert positive_weight([torch.tensor([[-100, 0, 0, 1, 0]]), torch.tensor([[0, 0, 1, 0, 0, -100]])]) == 7 / 2
+    assert positive_weight([torch.tensor([[0, 0, -100]])]) == 1.0  # no unsupported token: unweighted
+
+
+def test_choose_threshold_maximises_exact_span_f1_on_held_out_pairs():
+    a = Pair("s1", "t", "ctx", "Paid 12 to Bo.", [(5, 7, "number")])
+    b = Pair("s2", "t", "ctx", "All good here.", [])
+    probs = [[(0, 4, 0.3), (5, 7, 0.7), (8, 10, 0.1), (11, 13, 0.45)], [(0, 3, 0.2), (4, 8, 0.35), (9, 13, 0.1)]]
+    # by hand: t in (0.45, 0.7] flags exactly "12" (F1 1); t in (0.35, 0.45] adds "Bo" (P 1/2, F1 2/3); t > 0.7 none
+    t, f1 = choose_threshold([a, b], probs)
+    assert f1 == pytest.approx(1.0) and t == 0.7  # ties go to the highest threshold
+    assert span_counts([a, b], [[Flag(5, 7, "number", "", "12"), Flag(11, 13, "entity", "", "Bo")], []]) == (1, 1, 0)
+    assert span_counts([a], [[Flag(5, 8, "number", "", "12 ")]]) == (0, 1, 1)  # exact boundaries only
+    t, f1 = choose_threshold([a, b], probs, grid=(0.4,))
+    assert (t, f1) == (0.4, pytest.approx(2 / 3))
 
 
 # --------------------------------------------------------------------------- the policy in training

@@ -6,7 +6,8 @@ D = "tentalis_pipelines/reviewers/grounding_data.py"
 T = "tentalis_pipelines/reviewers/grounding_tagger.py"
 P = "tentalis_pipelines/reviewers/grounding_policy.py"
 TU = ["tests/unit/test_grounding.py"]
-TE = ["tests/test_grounding_pipeline.py"]  # end to end: landed sessions, the asset, build_samples, a checkpoint, replay
+TE = ["tests/test_grounding_pipeline.py"]
+TT = ["tests/test_grounding_tagger.py"]  # the tagger trained on the real MiniLM (a few pairs)  # end to end: landed sessions, the asset, build_samples, a checkpoint, replay
 
 MUTANTS = [
     # (Dropping .normalize() is an equivalent mutant: Decimal('3.50') == Decimal('3.5') and they hash alike.)
@@ -52,4 +53,25 @@ MUTANTS = [
     {"id": "grounding-replay-ignores-policy", "file": "tentalis_pipelines/lineage.py",
      "find": "grounding_policy=config.get(\"grounding_policy\", \"off\")", "replace": "grounding_policy=\"off\"", "tests": TE,
      "why": "lineage.replay rebuilds other samples than a grounded checkpoint trained on"},
+    {"id": "grounding-tagger-loss-unweighted", "file": T,
+     "find": "weight=torch.tensor([1.0, float(weight)], dtype=logits.dtype))", "replace": "weight=torch.tensor([1.0, 1.0], dtype=logits.dtype))",
+     "tests": TU, "why": "the rare unsupported tokens weigh no more than the rest: the tagger learns to flag nothing"},
+    {"id": "grounding-tagger-weight-inverted", "file": T, "find": "    return neg / pos if pos and neg else 1.0\n",
+     "replace": "    return pos / neg if pos and neg else 1.0\n", "tests": TU, "why": "the weight favours the common class"},
+    {"id": "grounding-tagger-weight-all-pairs", "file": T,
+     "find": "        weight = positive_weight([_labels(tagger.encode([p.answer], [p.context]), [p]) for p in fit])\n",
+     "replace": "        weight = positive_weight([_labels(tagger.encode([p.answer], [p.context]), [p]) for p in pairs])\n", "tests": TT,
+     "why": "the loss weight is counted on the held-out sessions too"},
+    {"id": "grounding-tagger-threshold-not-chosen", "file": T,
+     "find": "        tagger.threshold, tagger.held_out_f1 = choose_threshold(held, [tagger.probabilities(p.answer, p.context) for p in held])\n",
+     "replace": "        pass\n", "tests": TT, "why": "the held-out sessions are set aside but the threshold stays 0.5"},
+    {"id": "grounding-tagger-threshold-lowest-tie", "file": T, "find": "    for t in sorted(grid, reverse=True):\n",
+     "replace": "    for t in sorted(grid):\n", "tests": TU, "why": "among equally good thresholds the one flagging most wins"},
+    {"id": "grounding-tagger-threshold-not-loaded", "file": T,
+     "find": "        return cls(tok, model, stored if threshold is None else threshold)\n",
+     "replace": "        return cls(tok, model, 0.5 if threshold is None else threshold)\n", "tests": TT,
+     "why": "a saved tagger forgets the threshold chosen for it"},
+    {"id": "grounding-tagger-split-unsalted", "file": T,
+     "find": "seed=config.seed, salt=\"tagger-threshold\")", "replace": "seed=config.seed)", "tests": TT,
+     "why": "the threshold's held-out sessions fall where the benchmark's test split already was: none are held out"},
 ]
