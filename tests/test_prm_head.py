@@ -218,3 +218,67 @@ def test_mean_pooling_averages_each_steps_tokens(tiny_model_dir):
     np.testing.assert_allclose(mean, torch.stack([h[a: b + 1].mean(0) for a, b in spans]).numpy(), rtol=1e-4, atol=1e-4)
     (both,) = step_features(trunk, [(problem, steps)], pooling="last+mean", layers=[2])
     np.testing.assert_allclose(both[:, 0], np.concatenate([h[[b for _, b in spans]].numpy(), mean], 1), rtol=1e-4, atol=1e-4)
+
+
+def test_surprise_features_are_each_steps_log_probs_under_the_whole_model(tiny_model_dir):
+    """A ``full`` trunk reads block 1 as the cut one does, and each step's surprise is, by hand from the LM's
+    own logits: the mean and minimum log-probability of the step's tokens, then of its tokens holding a digit
+    (the whole step when none does). Two solutions of different lengths in one padded batch."""
+    from transformers import AutoModelForCausalLM
+
+    from tentalis_pipelines.reviewers.prm_head import HeadConfig, head_features, step_features_and_surprise
+
+    cut, full = load_trunk(tiny_model_dir, 1), load_trunk(tiny_model_dir, 1, full=True)
+    sols = [("3 apples and 4 pears?", ["3 + 4 = 7 fruits.", "The answer is seven."]), ("Two boxes of 5?", ["2 * 5 = 10"])]
+    feats, surprise = step_features_and_surprise(full, sols, pooling="mean", surprise=True)
+    for f, g in zip(feats, step_features(cut, sols, pooling="mean")):
+        np.testing.assert_allclose(f, g, rtol=1e-4, atol=1e-4)
+    lm = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=full.dtype).eval()
+    for (problem, steps), got in zip(sols, surprise):
+        ids, spans = tokenize_solution_spans(full.tokenizer, problem, steps, max_tokens=512)
+        with torch.no_grad():
+            logp = torch.log_softmax(lm(input_ids=torch.tensor([ids])).logits[0].float(), -1)
+        lp = [0.0] + [float(logp[j - 1, ids[j]]) for j in range(1, len(ids))]
+        want = []
+        for a, b in spans:
+            seg = lp[a: b + 1]
+            dig = [lp[j] for j in range(a, b + 1) if any(c.isdigit() for c in full.tokenizer.decode([ids[j]]))] or seg
+            want.append([sum(seg) / len(seg), min(seg), sum(dig) / len(dig), min(dig)])
+        assert got.shape == (len(steps), 4)
+        np.testing.assert_allclose(got, np.asarray(want), rtol=2e-3, atol=2e-3)
+    # the second step of the first solution ("The answer is seven.") has no digit: its digit columns are the step's
+    assert surprise[0][1, 2] == pytest.approx(surprise[0][1, 0]) and surprise[0][1, 3] == pytest.approx(surprise[0][1, 1])
+    (row, _) = head_features(full, sols, HeadConfig(layer=1, features="hidden+surprise"))
+    np.testing.assert_allclose(row[:, -4:], surprise[0], rtol=1e-6)
+    with pytest.raises(ValueError, match="full=True"):
+        step_features_and_surprise(cut, sols, surprise=True)
+
+
+def test_a_surprise_head_trains_stores_and_scores_through_the_product(home, tiny_model_dir, data_root, embedded_model_dir):
+    """`HeadConfig(features="hidden+surprise")` end to end: `train_reviewer` reads the whole model, the stored head is
+    four columns wider than the hidden state, `PRMHeadScorer` loads the whole model again and scores; a head
+    scored against a model of another width names the fix."""
+    from tentalis_pipelines.reviewers.prm_head import HeadCheckpoint, feature_dim
+    from tentalis_pipelines.reviewers.prm_reviewer import TrainSettings, train_reviewer
+
+    cfg = HeadConfig(layer=1, epochs=40, features="hidden+surprise")
+    v = train_reviewer(home, tiny_model_dir, data_root, config=cfg,
+                       settings=TrainSettings(train_problems=50, use_embeddings=False), cache_dir=home / "cache")
+    ck = HeadCheckpoint.load(v)
+    hidden = load_trunk(tiny_model_dir, 1).model.config.hidden_size
+    assert ck.config.surprise and int(ck.head.mean.shape[0]) == hidden + 4 == feature_dim(ck.config, hidden)
+    assert feature_dim(HeadConfig(layer=2, layers=(1, 2), pooling="last+mean", features="hidden"), hidden) == 4 * hidden
+    scorer = PRMHeadScorer(home, tiny_model_dir)
+    assert scorer.trunk.lm_head is not None
+    (scores,) = scorer.score(["2 boxes of 3?"], [["2 * 3 = 6", "The answer is 6."]])
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+    with pytest.raises(ValueError, match="train a head for this model"):
+        PRMHeadScorer(home, embedded_model_dir)
+    # the surprise alone: four columns, no hidden state
+    only = train_reviewer(home, tiny_model_dir, data_root, config=HeadConfig(layer=1, epochs=40, features="surprise"),
+                          settings=TrainSettings(train_problems=50, use_embeddings=False), cache_dir=home / "cache")
+    assert int(HeadCheckpoint.load(only).head.mean.shape[0]) == 4
+    (scores,) = PRMHeadScorer(home, tiny_model_dir).score(["2 boxes of 3?"], [["2 * 3 = 6", "The answer is 6."]])
+    assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
+    with pytest.raises(ValueError, match="features 'logits' is not one of"):
+        HeadConfig(features="logits")

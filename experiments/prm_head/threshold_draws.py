@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.prm_head.sweep import Variant, transform
+from experiments.prm_head.sweep import Variant, auc, pb_step_labels, transform
 from tentalis_pipelines.evaluation.processbench import processbench_metrics
 from tentalis_pipelines.reviewers.prm_head import (
     HeadConfig,
@@ -35,11 +35,21 @@ from tentalis_pipelines.reviewers.prm_head import (
 RECIPE = Variant(layers=(10,), pooling="mean", data="pbstyle", weight_decay=1.0)
 
 
-def draw(d: dict, how: str, seed: int) -> dict:
+def read(r: dict, kind: str, layers: list[int], hidden: int) -> np.ndarray:
+    """A row's features: the recipe's hidden state, its four surprise columns (``step_surprise``), or both."""
+    parts = []
+    if kind in ("hidden", "hidden+surprise"):
+        parts.append(transform(r["features"], RECIPE, layers, hidden))
+    if kind in ("surprise", "hidden+surprise"):
+        parts.append(np.asarray(r["surprise"], dtype=np.float32).reshape(len(r["features"]), -1))
+    return np.concatenate(parts, 1)
+
+
+def draw(d: dict, how: str, seed: int, kind: str = "hidden") -> dict:
     layers, hidden = d["layers"], d["hidden"]
     config = HeadConfig(layer=10, weight_decay=RECIPE.weight_decay, seed=seed)
     rows = [r for src in ("ours", "ours_pbstyle") for r in d[src]]
-    feats = [transform(r["features"], RECIPE, layers, hidden) for r in rows]
+    feats = [read(r, kind, layers, hidden) for r in rows]
     labels = [list(r["labels"][: len(r["features"])]) for r in rows]
     styled = [i >= len(d["ours"]) for i in range(len(rows))]
 
@@ -60,9 +70,10 @@ def draw(d: dict, how: str, seed: int) -> dict:
         head = fit([i for i in range(len(rows)) if styled[i]])
     rule, held_f1 = choose_rule(val_scores, [rows[i]["first_error"] for i in val])
     pb = d["processbench"]
-    pb_scores = score_steps(head, [transform(r["features"], RECIPE, layers, hidden) for r in pb])
+    pb_scores = score_steps(head, [read(r, kind, layers, hidden) for r in pb])
     m = processbench_metrics([r["label"] for r in pb], [rule.predict(s) for s in pb_scores])
-    return {"threshold_from": how, "seed": seed, "threshold": round(rule.threshold, 3), "held_out_f1": round(100 * held_f1, 1),
+    xs, ys = pb_step_labels(pb_scores, [r["label"] for r in pb])
+    return {"features": kind, "threshold_from": how, "seed": seed, "pb_step_auc": round(auc(xs, ys), 3), "threshold": round(rule.threshold, 3), "held_out_f1": round(100 * held_f1, 1),
             "pb_err": round(100 * m.error_accuracy, 1), "pb_cor": round(100 * m.correct_accuracy, 1), "pb_f1": round(100 * m.f1, 1)}
 
 
@@ -71,17 +82,21 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("features", type=Path)
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--csv", type=Path, default=Path(__file__).resolve().parent / "threshold_draws.csv")
+    p.add_argument("--features-kind", default="hidden", help="comma-separated: hidden | surprise | hidden+surprise "
+                   "(surprise needs features.py --surprise)")
+    p.add_argument("--how", default="slice,cv5", help="comma-separated: slice | cv5")
     args = p.parse_args(argv)
     with args.features.open("rb") as fh:
         d = pickle.load(fh)
     out = []
-    for how in ("slice", "cv5"):
-        for seed in range(args.seeds):
-            out.append(draw(d, how, seed))
-            print(out[-1], flush=True)
-        f1 = [r["pb_f1"] for r in out if r["threshold_from"] == how]
-        print(f"{how}: ProcessBench GSM8K F1 mean {np.mean(f1):.1f}, min {min(f1):.1f}, max {max(f1):.1f}, "
-              f"below 20 in {sum(x < 20 for x in f1)} of {len(f1)}", flush=True)
+    for kind in args.features_kind.split(","):
+        for how in args.how.split(","):
+            for seed in range(args.seeds):
+                out.append(draw(d, how, seed, kind))
+                print(out[-1], flush=True)
+            f1 = [r["pb_f1"] for r in out if r["threshold_from"] == how and r["features"] == kind]
+            print(f"{kind} {how}: ProcessBench GSM8K F1 mean {np.mean(f1):.1f}, min {min(f1):.1f}, max {max(f1):.1f}, "
+                  f"below 20 in {sum(x < 20 for x in f1)} of {len(f1)}", flush=True)
     with args.csv.open("w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(out[0]))
         w.writeheader()

@@ -16,7 +16,9 @@ app.add_typer(prm_app, name="prm")
 
 @prm_app.command("train")
 def prm_train(
-    train_problems: int = typer.Option(1500, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
+    train_problems: int = typer.Option(600, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
+    features: str = typer.Option("surprise", "--features", help="What the head reads per step: surprise (four log-prob statistics "
+                                 "under the whole model) | hidden (block --layer's state) | hidden+surprise."),
     layer: int = typer.Option(10, "--layer", help="The (deepest) trunk block whose output the head reads."),
     layers: str = typer.Option("", "--layers", help="Several blocks, comma-separated, concatenated (ending at --layer); empty: --layer alone."),
     pooling: str = typer.Option("mean", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),
@@ -51,7 +53,7 @@ def prm_train(
     lake = Lakehouse(paths.lakehouse) if rollouts else None
     try:
         read = tuple(int(x) for x in layers.split(",") if x.strip())
-        config = HeadConfig(layer=layer, layers=read, pooling=pooling, center=center, rule=rule, hidden=hidden, seed=seed,
+        config = HeadConfig(layer=layer, layers=read, pooling=pooling, features=features, center=center, rule=rule, hidden=hidden, seed=seed,
                             weight_decay=weight_decay, max_tokens=max_tokens)
         folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake, config=config,
                                 settings=TrainSettings(train_problems=train_problems, folds=folds, seed=seed, use_embeddings=embeddings,

@@ -56,6 +56,7 @@ def tokenize_solution_spans(tokenizer, problem: str, steps: Sequence[str], max_t
 
 
 POOLINGS = ("last", "mean", "last+mean")
+FEATURES = ("hidden", "surprise", "hidden+surprise")
 
 
 @dataclass
@@ -68,11 +69,16 @@ class Trunk:
     device: torch.device
     dtype: torch.dtype
     name: str = ""
+    # The whole model's final norm and LM head (``load_trunk(..., full=True)``): every block runs, the
+    # features still come from block ``layer``, and the logits give each token's surprise (:func:`step_surprise`).
+    lm_head: Any = None
+    digit_tokens: dict[int, bool] = field(default_factory=dict)  # token id -> its text holds a digit (filled lazily)
 
 
-def load_trunk(model_dir: str | Path, layer: int, *, device: str = "auto", dtype: str = "auto") -> Trunk:
+def load_trunk(model_dir: str | Path, layer: int, *, device: str = "auto", dtype: str = "auto", full: bool = False) -> Trunk:
     """Load a causal LM's base model (``AutoModelForCausalLM(...).model``) keeping its first ``layer``
-    blocks; ``layer`` must be between 1 and the model's depth."""
+    blocks; ``layer`` must be between 1 and the model's depth. ``full``: keep every block, the final norm
+    and the LM head too (what :func:`step_surprise` needs; a full forward costs more)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     dev = resolve_device(device)
@@ -82,31 +88,78 @@ def load_trunk(model_dir: str | Path, layer: int, *, device: str = "auto", dtype
     depth = len(base.layers)
     if not 1 <= layer <= depth:
         raise ValueError(f"PRM head layer {layer} is outside the model's 1..{depth} blocks ({model_dir})")
-    base.layers = base.layers[:layer]
-    base.config.num_hidden_layers = layer
-    base.norm = nn.Identity()  # the final norm belongs to the last block's output, not this layer's
+    lm_head = None
+    if full:
+        lm_head = lm.lm_head.to(dev).eval()
+        for p in lm_head.parameters():
+            p.requires_grad_(False)
+    else:
+        base.layers = base.layers[:layer]
+        base.config.num_hidden_layers = layer
+        base.norm = nn.Identity()  # the final norm belongs to the last block's output, not this layer's
     base.to(dev).eval()
     for p in base.parameters():
         p.requires_grad_(False)
-    return Trunk(base, AutoTokenizer.from_pretrained(str(model_dir)), layer, dev, dt, name=Path(str(model_dir)).name)
+    return Trunk(base, AutoTokenizer.from_pretrained(str(model_dir)), layer, dev, dt, name=Path(str(model_dir)).name,
+                 lm_head=lm_head)
+
+
+SURPRISE_FEATURES = ("mean log-prob", "min log-prob", "digit mean log-prob", "digit min log-prob")
+
+
+def step_surprise(token_logprobs: torch.Tensor, spans: Sequence[tuple[int, int]], digit: Sequence[bool]) -> torch.Tensor:
+    """``[steps, 4]``: per step span ``(first, last)``, the mean and the minimum of ``token_logprobs`` (the
+    model's log-probability of each token given the ones before it) over the span's tokens, then the same
+    over its tokens whose text holds a digit (``digit[j]``; the whole span when none does). A wrong number
+    is a number the model did not expect: a signal that does not depend on how the head's features drift
+    between domains."""
+    rows = []
+    for a, b in spans:
+        seg = token_logprobs[a: b + 1]
+        num = torch.tensor([digit[j] for j in range(a, b + 1)], dtype=torch.bool, device=seg.device)
+        dig = seg[num] if bool(num.any()) else seg
+        rows.append(torch.stack([seg.mean(), seg.min(), dig.mean(), dig.min()]))
+    return torch.stack(rows) if rows else torch.zeros((0, len(SURPRISE_FEATURES)))
+
+
+def _digit_flags(trunk: Trunk, ids: Sequence[int]) -> list[bool]:
+    out = []
+    for t in ids:
+        if t not in trunk.digit_tokens:
+            trunk.digit_tokens[t] = any(c.isdigit() for c in trunk.tokenizer.decode([t]))
+        out.append(trunk.digit_tokens[t])
+    return out
+
+
+def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], *, max_tokens: int = 1024,
+                  batch_tokens: int = 4096, layers: Sequence[int] | None = None, pooling: str = "last") -> list[np.ndarray]:
+    """See :func:`step_features_and_surprise` (the features alone)."""
+    return step_features_and_surprise(trunk, solutions, max_tokens=max_tokens, batch_tokens=batch_tokens, layers=layers,
+                                      pooling=pooling)[0]
 
 
 @torch.inference_mode()
-def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], *, max_tokens: int = 1024,
-                  batch_tokens: int = 4096, layers: Sequence[int] | None = None, pooling: str = "last") -> list[np.ndarray]:
+def step_features_and_surprise(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], *, max_tokens: int = 1024,
+                               batch_tokens: int = 4096, layers: Sequence[int] | None = None, pooling: str = "last",
+                               surprise: bool = False) -> tuple[list[np.ndarray], list[np.ndarray] | None]:
     """One float32 array ``[steps kept, dim]`` per ``(problem, steps)``: the trunk's last hidden state at
     each step's last token (``pooling="last"``), its mean over the step's tokens (``"mean"``: less tied to
     how a step happens to end), or both concatenated (``"last+mean"``, ``dim`` = 2 x hidden). Solutions are
     batched by length (right padding, attention mask), so the result does not depend on the batch they
     land in beyond float rounding. With ``layers`` (each at most the trunk's), the arrays are
-    ``[steps kept, len(layers), dim]``: several layers from one pass."""
+    ``[steps kept, len(layers), dim]``: several layers from one pass. With ``surprise`` (a ``full`` trunk),
+    the second list holds each solution's ``[steps kept, 4]`` :func:`step_surprise` (else it is None)."""
     if layers is not None and not all(1 <= x <= trunk.layer for x in layers):
         raise ValueError(f"layers {list(layers)} must lie in 1..{trunk.layer} (the trunk's depth)")
     if pooling not in POOLINGS:
         raise ValueError(f"pooling {pooling!r} is not one of {POOLINGS}")
+    if surprise and trunk.lm_head is None:
+        raise ValueError("surprise features need the whole model's LM head: load the trunk with load_trunk(..., full=True)")
     encoded = [tokenize_solution_spans(trunk.tokenizer, p, s, max_tokens) for p, s in solutions]
     order = sorted(range(len(encoded)), key=lambda i: len(encoded[i][0]))
     out: list[np.ndarray | None] = [None] * len(encoded)
+    surprises: list[np.ndarray | None] = [None] * len(encoded)
+    full = trunk.lm_head is not None  # every block runs: block `layer` is a hidden state, not the last one
     pad = trunk.tokenizer.pad_token_id if trunk.tokenizer.pad_token_id is not None else 0
     dim = trunk.model.config.hidden_size * (2 if pooling == "last+mean" else 1)
     i = 0
@@ -123,16 +176,24 @@ def step_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], 
             ids[row, : len(toks)] = torch.tensor(toks)
             mask[row, : len(toks)] = 1
         res = trunk.model(input_ids=ids.to(trunk.device), attention_mask=mask.to(trunk.device),
-                          output_hidden_states=layers is not None)
-        h = res.last_hidden_state if layers is None else torch.stack([res.hidden_states[x] for x in layers], 2)
+                          output_hidden_states=layers is not None or full)
+        if layers is not None:
+            h = torch.stack([res.hidden_states[x] for x in layers], 2)
+        else:
+            h = res.hidden_states[trunk.layer] if full else res.last_hidden_state
         for row, k in enumerate(batch):
-            spans = encoded[k][1]
+            toks, spans = encoded[k]
+            if surprise:
+                logits = trunk.lm_head(res.last_hidden_state[row, : len(toks) - 1]).float()
+                lp = torch.zeros(len(toks), device=logits.device)  # the first token has no context: never in a step
+                lp[1:] = torch.log_softmax(logits, -1).gather(1, ids[row, 1: len(toks), None].to(logits.device))[:, 0]
+                surprises[k] = step_surprise(lp, spans, _digit_flags(trunk, toks)).cpu().numpy()
             if not spans:
                 out[k] = np.zeros((0, dim) if layers is None else (0, len(layers), dim), np.float32)
                 continue
             out[k] = pool_steps(h[row].float(), spans, pooling).cpu().numpy()
         i = j
-    return [o for o in out]  # type: ignore[misc]
+    return [o for o in out], ([x for x in surprises] if surprise else None)  # type: ignore[misc]
 
 
 def pool_steps(hidden: torch.Tensor, spans: Sequence[tuple[int, int]], pooling: str) -> torch.Tensor:
@@ -189,6 +250,10 @@ class HeadConfig:
     center: bool = False
     rule: str = "threshold"
     drop: float = 1.0
+    # What a step's feature is: the trunk's hidden state at block ``layer`` (pooled), the step's surprise
+    # under the whole model (step_surprise: four log-prob statistics, a full forward), or both concatenated.
+    # The surprise alone is the recipe chosen on our held-out labels (experiments/prm_head, fifth pass).
+    features: str = "surprise"
 
     def __post_init__(self):
         object.__setattr__(self, "layers", tuple(int(x) for x in self.layers))  # a manifest gives a list
@@ -198,17 +263,42 @@ class HeadConfig:
             raise ValueError(f"HeadConfig.pooling {self.pooling!r} is not one of {POOLINGS}")
         if self.rule not in RULES:
             raise ValueError(f"HeadConfig.rule {self.rule!r} is not one of {RULES}")
+        if self.features not in FEATURES:
+            raise ValueError(f"HeadConfig.features {self.features!r} is not one of {FEATURES}")
+
+    @property
+    def surprise(self) -> bool:
+        """Whether the head reads the steps' surprise (the trunk must then be the whole model)."""
+        return self.features != "hidden"
+
+    @property
+    def hidden_state(self) -> bool:
+        """Whether the head reads the trunk's hidden state."""
+        return self.features != "surprise"
 
     @property
     def read_layers(self) -> tuple[int, ...]:
         return self.layers or (self.layer,)
 
 
+def feature_dim(config: HeadConfig, hidden_size: int) -> int:
+    """How wide the features ``config`` reads from a trunk of ``hidden_size`` are (:func:`head_features`)."""
+    per_layer = hidden_size * (2 if config.pooling == "last+mean" else 1)
+    return per_layer * len(config.read_layers) * config.hidden_state + (len(SURPRISE_FEATURES) if config.surprise else 0)
+
+
 def head_features(trunk: Trunk, solutions: Sequence[tuple[str, Sequence[str]]], config: HeadConfig) -> list[np.ndarray]:
     """The features ``config`` reads, one ``[steps kept, dim]`` array per solution: :func:`step_features`
-    of its layers (concatenated) and pooling, centred per solution when ``config.center``."""
-    feats = step_features(trunk, solutions, max_tokens=config.max_tokens, layers=config.read_layers, pooling=config.pooling)
-    return [shape_features(f, config.center) for f in feats]
+    of its layers (concatenated) and pooling, centred per solution when ``config.center``, then the
+    step's four :func:`step_surprise` columns (``config.features`` "hidden+surprise"); or those four alone
+    ("surprise")."""
+    feats, surprise = step_features_and_surprise(trunk, solutions, max_tokens=config.max_tokens, layers=config.read_layers,
+                                                 pooling=config.pooling, surprise=config.surprise)
+    shaped = [shape_features(f, config.center) for f in feats]
+    if surprise is None:
+        return shaped
+    return [np.concatenate([f, u.astype(np.float32)], 1) if config.hidden_state else u.astype(np.float32)
+            for f, u in zip(shaped, surprise)]
 
 
 def shape_features(f: np.ndarray, center: bool) -> np.ndarray:
@@ -452,8 +542,9 @@ class HeadCheckpoint:
     def load(cls, folder: str | Path) -> HeadCheckpoint:
         folder = Path(folder)
         meta = json.loads((folder / "manifest.json").read_text())
-        # A head stored before pooling was a setting read each step's last token: load it as it was trained.
-        cfg = HeadConfig(**{"pooling": "last", **meta["config"]})
+        # A head stored before pooling (or features) was a setting read each step's last token's hidden state:
+        # load it as it was trained.
+        cfg = HeadConfig(**{"pooling": "last", "features": "hidden", **meta["config"]})
         head = PRMHead(int(meta["dim"]), cfg.hidden, cfg.dropout)
         head.load_state_dict(torch.load(folder / "head.pt", weights_only=True))
         head.eval()

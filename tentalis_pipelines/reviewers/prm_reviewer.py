@@ -32,6 +32,7 @@ from tentalis_pipelines.reviewers.prm_head import (
     HeadCheckpoint,
     HeadConfig,
     choose_rule,
+    feature_dim,
     head_features,
     load_trunk,
     out_of_fold_scores,
@@ -147,7 +148,9 @@ def rollout_labels(lake) -> tuple[list[LabelledSolution], dict[str, Any]]:
 class TrainSettings:
     """What ``tentalis prm train`` trains on and how (defaults: the benchmarked recipe)."""
 
-    train_problems: int = 1500
+    # 600 keeps labelling, the whole model's pass over both renderings and a ProcessBench evaluation inside
+    # 30 minutes on a 2-core CPU; the default head has four weights (experiments/prm_head, fifth pass).
+    train_problems: int = 600
     corruptions: int = 2
     # How the rule's threshold is chosen: on the out-of-fold scores of every labelled problem, ``folds``
     # heads each trained without one fold (cross-fitting); ``folds`` 1: on one held-out slice of
@@ -208,7 +211,7 @@ def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, 
     if lake is not None:
         own, lake_lineage = rollout_labels(lake)
         labelled += own
-    trunk = load_trunk(model_dir, config.layer)
+    trunk = load_trunk(model_dir, config.layer, full=config.surprise)
     read = replace(config, max_tokens=settings.max_tokens)
     if settings.folds >= 2:
         # Every problem in both renderings (plain, then ProcessBench's shape); the training rendering trains.
@@ -270,10 +273,12 @@ class PRMHeadScorer:
                                     f"with `{TRAIN_COMMAND}`")
         self.folder = folder
         self.checkpoint = HeadCheckpoint.load(folder)
-        self.trunk = load_trunk(model_dir, self.checkpoint.config.layer)
-        if self.trunk.model.config.hidden_size != int(self.checkpoint.head.mean.shape[0]):
+        self.trunk = load_trunk(model_dir, self.checkpoint.config.layer, full=self.checkpoint.config.surprise)
+        want = feature_dim(self.checkpoint.config, self.trunk.model.config.hidden_size)
+        if want != int(self.checkpoint.head.mean.shape[0]):
             raise ValueError(f"PRM head {folder} reads {int(self.checkpoint.head.mean.shape[0])}-wide features, but {model_dir} "
-                             f"has hidden size {self.trunk.model.config.hidden_size}: train a head for this model ({TRAIN_COMMAND})")
+                             f"gives {want} (hidden size {self.trunk.model.config.hidden_size}): train a head for this model "
+                             f"({TRAIN_COMMAND})")
 
     @property
     def version(self) -> str:

@@ -183,8 +183,8 @@ def test_a_head_stored_before_pooling_existed_still_reads_the_last_token(tmp_pat
     ck = HeadCheckpoint(PRMHead(4), HeadConfig(layer=6, pooling="last"), 0.3, "m")
     folder = ck.save(tmp_path / "v")
     meta = json.loads((folder / "manifest.json").read_text())
-    for key in ("pooling", "layers", "center", "rule", "drop", "dropout"):
+    for key in ("pooling", "layers", "center", "rule", "drop", "dropout", "features"):
         del meta["config"][key]  # the manifest of an older version
     (folder / "manifest.json").write_text(json.dumps(meta))
     old = HeadCheckpoint.load(folder)
-    assert old.config.pooling == "last" and old.config.read_layers == (6,) and old.rule == DecisionRule("threshold", 0.3)
+    assert old.config.pooling == "last" and old.config.features == "hidden" and old.config.read_layers == (6,) and old.rule == DecisionRule("threshold", 0.3)
