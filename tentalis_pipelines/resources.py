@@ -198,16 +198,17 @@ class ReviewResource(ConfigurableResource):
 
     def step_judge(self, paths, scorer: str | None = None):
         """What scores steps for ``scorer`` (default: ``step_scorer``): the LLM judge, the newest PRM head
-        (``PRMHeadNotTrained``, naming `tentalis prm train`, when none is stored), or None (the calculator)."""
+        (``PRMHeadNotTrained``, naming `tentalis prm train`, when none is stored; ``PRMHeadGameable`` when
+        it reads the model's surprise, which a policy learns to game), or None (the calculator)."""
         scorer = scorer or self.step_scorer
         if scorer == "judge":
             return self.judge(paths.models)
         if scorer == "prm_head":
             from tentalis_pipelines.inference.models import resolve_model
-            from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadScorer, latest_version
+            from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadScorer, step_scorer_version
 
-            latest_version(paths.home)  # the clear error first, before a model is loaded
-            return PRMHeadScorer(paths.home, resolve_model(self.judge_model, paths.models))
+            folder = step_scorer_version(paths.home)  # the clear error first, before a model is loaded
+            return PRMHeadScorer(paths.home, resolve_model(self.judge_model, paths.models), version=folder.name)
         return None
 
     def llm_manager(self, models_dir, rubric: str | None = None, adapter_dir=None, version: str = "base"):

@@ -257,7 +257,8 @@ def test_surprise_features_are_each_steps_log_probs_under_the_whole_model(tiny_m
 def test_a_surprise_head_trains_stores_and_scores_through_the_product(home, tiny_model_dir, data_root, embedded_model_dir):
     """`HeadConfig(features="hidden+surprise")` end to end: `train_reviewer` reads the whole model, the stored head is
     four columns wider than the hidden state, `PRMHeadScorer` loads the whole model again and scores; a head
-    scored against a model of another width names the fix."""
+    scored against a model of another width names the fix; as a learning run's step scorer it is refused
+    (`PRMHeadGameable`), while a hidden-state head is served (the process-mode test above)."""
     from tentalis_pipelines.reviewers.prm_head import HeadCheckpoint, feature_dim
     from tentalis_pipelines.reviewers.prm_reviewer import TrainSettings, train_reviewer
 
@@ -270,6 +271,11 @@ def test_a_surprise_head_trains_stores_and_scores_through_the_product(home, tiny
     assert feature_dim(HeadConfig(layer=2, layers=(1, 2), pooling="last+mean", features="hidden"), hidden) == 4 * hidden
     scorer = PRMHeadScorer(home, tiny_model_dir)
     assert scorer.trunk.lm_head is not None
+    # a head that reads the surprise judges, but a learning run may not train on its step scores (it is gamed)
+    from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadGameable
+
+    with pytest.raises(PRMHeadGameable, match="v0001 reads the model's own surprise .*--features hidden"):
+        ReviewResource(step_scorer="prm_head").step_judge(Paths.from_env(home))
     (scores,) = scorer.score(["2 boxes of 3?"], [["2 * 3 = 6", "The answer is 6."]])
     assert len(scores) == 2 and all(0.0 <= s <= 1.0 for s in scores)
     with pytest.raises(ValueError, match="train a head for this model"):

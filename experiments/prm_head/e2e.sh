@@ -6,7 +6,7 @@ set -euo pipefail
 SEED=$1; N=${2:-default}; SPLITS=${3:-gsm8k}
 HERE=$(cd "$(dirname "$0")" && pwd); CODE=$(cd "$HERE/../.." && pwd)
 PY=${PY:-$CODE/.venv/bin/python}
-export TENTALIS_HOME=${RUNS:-/tmp}/prm-e2e-s$SEED-n$N TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-$CODE/../shared/data}
+export TENTALIS_HOME=${RUNS:-/tmp}/prm-e2e-s$SEED-n$N${TAG:+-$TAG} TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-$CODE/../shared/data}
 unset DAGSTER_HOME
 rm -rf "$TENTALIS_HOME"; mkdir -p "$TENTALIS_HOME"
 cd "$CODE"

@@ -15,11 +15,14 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ARMS = {"prm_head": "prm_s{seed}", "calculator": "calculator_s{seed}"}
+# Round 2: the surprise head (`tentalis prm train` defaults at commit cafac3f), both arms rerun at one commit.
+ROUNDS = {1: ARMS, 2: {"prm_head": "prm2_s{seed}", "calculator": "calculator2_s{seed}"}}
+SUFFIX = {1: "", 2: "_round2"}
 
 
-def homes(runs: Path) -> dict[tuple[str, int], Path]:
+def homes(runs: Path, round_: int = 1) -> dict[tuple[str, int], Path]:
     out = {}
-    for arm, pattern in ARMS.items():
+    for arm, pattern in ROUNDS[round_].items():
         for seed in range(10):
             h = runs / pattern.format(seed=seed)
             if (h / "lakehouse" / "checkpoints").exists():
@@ -27,13 +30,13 @@ def homes(runs: Path) -> dict[tuple[str, int], Path]:
     return out
 
 
-def curves(runs: Path, benchmark: str = "arithmetic") -> dict[tuple[str, int], list[dict[str, bool]]]:
+def curves(runs: Path, benchmark: str = "arithmetic", round_: int = 1) -> dict[tuple[str, int], list[dict[str, bool]]]:
     """Per (arm, seed): item correctness of base and each checkpoint, in order."""
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import item_correctness
 
     out = {}
-    for key, h in homes(runs).items():
+    for key, h in homes(runs, round_).items():
         lake = Lakehouse(h / "lakehouse")
         have = {r["checkpoint_id"] for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark}
         ckpts = [c["checkpoint_id"] for c in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
@@ -68,14 +71,14 @@ def paired(c: dict, k: int, seeds: list[int]) -> tuple[float, float, float, int]
     return d, lo, hi, len(xs)
 
 
-def step_stats(runs: Path) -> list[dict]:
+def step_stats(runs: Path, round_: int = 1) -> list[dict]:
     """Per run: how its step scorer scored the policy's own steps, and whether the process reward agrees
     with the verifier (Spearman of process reward with outcome over rollouts that have one)."""
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.rewards.agreement import spearman
 
     rows = []
-    for (arm, seed), h in sorted(homes(runs).items()):
+    for (arm, seed), h in sorted(homes(runs, round_).items()):
         lake = Lakehouse(h / "lakehouse")
         scores = [r["score"] for r in lake.read("step_scores", columns=["score"]).to_pylist()]
         scored = [s for s in scores if s is not None]
@@ -92,7 +95,7 @@ def step_stats(runs: Path) -> list[dict]:
     return rows
 
 
-def figure(c: dict, seeds: list[int], cycles: int) -> None:
+def figure(c: dict, seeds: list[int], cycles: int, suffix: str = "") -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -119,7 +122,7 @@ def figure(c: dict, seeds: list[int], cycles: int) -> None:
     ax.set_title(f"--advantage-mode process, {len(seeds)} seeds pooled")
     ax.legend()
     fig.tight_layout()
-    fig.savefig(HERE / "prm_step_scorer.png", dpi=120)
+    fig.savefig(HERE / f"prm_step_scorer{suffix}.png", dpi=120)
 
 
 def main() -> None:
@@ -127,8 +130,10 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="1: the layer-6 head; 2: the surprise head")
     args = ap.parse_args()
-    c = curves(Path(args.runs))
+    sfx = SUFFIX[args.round]
+    c = curves(Path(args.runs), round_=args.round)
     seeds = seeds_of(c)
     cycles = max(len(v) for v in c.values())
     cell = lambda kn: "-" if kn is None else f"{100 * kn[0] / kn[1]:.1f}% [{100 * wilson_interval(*kn)[0]:.1f}, {100 * wilson_interval(*kn)[1]:.1f}]"  # noqa: E731
@@ -142,20 +147,20 @@ def main() -> None:
         for (arm, seed), items in sorted(c.items()):
             if k < len(items):
                 rows.append({"arm": arm, "seed": seed, "cycle": k, "n": len(items[k]), "correct": sum(items[k].values())})
-    with open(HERE / "curves.csv", "w", newline="") as fh:
+    with open(HERE / f"curves{sfx}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=["arm", "seed", "cycle", "n", "correct"])
         w.writeheader()
         w.writerows(rows)
-    stats = step_stats(Path(args.runs))
-    with open(HERE / "steps.csv", "w", newline="") as fh:
+    stats = step_stats(Path(args.runs), args.round)
+    with open(HERE / f"steps{sfx}.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=list(stats[0]))
         w.writeheader()
         w.writerows(stats)
     lines += ["\nStep scores of the policy's own rollouts, per run:\n", "| " + " | ".join(stats[0]) + " |", "|" + "---|" * len(stats[0])]
     lines += ["| " + " | ".join(str(v) for v in r.values()) + " |" for r in stats]
-    figure(c, seeds, cycles)
+    figure(c, seeds, cycles, sfx)
     text = "\n".join(lines) + "\n"
-    (HERE / "summary.txt").write_text(text)
+    (HERE / f"summary{sfx}.txt").write_text(text)
     print(text)
 
 

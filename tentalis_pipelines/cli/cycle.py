@@ -270,10 +270,10 @@ def learn(
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
         fail(f"--step-scorer {step_scorer!r}: choose calculator, judge or prm_head")
     if step_scorer == "prm_head":
-        from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, latest_version
+        from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, step_scorer_version
 
         try:  # before any cycle starts
-            latest_version(paths.home)
+            step_scorer_version(paths.home)
         except PRMHeadNotTrained as exc:
             fail(f"--step-scorer prm_head: {exc}")
     if tasks in ("terminal", "bfcl", "swe") and skills:

@@ -17,8 +17,9 @@ app.add_typer(prm_app, name="prm")
 @prm_app.command("train")
 def prm_train(
     train_problems: int = typer.Option(600, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
-    features: str = typer.Option("surprise", "--features", help="What the head reads per step: surprise (four log-prob statistics "
-                                 "under the whole model) | hidden (block --layer's state) | hidden+surprise."),
+    features: str = typer.Option("hidden", "--features", help="What the head reads per step: hidden (block --layer's state; "
+                                 "the only kind a learning run may use as its step scorer) | surprise (four log-prob statistics "
+                                 "under the whole model: the better ProcessBench judge, gamed as a reward) | hidden+surprise."),
     layer: int = typer.Option(10, "--layer", help="The (deepest) trunk block whose output the head reads."),
     layers: str = typer.Option("", "--layers", help="Several blocks, comma-separated, concatenated (ending at --layer); empty: --layer alone."),
     pooling: str = typer.Option("mean", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),

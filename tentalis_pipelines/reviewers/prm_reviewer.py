@@ -58,6 +58,11 @@ class PRMHeadNotTrained(RuntimeError):
     """``prm_head`` was chosen as the step scorer, but no trained head exists under the home."""
 
 
+class PRMHeadGameable(PRMHeadNotTrained):
+    """``prm_head`` was chosen as a training run's step scorer, but the newest head reads the model's own
+    surprise: a policy trained on it learns to write what the base model expects, not what is right."""
+
+
 def reviewer_dir(home: str | Path) -> Path:
     """Where the head's versions live: ``<home>/reviewers/prm_head``."""
     return Path(home) / "reviewers" / REVIEWER
@@ -82,6 +87,22 @@ def latest_version(home: str | Path) -> Path:
             f"Train one with `{TRAIN_COMMAND}` (it needs TENTALIS_DATA_DIR with gsm8k/train.jsonl), or set "
             "review.step_scorer back to 'calculator'")
     return reviewer_dir(home) / found[-1]
+
+
+def step_scorer_version(home: str | Path) -> Path:
+    """The newest version, if it may score a learning run's steps: a head that reads the model's surprise
+    (``features`` surprise or hidden+surprise) judges ProcessBench best but is gamed as a reward (with it
+    as the step scorer the policy dropped the answer format and its held-out accuracy fell to 0-6 %,
+    experiments/prm_step_scorer round 2), so it raises :class:`PRMHeadGameable` naming the fix."""
+    folder = latest_version(home)
+    features = manifest_of(folder).get("config", {}).get("features", "hidden")  # (heads before the setting read the hidden state)
+    if features != "hidden":
+        raise PRMHeadGameable(
+            f"PRM head {folder.name} reads the model's own surprise (features = {features}): it judges ProcessBench best, "
+            "but as a training reward it is gamed (the policy learned to drop the answer format; experiments/prm_step_scorer, "
+            f"round 2). Train a hidden-state head for step scoring: `{TRAIN_COMMAND} --features hidden`, or set "
+            "review.step_scorer back to 'calculator'")
+    return folder
 
 
 def save_version(home: str | Path, checkpoint: HeadCheckpoint) -> Path:

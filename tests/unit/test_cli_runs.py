@@ -97,3 +97,11 @@ def test_learn_hands_its_step_scorer_and_advantage_mode_to_every_cycle(cli_home,
     for opts in seen:
         assert opts.resources["review"]["config"]["step_scorer"] == "prm_head"
         assert opts.resources["trainer"]["config"]["advantage_mode"] == "process"
+    # a newer head that reads the model's surprise is refused before any cycle, with the fix named
+    surprise = cli_home / "reviewers" / "prm_head" / "v0002"
+    surprise.mkdir()
+    (surprise / "manifest.json").write_text('{"config": {"features": "surprise"}}')
+    seen.clear()
+    out = runner.invoke(app, ["learn", "--cycles", "1", "--step-scorer", "prm_head", "--home", str(cli_home)])
+    assert out.exit_code != 0 and not seen
+    assert "v0002 reads the model's own surprise" in " ".join(out.output.split()) and "--features hidden" in out.output

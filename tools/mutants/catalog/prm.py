@@ -141,4 +141,11 @@ MUTANTS = [
      "find": "        cfg = HeadConfig(**{\"pooling\": \"last\", \"features\": \"hidden\", **meta[\"config\"]})\n",
      "replace": "        cfg = HeadConfig(**{\"pooling\": \"last\", **meta[\"config\"]})\n", "tests": TR,
      "why": "a head stored before the features setting is scored with the new default (surprise)"},
+    {"id": "prm-gameable-head-scores-steps", "file": RV, "find": "    if features != \"hidden\":\n        raise PRMHeadGameable(",
+     "replace": "    if False:\n        raise PRMHeadGameable(", "tests": TP + ["tests/unit/test_cli_runs.py"],
+     "why": "a head that reads the model's surprise scores a learning run's steps: the policy games it"},
+    {"id": "prm-step-judge-skips-the-check", "file": RS,
+     "find": "            folder = step_scorer_version(paths.home)  # the clear error first, before a model is loaded\n",
+     "replace": "            from tentalis_pipelines.reviewers.prm_reviewer import latest_version\n            folder = latest_version(paths.home)\n",
+     "tests": TP, "why": "the review stage serves a surprise head as the step scorer (only the CLI checks)"},
 ]
