@@ -2,17 +2,22 @@
 # Usage: RUNS=<folder> [ROUND=2 HEAD_FROM=<home with a trained head>] experiments/prm_step_scorer/run.sh SEED
 # Both arms of one seed, side by side, one thread each: the PRM head (trained once and copied so that every
 # seed scores with the same head) against the calculator, in process mode. Round 1 (the layer-6 hidden-state
-# head) used homes prm_sS / calculator_sS and trained its head in prm_s0; round 2 (the surprise head,
-# `tentalis prm train` defaults) uses prm2_sS / calculator2_sS and copies the head of HEAD_FROM.
+# head) used homes prm_sS / calculator_sS and trained its head in prm_s0; round 2 (the surprise head) uses
+# prm2_sS / calculator2_sS and copies the head of HEAD_FROM; round 3 (the hidden-state head of `tentalis prm
+# train`'s defaults, from HEAD_FROM) runs only its prm3_sS arm, against round 2's calculator2_sS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-/work/runs}
 S=$1
-if [ "${ROUND:-1}" = 2 ]; then P=prm2; C=calculator2; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy}; else P=prm; C=calculator; SRC=$RUNS/prm_s0; fi
+case "${ROUND:-1}" in
+  2) P=prm2; C=calculator2; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
+  3) P=prm3; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
+  *) P=prm; C=calculator; SRC=$RUNS/prm_s0 ;;
+esac
 if [ ! -d "$SRC/reviewers/prm_head" ]; then
   TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:?} .venv/bin/tentalis prm train --home "$SRC" --train-problems 600 --no-embeddings --no-rollouts
 fi
 if [ "$RUNS/${P}_s$S" != "$SRC" ]; then mkdir -p "$RUNS/${P}_s$S"; rm -rf "$RUNS/${P}_s$S/reviewers"; cp -r "$SRC/reviewers" "$RUNS/${P}_s$S/"; fi
 OMP_NUM_THREADS=1 .venv/bin/tentalis learn --cycles 8 --seed "$S" --advantage-mode process --step-scorer prm_head --home "$RUNS/${P}_s$S" > "$RUNS/learn_${P}_head_s$S.log" 2>&1 &
-OMP_NUM_THREADS=1 .venv/bin/tentalis learn --cycles 8 --seed "$S" --advantage-mode process --step-scorer calculator --home "$RUNS/${C}_s$S" > "$RUNS/learn_${C}_s$S.log" 2>&1 &
+[ -z "$C" ] || OMP_NUM_THREADS=1 .venv/bin/tentalis learn --cycles 8 --seed "$S" --advantage-mode process --step-scorer calculator --home "$RUNS/${C}_s$S" > "$RUNS/learn_${C}_s$S.log" 2>&1 &
 wait

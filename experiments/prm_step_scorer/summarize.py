@@ -16,8 +16,9 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ARMS = {"prm_head": "prm_s{seed}", "calculator": "calculator_s{seed}"}
 # Round 2: the surprise head (`tentalis prm train` defaults at commit cafac3f), both arms rerun at one commit.
-ROUNDS = {1: ARMS, 2: {"prm_head": "prm2_s{seed}", "calculator": "calculator2_s{seed}"}}
-SUFFIX = {1: "", 2: "_round2"}
+ROUNDS = {1: ARMS, 2: {"prm_head": "prm2_s{seed}", "calculator": "calculator2_s{seed}"},
+          3: {"prm_head": "prm3_s{seed}", "calculator": "calculator2_s{seed}"}}  # 3: the hidden-state head of commit c69bda6
+SUFFIX = {1: "", 2: "_round2", 3: "_round3"}
 
 
 def homes(runs: Path, round_: int = 1) -> dict[tuple[str, int], Path]:
@@ -130,7 +131,7 @@ def main() -> None:
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="/work/runs")
-    ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="1: the layer-6 head; 2: the surprise head")
+    ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="1: the layer-6 head; 2: the surprise head; 3: the block-10 hidden-state head")
     args = ap.parse_args()
     sfx = SUFFIX[args.round]
     c = curves(Path(args.runs), round_=args.round)

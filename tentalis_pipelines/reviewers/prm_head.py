@@ -252,8 +252,9 @@ class HeadConfig:
     drop: float = 1.0
     # What a step's feature is: the trunk's hidden state at block ``layer`` (pooled), the step's surprise
     # under the whole model (step_surprise: four log-prob statistics, a full forward), or both concatenated.
-    # The surprise judges best (experiments/prm_head, fifth pass) but a policy games it as a step reward
-    # (experiments/prm_step_scorer, round 2): the default stays the hidden state, which may score steps.
+    # The surprise judges best (experiments/prm_head, fifth pass), but as a step reward it pays for text the
+    # base model expects and the policy never learns the answer format (experiments/prm_step_scorer, round 2):
+    # the default stays the hidden state, the only kind a learning run may score steps with.
     features: str = "hidden"
 
     def __post_init__(self):
