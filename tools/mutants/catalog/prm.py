@@ -140,7 +140,9 @@ MUTANTS = [
     {"id": "prm-old-head-read-as-surprise", "file": HD,
      "find": "        cfg = HeadConfig(**{\"pooling\": \"last\", \"features\": \"hidden\", **meta[\"config\"]})\n",
      "replace": "        cfg = HeadConfig(**{\"pooling\": \"last\", **meta[\"config\"]})\n", "tests": TR,
-     "why": "a head stored before the features setting is scored with the new default (surprise)"},
+     "why": "a head stored before the features setting is scored with the default instead of the hidden state it learned",
+     "equivalent": "the default is the hidden state again (HeadConfig.features = 'hidden'), so the explicit default in load "
+                   "changes nothing today; it is kept so that a future default cannot change what an old head reads"},
     {"id": "prm-gameable-head-scores-steps", "file": RV, "find": "    if features != \"hidden\":\n        raise PRMHeadGameable(",
      "replace": "    if False:\n        raise PRMHeadGameable(", "tests": TP + ["tests/unit/test_cli_runs.py"],
      "why": "a head that reads the model's surprise scores a learning run's steps: the policy games it"},
