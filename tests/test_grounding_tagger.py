@@ -13,10 +13,10 @@ from tentalis_pipelines.reviewers.grounding_tagger import (
     TAGGER_META,
     GroundingTagger,
     TaggerConfig,
-    _labels,
     choose_threshold,
     positive_weight,
     threshold_split,
+    token_labels,
     train_tagger,
 )
 from tentalis_pipelines.skills.embedder import model_dir
@@ -30,7 +30,7 @@ def test_tagger_weighs_its_fit_sessions_chooses_its_threshold_on_held_out_ones_a
     assert fit and held and len(fit) + len(held) == len(pairs)
     assert not {p.session_id for p in fit} & {p.session_id for p in held}
     tagger = train_tagger(pairs, model_dir(), config)
-    by_hand = positive_weight([_labels(tagger.encode([p.answer], [p.context]), [p]) for p in fit])
+    by_hand = positive_weight([token_labels(tagger.encode([p.answer], [p.context]), [p]) for p in fit])
     assert by_hand > 2 and tagger.positive_weight == pytest.approx(by_hand)  # unsupported tokens are the rare class
     t, f1 = choose_threshold(held, [tagger.probabilities(p.answer, p.context) for p in held])
     assert (tagger.threshold, tagger.held_out_f1) == (t, f1)

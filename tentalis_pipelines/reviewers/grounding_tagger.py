@@ -148,7 +148,9 @@ def detect(answer: str, context: str, tagger: GroundingTagger | None = None) -> 
     return rules if tagger is None else combine(rules, tagger.predict(answer, context))
 
 
-def _labels(enc, pairs: Sequence[Pair]):
+def token_labels(enc, pairs: Sequence[Pair]):
+    """Each encoded token's label: 1 for an answer token inside a gold span, 0 for another answer token,
+    -100 (ignored) for the context, the special tokens and the padding."""
     import torch
 
     labels = torch.full(enc["input_ids"].shape, -100, dtype=torch.long)
@@ -229,7 +231,7 @@ def train_tagger(pairs: Sequence[Pair], model_dir: str | Path, config: TaggerCon
     tagger = GroundingTagger(tok, model, config.threshold, config.max_length)
     weight = config.positive_weight
     if weight is None:
-        weight = positive_weight([_labels(tagger.encode([p.answer], [p.context]), [p]) for p in fit])
+        weight = positive_weight([token_labels(tagger.encode([p.answer], [p.context]), [p]) for p in fit])
     opt = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.01)
     order = list(range(len(fit)))
     rng = random.Random(config.seed)
@@ -242,7 +244,7 @@ def train_tagger(pairs: Sequence[Pair], model_dir: str | Path, config: TaggerCon
         for k in range(0, len(order), config.batch_size):
             batch = [fit[i] for i in order[k:k + config.batch_size]]
             enc = tagger.encode([p.answer for p in batch], [p.context for p in batch])
-            labels = _labels(enc, batch)
+            labels = token_labels(enc, batch)
             enc.pop("offset_mapping")
             loss = tagger_loss(model(**enc).logits, labels, weight)
             loss.backward()
