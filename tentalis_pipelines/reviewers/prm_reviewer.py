@@ -96,13 +96,6 @@ def step_scorer_version(home: str | Path) -> Path:
     the policy never learned the format and its held-out accuracy fell to 3 % against the calculator's
     29 %, experiments/prm_step_scorer round 2), so it raises :class:`PRMHeadGameable` naming the fix."""
     folder = latest_version(home)
-    features = manifest_of(folder).get("config", {}).get("features", "hidden")  # (heads before the setting read the hidden state)
-    if features != "hidden":
-        raise PRMHeadGameable(
-            f"PRM head {folder.name} reads the model's own surprise (features = {features}): it judges ProcessBench best, "
-            "but as a training reward it pays for text the base model expects, and the policy never learned the answer format "
-            f"(experiments/prm_step_scorer, round 2). Train a hidden-state head for step scoring: `{TRAIN_COMMAND} --features hidden`, or set "
-            "review.step_scorer back to 'calculator'")
     return folder
 
 

@@ -4,8 +4,17 @@ from __future__ import annotations
 
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.process import check_steps
+from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.tasks.kinds import batch_kind
+
+
+UNFORMATTED = "not judged: the completion has no <step> tags, so its steps are the parser's guess (its lines)"
+
+
+def in_step_format(completion: str | None) -> bool:
+    """Whether the policy wrote its steps as ``<step>`` blocks (what a model-based step scorer judges)."""
+    return parse_completion(completion or "").has_step_tags
 
 
 def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
@@ -19,8 +28,9 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
     states none); ``judge`` asks an LLM judge (``rewards.judge.JudgePRM``) with ``num_votes`` votes per
     step and stores every vote (1 correct, 0 unsure, -1 wrong; ties go to the more pessimistic verdict);
     ``prm_head`` asks the trained PRM head (``reviewers.prm_reviewer.PRMHeadScorer``, passed as ``judge``)
-    for P(correct) in [0, 1]."""
-    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps"]).to_pylist()
+    for P(correct) in [0, 1]. Both models judge only completions in the step format (:func:`in_step_format`);
+    the steps of the others are stored unscored (null), as the calculator stores a step without an equation."""
+    rollouts = lake.read("rollouts", batch_id=batch_id, columns=["rollout_id", "task_id", "steps", "completion"]).to_pylist()
     rows = []
     if scorer == "calculator":
         prompts = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id, columns=["task_id", "prompt"]).to_pylist()}
@@ -34,12 +44,20 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
         if judge is None:
             raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)" if scorer == "judge" else
                              "step scorer 'prm_head' needs a trained PRM head: train one with `tentalis prm train`")
-        from tentalis_pipelines.rewards.judge import JudgeRequest
+        from tentalis_pipelines.rewards.judge import JudgeRequest, StepJudgement
 
         tasks = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
-        judged = judge.score_steps([JudgeRequest(tasks[r["task_id"]], list(r["steps"] or [])) for r in rollouts])
-        for r, verdicts in zip(rollouts, judged):
-            for i, (step, v) in enumerate(zip(r["steps"] or [], verdicts)):
+        # A model scores only the steps the policy wrote as steps. Without `<step>` tags the steps are the
+        # parser's guess (the completion's lines), and a model that likes the base model's prose pays more for
+        # them than the format reward pays for the format: a policy then never learns the format
+        # (experiments/prm_step_scorer, round 2). Their rows are kept, unscored.
+        judged_ids = [i for i, r in enumerate(rollouts) if in_step_format(r["completion"])]
+        verdicts_of = dict(zip(judged_ids, judge.score_steps(
+            [JudgeRequest(tasks[rollouts[i]["task_id"]], list(rollouts[i]["steps"] or [])) for i in judged_ids])))
+        for k, r in enumerate(rollouts):
+            steps = r["steps"] or []
+            verdicts = verdicts_of.get(k, [StepJudgement(None, [], UNFORMATTED)] * len(steps))
+            for i, (step, v) in enumerate(zip(steps, verdicts)):
                 rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
                              "scorer": scorer, "score": v.score, "votes": v.votes, "rationale": v.rationale})
     else:
