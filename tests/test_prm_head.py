@@ -208,6 +208,75 @@ def test_the_heads_step_scores_drive_process_mode_by_hand(home, tiny_model_dir, 
         [two["advantage"] + two["step_advantages"][0]] * 2 + [two["advantage"] + two["step_advantages"][1], two["advantage"]])
 
 
+def _write_group(lake, batch_id, completions):
+    from tentalis_pipelines.lakehouse import now_utc
+    from tentalis_pipelines.rewards.steps import parse_completion
+
+    now = now_utc()
+    lake.write_batch("tasks", batch_id, [{"batch_id": batch_id, "task_id": "t0", "source": "test", "environment": "math",
+                                          "prompt": TASK, "reference": "7", "difficulty": 1, "metadata": "{}", "created_at": now}])
+    parsed = [parse_completion(c) for c in completions]
+    lake.write_batch("rollouts", batch_id, [{
+        "batch_id": batch_id, "rollout_id": f"r{i}", "task_id": "t0", "group_index": i, "policy_version": "base", "backend": "test",
+        "model": "test", "prompt_text": TASK, "completion": c, "steps": p.steps, "answer": p.answer, "parse_mode": p.parse_mode,
+        "prompt_tokens": 10, "completion_tokens": 20, "completion_token_ids": [1] * 20, "sampling_logprobs": None,
+        "finish_reason": "stop", "temperature": 0.8, "seconds": 0.1, "created_at": now} for i, (c, p) in enumerate(zip(completions, parsed))])
+    return parsed
+
+
+def test_a_model_judges_only_completions_in_the_step_format(home, tiny_model_dir, data_root):
+    """A completion without `<step>` tags (its steps are the parser's guess, its lines) is not sent to the head:
+    its step rows are stored unscored with the reason, it earns no process reward, and the group's step rewards
+    are normalised over the formatted completions' steps alone (by hand). The calculator still checks its
+    equation: the rule is for a model's judgement, which a policy can win with prose (round 2 of
+    experiments/prm_step_scorer), not for an arithmetic fact."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.stages.reviews import build_reviews
+    from tentalis_pipelines.stages.step_scores import UNFORMATTED, build_step_scores, in_step_format
+    from tentalis_pipelines.stages.trajectories import build_trajectories
+
+    _train(home, tiny_model_dir, data_root)
+    scorer = PRMHeadScorer(home, tiny_model_dir)
+    sent = []
+
+    class Spy:
+        def score_steps(self, requests):
+            requests = list(requests)
+            sent.extend(r.steps for r in requests)
+            return scorer.score_steps(requests)
+
+    completions = ["<step>4 + 3 = 7</step>\n<answer>7</answer>",
+                   "4 + 3 = 7\nSo he has 7 pens.",  # no tags: the fallback parse finds two lines and the answer 7
+                   "<step>4 * 3 = 12</step>\n<step>12 - 1 = 11</step>\n<answer>11</answer>"]
+    assert [in_step_format(c) for c in completions] == [True, False, True] and not in_step_format(None)
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    parsed = _write_group(lake, "b1", completions)
+    assert parsed[1].steps == ["4 + 3 = 7", "So he has 7 pens."] and parsed[1].answer == "7"
+    build_step_scores(lake, "b1", scorer="prm_head", judge=Spy())
+    assert sent == [parsed[0].steps, parsed[2].steps]
+    stored = {(r["rollout_id"], r["step_index"]): r for r in lake.read("step_scores", batch_id="b1").to_pylist()}
+    assert len(stored) == 5
+    assert [(stored[("r1", j)]["score"], stored[("r1", j)]["votes"], stored[("r1", j)]["rationale"]) for j in (0, 1)] == \
+        [(None, [], UNFORMATTED)] * 2
+    head = [[j.score for j in js] for js in scorer.score_steps([JudgeRequest(TASK, parsed[i].steps) for i in (0, 2)])]
+    assert [stored[("r0", 0)]["score"], stored[("r2", 0)]["score"], stored[("r2", 1)]["score"]] == pytest.approx(head[0] + head[1])
+    build_reviews(lake, "b1", manager="verifier")
+    build_trajectories(lake, "b1", advantage_mode="process")
+    rows = sorted(lake.read("trajectories", batch_id="b1").to_pylist(), key=lambda r: r["rollout_id"])
+    assert rows[1]["outcome_reward"] == 1.0 and rows[1]["process_reward"] is None and rows[1]["step_advantages"] == [0.0, 0.0]
+    pool = np.array(head[0] + head[1])
+    mean, std = pool.mean(), pool.std(ddof=1)
+    for r, h in zip((rows[0], rows[2]), head):
+        norm = [(s - mean) / (std + 1e-4) for s in h]
+        assert r["step_advantages"] == pytest.approx([sum(norm[j:]) / len(h) for j in range(len(h))])
+        assert r["process_reward"] == pytest.approx(float(np.mean(h)))
+    # the calculator checks the unformatted completion's equation all the same
+    _write_group(lake, "b2", completions)
+    build_step_scores(lake, "b2", scorer="calculator")
+    calc = {(r["rollout_id"], r["step_index"]): r["score"] for r in lake.read("step_scores", batch_id="b2").to_pylist()}
+    assert calc[("r1", 0)] == 1.0 and calc[("r1", 1)] is None
+
+
 def test_mean_pooling_averages_each_steps_tokens(tiny_model_dir):
     trunk = load_trunk(tiny_model_dir, 2)
     problem, steps = "3 apples and 4 pears?", ["3 + 4 = 7 fruits.", "The answer is 7."]

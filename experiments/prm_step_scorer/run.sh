@@ -5,7 +5,8 @@
 # head) used homes prm_sS / calculator_sS and trained its head in prm_s0; round 2 (the surprise head) uses
 # prm2_sS / calculator2_sS and copies the head of HEAD_FROM; round 3 (the hidden-state head of `tentalis prm
 # train`'s defaults, from HEAD_FROM) runs only its prm3_sS arm, against round 2's calculator2_sS; round 4 (the
-# surprise head again, now that a model judges only completions in the step format) runs prm4_sS likewise.
+# surprise head again, now that a model judges only completions in the step format) runs prm4_sS likewise, and
+# round 5 (round 3's hidden-state head under that rule) runs prm5_sS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-/work/runs}
@@ -13,7 +14,7 @@ S=$1
 case "${ROUND:-1}" in
   2) P=prm2; C=calculator2; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
   3) P=prm3; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
-  4) P=prm4; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
+  4|5) P=prm${ROUND}; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
   *) P=prm; C=calculator; SRC=$RUNS/prm_s0 ;;
 esac
 if [ ! -d "$SRC/reviewers/prm_head" ]; then
