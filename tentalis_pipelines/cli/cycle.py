@@ -241,6 +241,8 @@ def learn(
                                            "`tentalis prm train`); default: the review resource's, calculator."),
     advantage_mode: str | None = typer.Option(None, help="outcome | process (adds the step scores' process advantage to the outcome's); "
                                               "default: the trainer resource's, outcome."),
+    scale_rewards: str | None = typer.Option(None, help="group (divide by the group's std, outcome and step rewards alike) | none "
+                                             "(only centre them, Dr. GRPO); default: none for dr_grpo, else group."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -255,7 +257,7 @@ def learn(
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
-               "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, **METHODS[method]}
+               "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, "scale_rewards": scale_rewards, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
     try:  # validated once, by GRPOConfig, before any model loads
         TrainerResource(**trainer).config()

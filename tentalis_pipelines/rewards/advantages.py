@@ -33,16 +33,21 @@ def group_advantages(
     return adv.tolist(), signal.tolist()
 
 
-def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequence[float | None]], *, eps: float = 1e-4) -> list[list[float]]:
+def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequence[float | None]], *,
+                       scale_rewards: str = "group", eps: float = 1e-4) -> list[list[float]]:
     """DeepSeekMath process supervision: each step reward is normalised with the mean and std of all
     step rewards in its group; a step's advantage is the sum of the normalised rewards of that step and
     every later step of the same sample, divided by the sample's number of scored steps. Unscored steps
-    (None) contribute 0.
+    (None) contribute 0. ``scale_rewards`` as for :func:`group_advantages`: ``'none'`` only centres the step
+    rewards (Dr. GRPO), so a scorer whose scores barely differ adds little, where the std would have
+    blown its differences up to the outcome's scale.
 
     The division is ours: DeepSeekMath's plain suffix sum grows with the number of steps, so padding a
     solution with many cheap, correct steps (``1 + 1 = 2`` nine times) outscored an honest right
     answer. Per scored step, a solution's process advantage is bounded by the best normalised step, however many
     steps it writes."""
+    if scale_rewards not in ("group", "none"):
+        raise ValueError(f"scale_rewards must be 'group' or 'none', got {scale_rewards!r}")
     idx: dict[str, list[int]] = defaultdict(list)
     for i, k in enumerate(group_keys):
         idx[k].append(i)
@@ -50,9 +55,9 @@ def process_advantages(group_keys: Sequence[str], step_rewards: Sequence[Sequenc
     for members in idx.values():
         pool = np.array([r for i in members for r in step_rewards[i] if r is not None], dtype=np.float64)
         mean = pool.mean() if pool.size else 0.0
-        std = pool.std(ddof=1) if pool.size > 1 else 0.0
+        scale = (pool.std(ddof=1) if pool.size > 1 else 0.0) + eps if scale_rewards == "group" else 1.0
         for i in members:
-            norm = [0.0 if r is None else (r - mean) / (std + eps) for r in step_rewards[i]]
+            norm = [0.0 if r is None else (r - mean) / scale for r in step_rewards[i]]
             scored = max(1, sum(r is not None for r in step_rewards[i]))
             out[i] = (np.cumsum(norm[::-1])[::-1] / scored).tolist() if norm else []
     return out

@@ -123,7 +123,7 @@ def finish_rows(rows: list[dict[str, Any]], *, scale_rewards: str, dynamic_sampl
         r["reward_weights"] = w.to_json()
     keys = [group_key(r) for r in rows]
     adv, signal = group_advantages(keys, [r["reward"] for r in rows], scale_rewards=scale_rewards)
-    step_adv = process_advantages(keys, [r["step_rewards"] or [] for r in rows])
+    step_adv = process_advantages(keys, [r["step_rewards"] or [] for r in rows], scale_rewards=scale_rewards)
     ranks = competition_ranks(keys, [r["reward"] for r in rows])
     base_ranks = competition_ranks(keys, [r["base_reward"] for r in rows])
     for r, a, s, sa, rank, base_rank in zip(rows, adv, signal, step_adv, ranks, base_ranks):

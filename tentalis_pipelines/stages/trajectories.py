@@ -110,7 +110,7 @@ def single_turn_trajectories(
         raise ValueError(f"advantage_mode must be 'outcome' or 'process', got {advantage_mode!r}")
     keys = [f"{r['task_id']}|{r['policy_version']}" for r in rows]
     adv, signal = group_advantages(keys, [r["reward"] for r in rows], scale_rewards=scale_rewards)
-    step_adv = process_advantages(keys, [r["step_rewards"] for r in rows])
+    step_adv = process_advantages(keys, [r["step_rewards"] for r in rows], scale_rewards=scale_rewards)
     for row, a, s, sa in zip(rows, adv, signal, step_adv):
         row["advantage"] = a
         row["step_advantages"] = sa

@@ -67,6 +67,24 @@ def test_process_advantages_follow_deepseekmath():
     assert process_advantages(["g"], [[None, 1.0]])[0] == [0.0, 0.0]
 
 
+def test_process_advantages_only_centre_without_scaling():
+    """``scale_rewards='none'`` (Dr. GRPO) centres the step rewards on the group's mean and does not divide by their
+    std: a scorer whose scores barely differ adds barely anything, where 'group' blows the same gap up to unit scale."""
+    from tentalis_pipelines.rewards.advantages import process_advantages
+
+    near = [[0.52, 0.50], [0.50]]  # pool {.52, .50, .50}: mean .5066..., three groups' worth of near-constant scores
+    raw = process_advantages(["g", "g"], near, scale_rewards="none")
+    m = (0.52 + 0.50 + 0.50) / 3
+    assert raw[0] == pytest.approx([((0.52 - m) + (0.50 - m)) / 2, (0.50 - m) / 2])
+    assert raw[1] == pytest.approx([0.50 - m])
+    scaled = process_advantages(["g", "g"], near)  # the std (0.01155) multiplies the same gaps by about 87
+    assert scaled[1] == pytest.approx([(0.50 - m) / (0.011547 + 1e-4)], rel=1e-3) and abs(scaled[1][0]) > 50 * abs(raw[1][0])
+    # unscored steps still add nothing; groups stay separate
+    assert process_advantages(["a", "b"], [[None, 1.0], [0.0]], scale_rewards="none") == [[0.0, 0.0], [0.0]]
+    with pytest.raises(ValueError, match="scale_rewards must be 'group' or 'none', got 'batch'"):
+        process_advantages(["g"], [[1.0]], scale_rewards="batch")
+
+
 def test_token_step_index(embedded_model_dir):
     from transformers import AutoTokenizer
 
@@ -121,6 +139,24 @@ def _reward_batch(lake, completions: dict[str, str], batch_id: str = "b1", finis
     build_trajectories(lake, batch_id)
     names = list(completions)
     return {names[int(t["rollout_id"][1:])]: t for t in lake.read("trajectories", batch_id=batch_id).to_pylist()}
+
+
+def test_process_mode_trajectories_scale_step_rewards_as_the_run_scales_rewards(tmp_path):
+    """The trajectories stage hands ``scale_rewards`` to the step rewards too, by hand on the calculator's checks:
+    pool {1, 0, 1, 0} (mean .5, std .5774): 'none' only centres it, 'group' divides by the std."""
+    from tentalis_pipelines.lakehouse import Lakehouse
+    from tentalis_pipelines.stages.trajectories import build_trajectories
+
+    lake = Lakehouse(tmp_path / "lh")
+    _reward_batch(lake, {"right": "<step>4 + 3 = 7</step>\n<answer>7</answer>", "wrong": "<step>4 + 3 = 8</step>\n<answer>8</answer>",
+                         "mixed": "<step>4 + 3 = 7</step>\n<step>7 * 2 = 15</step>\n<answer>15</answer>"})
+    for scale, unit in (("none", 1.0), ("group", (1 / 3) ** 0.5 + 1e-4)):
+        build_trajectories(lake, "b1", advantage_mode="process", scale_rewards=scale)
+        rows = {t["rollout_id"]: t for t in lake.read("trajectories", batch_id="b1").to_pylist()}
+        assert [rows[r]["step_rewards"] for r in ("r0", "r1", "r2")] == [[1.0], [0.0], [1.0, 0.0]]
+        assert rows["r0"]["step_advantages"] == pytest.approx([0.5 / unit])
+        assert rows["r1"]["step_advantages"] == pytest.approx([-0.5 / unit])
+        assert rows["r2"]["step_advantages"] == pytest.approx([0.0, -0.25 / unit], abs=1e-9)
 
 
 @pytest.mark.parametrize("name", list(ADVERSARIAL))
