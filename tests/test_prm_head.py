@@ -249,6 +249,8 @@ def test_a_model_judges_only_completions_in_the_step_format(home, tiny_model_dir
                    "4 + 3 = 7\nSo he has 7 pens.",  # no tags: the fallback parse finds two lines and the answer 7
                    "<step>4 * 3 = 12</step>\n<step>12 - 1 = 11</step>\n<answer>11</answer>"]
     assert [in_step_format(c) for c in completions] == [True, False, True] and not in_step_format(None)
+    # the step tags decide, not the answer tag
+    assert in_step_format("<step>4 + 3 = 7</step>") and not in_step_format("4 + 3 = 7\n<answer>7</answer>")
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
     parsed = _write_group(lake, "b1", completions)
     assert parsed[1].steps == ["4 + 3 = 7", "So he has 7 pens."] and parsed[1].answer == "7"

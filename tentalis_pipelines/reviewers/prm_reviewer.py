@@ -92,10 +92,18 @@ def latest_version(home: str | Path) -> Path:
 def step_scorer_version(home: str | Path) -> Path:
     """The newest version, if it may score a learning run's steps: a head that reads the model's surprise
     (``features`` surprise or hidden+surprise) judges ProcessBench best, but as a reward it pays for text
-    the base model expects, and the required answer format is not such text (with it as the step scorer
-    the policy never learned the format and its held-out accuracy fell to 3 % against the calculator's
-    29 %, experiments/prm_step_scorer round 2), so it raises :class:`PRMHeadGameable` naming the fix."""
+    the base model expects. With it as the step scorer the policy first never learned the format (held-out
+    accuracy 3 % against the calculator's 29 %, experiments/prm_step_scorer round 2); with the format rule
+    of ``stages.step_scores`` it learned the format and then wrote fluent wrong arithmetic (8 %, round 4;
+    23 % with the step rewards only centred, round 6). So it raises :class:`PRMHeadGameable` naming the fix."""
     folder = latest_version(home)
+    features = manifest_of(folder).get("config", {}).get("features", "hidden")  # (heads before the setting read the hidden state)
+    if features != "hidden":
+        raise PRMHeadGameable(
+            f"PRM head {folder.name} reads the model's own surprise (features = {features}): it judges ProcessBench best, "
+            "but as a training reward it pays for text the base model expects: the policy learned to write fluent wrong steps "
+            f"(experiments/prm_step_scorer, rounds 2, 4 and 6). Train a hidden-state head for step scoring: `{TRAIN_COMMAND} --features hidden`, or set "
+            "review.step_scorer back to 'calculator'")
     return folder
 
 

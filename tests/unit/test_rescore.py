@@ -100,6 +100,20 @@ def test_unchanged_weights_reproduce_the_pipeline_exactly(lake):
         assert r["reward_delta"] == 0.0 and r["rank_change"] == 0 and r["sign_flip"] is False
 
 
+def test_a_rescore_scales_step_rewards_as_the_trajectories_stage_does(lake):
+    """With ``scale_rewards='none'`` the re-score's step advantages are the trajectories stage's (only centred), not
+    the group-scaled ones: the same arithmetic in both places."""
+    build_trajectories(lake, "b1", advantage_mode="process", scale_rewards="none")
+    rescore(lake, RescoreSpec("centred", weights=parse_weight_overrides('{"math": {"manager": 0.5}}')), scale_rewards="none")
+    t = _traj(lake)
+    rows = read_version(lake, "centred")
+    assert any(any(a != 0.0 for a in t[r["rollout_id"]]["step_advantages"]) for r in rows)
+    for r in rows:
+        assert r["step_advantages"] == pytest.approx(t[r["rollout_id"]]["step_advantages"])
+    rescore(lake, RescoreSpec("scaled", weights=parse_weight_overrides('{"math": {"manager": 0.5}}')))
+    assert [r["step_advantages"] for r in read_version(lake, "scaled")] != [r["step_advantages"] for r in rows]
+
+
 def test_a_version_without_signal_zeroes_the_advantages_and_drops_the_group(lake):
     """Every weight 0: rewards all 0, so every advantage goes to exactly 0 (a sign change from - or +)
     and dynamic sampling drops the group (kept 3 -> 0)."""
