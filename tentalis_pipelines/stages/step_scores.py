@@ -8,7 +8,6 @@ from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.tasks.kinds import batch_kind
 
-
 UNFORMATTED = "not judged: the completion has no <step> tags, so its steps are the parser's guess (its lines)"
 
 
