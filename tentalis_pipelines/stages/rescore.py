@@ -30,7 +30,7 @@ from tentalis_pipelines.rewards.rescore import (
 from tentalis_pipelines.rewards.scoring import process_credit
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.reviews import review_inputs
-from tentalis_pipelines.stages.step_scores import step_reward
+from tentalis_pipelines.stages.step_scores import judge_formatted, step_reward
 
 # The trajectory columns a reward version carries (what activation writes back).
 VERSION_COLUMNS = ("outcome_reward", "format_reward", "process_reward", "step_rewards", "manager_score", "overlong_penalty",
@@ -212,7 +212,8 @@ def _rescore_batch(lake: Lakehouse, batch_id: str, spec: RescoreSpec, tasks: dic
     elif spec.step_scorer in ("judge", "prm_head"):
         from tentalis_pipelines.rewards.judge import JudgeRequest
 
-        verdicts = judge.score_steps([JudgeRequest(tasks[r["task_id"]]["prompt"], list(r["steps"] or [])) for r, _ in inputs])
+        verdicts = judge_formatted(judge, [JudgeRequest(tasks[r["task_id"]]["prompt"], list(r["steps"] or [])) for r, _ in inputs],
+                                   [r["completion"] for r, _ in inputs])  # the pipeline's rule: only formatted completions
         judged = [[(v.score, v.rationale) for v in vs] for vs in verdicts]
         scorer = spec.step_scorer
     else:

@@ -16,6 +16,20 @@ def in_step_format(completion: str | None) -> bool:
     return parse_completion(completion or "").has_step_tags
 
 
+def judge_formatted(judge, requests, completions) -> list[list]:
+    """A model's verdicts (``judge.score_steps``) on each request, asked only for the completions in the step
+    format, in one call. A model scores only the steps the policy wrote as steps: without `<step>` tags the
+    steps are the parser's guess (the completion's lines), and a model that likes the base model's prose paid
+    more for them than the format reward paid for the format, so the policy never learned the format
+    (experiments/prm_step_scorer, round 2). The others' steps get an unscored verdict saying so."""
+    from tentalis_pipelines.rewards.judge import StepJudgement
+
+    requests = list(requests)
+    asked = [i for i, c in enumerate(completions) if in_step_format(c)]
+    verdicts = dict(zip(asked, judge.score_steps([requests[i] for i in asked]) if asked else []))
+    return [verdicts.get(i, [StepJudgement(None, [], UNFORMATTED)] * len(r.steps)) for i, r in enumerate(requests)]
+
+
 def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
     """The batch's step scores, as its kind scores them (``tasks/kinds.py``; every kind today:
     :func:`score_parsed_steps`)."""
@@ -43,20 +57,13 @@ def score_parsed_steps(lake: Lakehouse, batch_id: str, *, scorer: str = "calcula
         if judge is None:
             raise ValueError("step scorer 'judge' needs a judge model (review resource: judge_model)" if scorer == "judge" else
                              "step scorer 'prm_head' needs a trained PRM head: train one with `tentalis prm train`")
-        from tentalis_pipelines.rewards.judge import JudgeRequest, StepJudgement
+        from tentalis_pipelines.rewards.judge import JudgeRequest
 
         tasks = {t["task_id"]: t["prompt"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
-        # A model scores only the steps the policy wrote as steps. Without `<step>` tags the steps are the
-        # parser's guess (the completion's lines), and a model that likes the base model's prose pays more for
-        # them than the format reward pays for the format: a policy then never learns the format
-        # (experiments/prm_step_scorer, round 2). Their rows are kept, unscored.
-        judged_ids = [i for i, r in enumerate(rollouts) if in_step_format(r["completion"])]
-        verdicts_of = dict(zip(judged_ids, judge.score_steps(
-            [JudgeRequest(tasks[rollouts[i]["task_id"]], list(rollouts[i]["steps"] or [])) for i in judged_ids])))
-        for k, r in enumerate(rollouts):
-            steps = r["steps"] or []
-            verdicts = verdicts_of.get(k, [StepJudgement(None, [], UNFORMATTED)] * len(steps))
-            for i, (step, v) in enumerate(zip(steps, verdicts)):
+        judged = judge_formatted(judge, [JudgeRequest(tasks[r["task_id"]], list(r["steps"] or [])) for r in rollouts],
+                                 [r["completion"] for r in rollouts])
+        for r, verdicts in zip(rollouts, judged):
+            for i, (step, v) in enumerate(zip(r["steps"] or [], verdicts)):
                 rows.append({"batch_id": batch_id, "rollout_id": r["rollout_id"], "step_index": i, "step_text": step,
                              "scorer": scorer, "score": v.score, "votes": v.votes, "rationale": v.rationale})
     else:

@@ -202,8 +202,10 @@ def test_rescore_with_the_llm_manager_and_the_judge_uses_their_code_paths(home, 
     judge = JudgePRM(ScriptedBackend("-1}"), JudgeConfig(num_votes=3, forced_verdict=True))
     rescore(lake, RescoreSpec("harsh", step_scorer="judge"), judge=judge)
     rows = {r["rollout_id"]: r for r in read_version(lake, "harsh")}
-    # Every step judged wrong (-1 -> 0.0): the process credit of every answered rollout is 0, r2's too (it had no checkable step).
-    assert {r: (rows[r]["step_rewards"], rows[r]["process_reward"]) for r in rows} == {r: ([0.0], 0.0) for r in rows}
+    # Every step judged wrong (-1 -> 0.0): the process credit of r0 and r1 is 0. r2 is untagged, so, as in the pipeline's
+    # step_scores stage, the judge is not asked about it (judge_formatted) and it earns no process credit.
+    assert {r: (rows[r]["step_rewards"], rows[r]["process_reward"]) for r in rows} == \
+        {"r0": ([0.0], 0.0), "r1": ([0.0], 0.0), "r2": ([None], None)}
     assert rows["r0"]["reward"] == pytest.approx(hand_reward(1, 1, 0, 0.3), abs=1e-12)
     assert lake.read("step_scores").column("scorer").to_pylist() == ["calculator"] * 3  # stored step scores untouched
 
