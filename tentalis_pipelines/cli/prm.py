@@ -33,6 +33,8 @@ def prm_train(
                               "each trained without one fold; 1: on one held-out slice of 20% of the problems."),
     seed: int = typer.Option(0, "--seed"),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
+    rollout_weight: float = typer.Option(10.0, "--rollout-weight", help="How much each step of those rollouts weighs in the loss "
+                                         "(a GSM8K step weighs 1); they train as the policy wrote them and in the training rendering."),
     embeddings: bool = typer.Option(True, "--embeddings/--no-embeddings", help="The contamination guard's MiniLM tier (the slowest)."),
     model: str = typer.Option("embedded", "--model", help="The trunk: 'embedded' or a local model folder."),
     home: str | None = HomeOpt,
@@ -58,12 +60,13 @@ def prm_train(
                             weight_decay=weight_decay, max_tokens=max_tokens)
         folder = train_reviewer(paths.home, resolve_model(model, paths.models), root, lake=lake, config=config,
                                 settings=TrainSettings(train_problems=train_problems, folds=folds, seed=seed, use_embeddings=embeddings,
-                                                       max_tokens=max_tokens, renderings=renderings))
+                                                       max_tokens=max_tokens, renderings=renderings, rollout_weight=rollout_weight))
     except (ValueError, FileNotFoundError) as exc:
         fail(str(exc))
     m = manifest_of(folder)
     console.print(f"PRM head {folder.name} at {folder}: rule {m['config']['rule']}, threshold {m['threshold']:.3f}, held-out F1 {100 * m['held_out_f1']:.1f}, "
-                  f"{m['lineage']['labels']['solutions']} labelled solutions, "
+                  f"{m['lineage']['labels']['solutions']} labelled solutions ({m['lineage']['labels']['kinds'].get('rollout', 0)} of them "
+                  f"the policy's rollouts, weight {m['settings']['rollout_weight']:g}), "
                   f"{len(m['lineage']['contamination']['refused'])} problem(s) refused by the contamination guard")
 
 

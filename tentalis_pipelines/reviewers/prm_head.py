@@ -310,28 +310,34 @@ def shape_features(f: np.ndarray, center: bool) -> np.ndarray:
     return x - x.mean(0, keepdims=True) if center and len(x) else x
 
 
-def train_head(features: np.ndarray, labels: np.ndarray, config: HeadConfig) -> PRMHead:
+def train_head(features: np.ndarray, labels: np.ndarray, config: HeadConfig, weights: np.ndarray | None = None) -> PRMHead:
     """BCE-train a head on ``features [n, dim]`` and 0/1 ``labels [n]``: seeded, full batch, CPU, so the
-    same inputs give the same weights."""
+    same inputs give the same weights. ``weights [n]`` (non-negative, not all zero) weight each step's
+    loss, e.g. to let a few hundred of the policy's own steps count beside thousands of GSM8K ones; the
+    class balance (``config.balance``) is then computed on weighted counts. None: every step weighs 1."""
     if features.ndim != 2 or len(features) != len(labels) or len(labels) == 0:
         raise ValueError(f"train_head needs features [n, dim] and n labels, got {features.shape} and {len(labels)}")
     y = torch.as_tensor(np.asarray(labels, dtype=np.float32))
     if not set(torch.unique(y).tolist()) <= {0.0, 1.0}:
         raise ValueError("PRM labels must be 0 (wrong) or 1 (correct)")
+    w = torch.ones_like(y) if weights is None else torch.as_tensor(np.asarray(weights, dtype=np.float32))
+    if w.shape != y.shape or bool((w < 0).any()) or not bool(torch.isfinite(w).all()) or float(w.sum()) <= 0:
+        raise ValueError(f"train_head's weights must be {len(y)} finite non-negative numbers, not all zero")
     torch.manual_seed(config.seed)
     x = torch.as_tensor(np.asarray(features, dtype=np.float32))
     head = PRMHead(x.shape[1], config.hidden, config.dropout)
     head.mean.copy_(x.mean(0))
     head.scale.copy_(x.std(0).clamp_min(1e-4))
-    pos = float(y.sum())
-    neg = float(len(y) - pos)
+    pos = float((w * y).sum())
+    neg = float((w * (1 - y)).sum())
     pos_weight = torch.tensor(neg / pos if config.balance and pos > 0 and neg > 0 else 1.0)
-    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight)
+    loss_fn = nn.BCEWithLogitsLoss(pos_weight=pos_weight, reduction="none")
     opt = torch.optim.AdamW(head.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     head.train()
     for _ in range(config.epochs):
         opt.zero_grad()
-        loss = loss_fn(head(x), y)
+        # (with every weight 1 this is BCEWithLogitsLoss's mean, so unweighted heads train as before)
+        loss = (w * loss_fn(head(x), y)).sum() / w.sum()
         loss.backward()
         opt.step()
     head.eval()
@@ -361,17 +367,21 @@ def fold_of(groups: Sequence[str], folds: int, seed: int) -> dict[str, int]:
 
 def out_of_fold_scores(features: Sequence[np.ndarray], labels: Sequence[Sequence[int]], groups: Sequence[str],
                        config: HeadConfig, *, folds: int = 5, seed: int = 0,
-                       trains: Sequence[bool] | None = None) -> list[list[float]]:
+                       trains: Sequence[bool] | None = None, weights: Sequence[float] | None = None) -> list[list[float]]:
     """Cross-fitted step scores: each solution (``features[i]`` ``[steps, dim]``, its step ``labels[i]``, its
     problem ``groups[i]``) scored by a head trained on the solutions of the *other* folds, so no score comes
     from a head that saw the solution's problem. ``trains[i]`` false keeps a solution out of every head's
     training (it is still scored): a rendering used only to choose the rule. A threshold chosen on these
     scores rests on every labelled problem, not on one held-out slice (experiments/prm_head, fourth pass:
-    the slice's threshold moved ProcessBench F1 between 17 and 27 across draws)."""
+    the slice's threshold moved ProcessBench F1 between 17 and 27 across draws). ``weights[i]`` weighs
+    every step of solution ``i`` in the heads' loss (:func:`train_head`)."""
     if not len(features) == len(labels) == len(groups):
         raise ValueError(f"out_of_fold_scores needs one label list and one group per solution, got "
                          f"{len(features)} features, {len(labels)} label lists, {len(groups)} groups")
     trains = [True] * len(features) if trains is None else list(trains)
+    weights = [1.0] * len(features) if weights is None else list(weights)
+    if len(weights) != len(features):
+        raise ValueError(f"out_of_fold_scores needs one weight per solution, got {len(weights)} for {len(features)}")
     fold = fold_of(groups, folds, seed)
     out: list[list[float]] = [[] for _ in features]
     for k in range(folds):
@@ -379,7 +389,8 @@ def out_of_fold_scores(features: Sequence[np.ndarray], labels: Sequence[Sequence
         if not fit:
             raise ValueError(f"fold {k} leaves no training solution: label more problems or use fewer folds")
         head = train_head(np.concatenate([np.asarray(features[i], dtype=np.float32) for i in fit]),
-                          np.concatenate([np.asarray(labels[i][: len(features[i])]) for i in fit]), config)
+                          np.concatenate([np.asarray(labels[i][: len(features[i])]) for i in fit]), config,
+                          np.concatenate([np.full(len(features[i]), weights[i], dtype=np.float32) for i in fit]))
         scored = [i for i, g in enumerate(groups) if fold[g] == k]
         for i, s in zip(scored, score_steps(head, [features[i] for i in scored])):
             out[i] = s

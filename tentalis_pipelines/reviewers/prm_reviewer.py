@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import random
 import re
@@ -184,12 +185,21 @@ class TrainSettings:
     use_embeddings: bool = True
     max_tokens: int = 1024
     renderings: str = "pbstyle"  # (chosen on held-out labels, experiments/prm_head) plain | pbstyle | both: our steps as GSM8K writes them, in ProcessBench's shape, or both
+    # Each step of the lakehouse's own consensus-labelled rollouts weighs this much in the loss (GSM8K steps
+    # weigh 1), and the rollouts also train as the policy wrote them (a step scorer reads them that way): a
+    # few hundred of the policy's steps beside thousands of GSM8K ones barely moved the head (round 7);
+    # weighted 10 and in both renderings they raised its step AUC on the policy's steps of unseen problems
+    # from 0.60-0.70 to 0.83-0.85 (experiments/prm_step_scorer, round 8; chosen on that AUC, our own labels).
+    rollout_weight: float = 10.0
 
     def __post_init__(self):
         if self.renderings not in RENDERINGS:
             raise ValueError(f"TrainSettings.renderings {self.renderings!r} is not one of {RENDERINGS}")
         if self.folds < 1:
             raise ValueError(f"TrainSettings.folds must be 1 (one held-out slice) or more (cross-fitting), got {self.folds}")
+        if not (self.rollout_weight > 0 and math.isfinite(self.rollout_weight)):
+            raise ValueError(f"TrainSettings.rollout_weight must be a positive number, got {self.rollout_weight} "
+                             "(to train without the lakehouse's rollouts: tentalis prm train --no-rollouts)")
 
 
 RENDERINGS = ("plain", "pbstyle", "both")
@@ -203,11 +213,22 @@ def rendered(solutions: Sequence[LabelledSolution], renderings: str, seed: int) 
     return list(solutions) * (renderings != "pbstyle") + styled
 
 
+def problem_group(solution: LabelledSolution) -> str:
+    """The unit no fold or held-out slice may split: a GSM8K problem's id (its reference and corruptions),
+    or, for the policy's rollouts (one id each), the problem's text, so two rollouts of one task stay together."""
+    return f"rollout-problem:{solution.problem}" if is_rollout(solution) else solution.problem_id
+
+
+def is_rollout(solution: LabelledSolution) -> bool:
+    """Whether the solution is one of the policy's rollouts (as labelled, or in ProcessBench's shape)."""
+    return solution.kind.split("+")[0] == "rollout"
+
+
 def _split(labelled: Sequence[LabelledSolution], held_out: float, seed: int):
-    pids = sorted({s.problem_id for s in labelled})
+    pids = sorted({problem_group(s) for s in labelled})
     random.Random(seed).shuffle(pids)
     held = set(pids[: int(len(pids) * held_out)])
-    return [s for s in labelled if s.problem_id not in held], [s for s in labelled if s.problem_id in held]
+    return [s for s in labelled if problem_group(s) not in held], [s for s in labelled if problem_group(s) in held]
 
 
 def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, lake=None, config: HeadConfig | None = None,
@@ -239,22 +260,28 @@ def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, 
     if settings.folds >= 2:
         # Every problem in both renderings (plain, then ProcessBench's shape); the training rendering trains.
         val = rendered(labelled, "both", settings.seed)
+        # The training rendering trains; a rollout trains in both (plain is how the policy writes it).
         trains = [(i < len(labelled)) if settings.renderings == "plain" else (i >= len(labelled))
                   if settings.renderings == "pbstyle" else True for i in range(len(val))]
+        trains = [t or is_rollout(s) for t, s in zip(trains, val)]
         f_val = head_features(trunk, [(s.problem, s.steps) for s in val], read)
-        val_scores = out_of_fold_scores(f_val, [s.labels for s in val], [s.problem_id for s in val], config,
-                                        folds=settings.folds, seed=settings.seed, trains=trains)
+        val_scores = out_of_fold_scores(f_val, [s.labels for s in val], [problem_group(s) for s in val], config,
+                                        folds=settings.folds, seed=settings.seed, trains=trains,
+                                        weights=[settings.rollout_weight if is_rollout(s) else 1.0 for s in val])
         train, f_train = [s for s, t in zip(val, trains) if t], [f for f, t in zip(f_val, trains) if t]
     else:
         train, val = _split(labelled, settings.held_out, settings.seed)
         if not train or not val:
             raise ValueError(f"too few consensus-labelled solutions to train a PRM head ({len(labelled)}): raise train_problems")
-        train, val = rendered(train, settings.renderings, settings.seed), rendered(val, "both", settings.seed)
+        plain_rollouts = [s for s in train if is_rollout(s)] if settings.renderings == "pbstyle" else []
+        train, val = rendered(train, settings.renderings, settings.seed) + plain_rollouts, rendered(val, "both", settings.seed)
         f_train = head_features(trunk, [(s.problem, s.steps) for s in train], read)
         f_val = head_features(trunk, [(s.problem, s.steps) for s in val], read)
     x = np.concatenate([f for f in f_train if len(f)])
     y = np.concatenate([np.asarray(s.labels[: len(f)]) for s, f in zip(train, f_train) if len(f)])
-    head = train_head(x, y, config)
+    w = np.concatenate([np.full(len(f), settings.rollout_weight if is_rollout(s) else 1.0, dtype=np.float32)
+                        for s, f in zip(train, f_train) if len(f)])
+    head = train_head(x, y, config, w)
     if settings.folds < 2:
         val_scores = score_steps(head, f_val)
     # The rule's threshold on held-out scores in both renderings (still only our own labels).
@@ -278,6 +305,7 @@ def train_reviewer(home: str | Path, model_dir: str | Path, data_root: Path, *, 
                               "refused": [{"problem_id": p.problem_id, "match": m.as_dict()} for p, m in screened.refused]},
             "lakehouse": lake_lineage,
             "labels": {"solutions": len(labelled), "kinds": kinds, "train_steps": int(len(y)), "train_correct": int(y.sum()),
+                       "train_rollout_steps": sum(len(f) for s, f in zip(train, f_train) if is_rollout(s)),
                        "held_out_solutions": len(val)},
         },
         "code": code_version(),
