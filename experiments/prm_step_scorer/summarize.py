@@ -22,8 +22,9 @@ ROUNDS = {1: ARMS, 2: {"prm_head": "prm2_s{seed}", "calculator": "calculator2_s{
           4: {"prm_head": "prm4_s{seed}", "calculator": "calculator2_s{seed}"},
           5: {"prm_head": "prm5_s{seed}", "calculator": "calculator2_s{seed}"},
           6: {"prm_head": "prm6_s{seed}", "calculator": "calculator6_s{seed}"},  # 6: as 4, both arms --scale-rewards none
-          7: {"prm_head": "prm7_s{seed}", "calculator": "calculator2_s{seed}"}}  # 7: a head that also learned from rollouts
-SUFFIX = {1: "", 2: "_round2", 3: "_round3", 4: "_round4", 5: "_round5", 6: "_round6", 7: "_round7"}
+          7: {"prm_head": "prm7_s{seed}", "calculator": "calculator2_s{seed}"},  # 7: a head that also learned from rollouts
+          8: {"prm_head": "prm8_s{seed}", "calculator": "calculator2_s{seed}"}}  # 8: the rollouts weighted (rollout_weight 10)
+SUFFIX = {1: "", 2: "_round2", 3: "_round3", 4: "_round4", 5: "_round5", 6: "_round6", 7: "_round7", 8: "_round8"}
 
 
 def homes(runs: Path, round_: int = 1) -> dict[tuple[str, int], Path]:
@@ -138,7 +139,7 @@ def main() -> None:
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="1: the layer-6 head; 2: the surprise head; 3: the block-10 hidden-state head; "
                     "4, 5: the heads of 2 and 3 judging only completions in the step format; 6: as 4, rewards only centred; "
-                    "7: a hidden-state head that also learned from reviewed rollouts")
+                    "7: a hidden-state head that also learned from reviewed rollouts; 8: the same, the rollouts weighted")
     args = ap.parse_args()
     sfx = SUFFIX[args.round]
     c = curves(Path(args.runs), round_=args.round)
