@@ -130,7 +130,8 @@ def test_the_threshold_is_chosen_on_out_of_fold_scores_of_both_renderings(home, 
 
 def _rollout_lake(home: Path):
     """A lakehouse holding two tasks, each with two wrong rollouts (a false equation at step 1, a wrong answer:
-    calculator and verifier agree) and one right rollout without Monte-Carlo labels (one source: not labelled)."""
+    calculator and verifier agree), one right rollout (true arithmetic, the right answer: calculator and verifier
+    agree) and one right rollout with no equation (the verifier alone: not labelled)."""
     from datetime import datetime, timezone
 
     from tentalis_pipelines.lakehouse import Lakehouse
@@ -141,9 +142,9 @@ def _rollout_lake(home: Path):
     lake.write_batch("tasks", "b1", [{"batch_id": "b1", "task_id": t, "source": "s", "environment": "math", "prompt": p, "reference": r,
                                       "difficulty": 1, "metadata": "{}", "created_at": now} for t, p, r in tasks])
     sols = {"t0": [(["3 bags of 4.", "3 * 4 = 13", "So 13 apples."], "13"), (["Bags: 3.", "3 * 4 = 11", "The answer is 11."], "11"),
-                   (["3 * 4 = 12", "The answer is 12."], "12")],
+                   (["3 * 4 = 12", "The answer is 12."], "12"), (["Twelve apples."], "12")],
             "t1": [(["5 boxes of 6.", "5 * 6 = 31", "So 31 pens."], "31"), (["Boxes: 5.", "5 * 6 = 36", "The answer is 36."], "36"),
-                   (["5 * 6 = 30", "The answer is 30."], "30")]}
+                   (["5 * 6 = 30", "The answer is 30."], "30"), (["Thirty pens."], "30")]}
     lake.write_batch("rollouts", "b1", [
         {"batch_id": "b1", "rollout_id": f"{t}-r{i}", "task_id": t, "group_index": i, "policy_version": "base", "backend": "x", "model": "m",
          "prompt_text": "p", "completion": " ".join(steps), "steps": steps, "answer": ans, "parse_mode": "tagged", "prompt_tokens": 1,
@@ -177,20 +178,20 @@ def test_the_policys_rollouts_train_weighted_and_as_the_policy_wrote_them(home, 
     v = train_reviewer(home, tiny_model_dir, data_root, lake=lake, config=HeadConfig(layer=2, epochs=40),
                        settings=TrainSettings(train_problems=50, use_embeddings=False, rollout_weight=4.0), cache_dir=home / "cache")
     m = manifest_of(v)
-    assert m["lineage"]["labels"]["kinds"]["rollout"] == 4 and m["settings"]["rollout_weight"] == 4.0
-    assert sorted(m["lineage"]["lakehouse"]["rollout_ids"]) == ["b1/t0-r0", "b1/t0-r1", "b1/t1-r0", "b1/t1-r1"]
-    n = len(seen["groups"]) // 2  # plain, then pbstyle; the 4 rollouts come last in each
-    rollout_rows = [i for half in (0, n) for i in range(half + n - 4, half + n)]
+    assert m["lineage"]["labels"]["kinds"]["rollout"] == 6 and m["settings"]["rollout_weight"] == 4.0
+    assert sorted(m["lineage"]["lakehouse"]["rollout_ids"]) == [f"b1/t{t}-r{r}" for t in (0, 1) for r in (0, 1, 2)]
+    n = len(seen["groups"]) // 2  # plain, then pbstyle; the 6 rollouts come last in each
+    rollout_rows = [i for half in (0, n) for i in range(half + n - 6, half + n)]
     assert [i for i, w in enumerate(seen["weights"]) if w != 1.0] == rollout_rows and {seen["weights"][i] for i in rollout_rows} == {4.0}
-    assert seen["trains"] == [False] * (n - 4) + [True] * 4 + [True] * n
+    assert seen["trains"] == [False] * (n - 6) + [True] * 6 + [True] * n
     g = seen["groups"]
-    assert g[n - 4] == g[n - 3] == g[2 * n - 4] != g[n - 2] == g[n - 1]  # by task, across renderings
-    assert g[n - 4] == "rollout-problem:Ann has 3 bags of 4 apples. How many apples?"
+    assert g[n - 6] == g[n - 5] == g[n - 4] == g[2 * n - 6] != g[n - 3] == g[n - 2] == g[n - 1]  # by task, across renderings
+    assert g[n - 6] == "rollout-problem:Ann has 3 bags of 4 apples. How many apples?"
     # the final head: every training step of a rollout weighs 4, every GSM8K step 1
     rollout_steps = sum(seen["steps"][i] for i in rollout_rows)
     w = seen["final_weights"]
     assert int((w == 4.0).sum()) == rollout_steps == m["lineage"]["labels"]["train_rollout_steps"] > 0
-    assert int((w == 1.0).sum()) == m["lineage"]["labels"]["train_steps"] - rollout_steps == sum(seen["steps"][n:2 * n - 4])
+    assert int((w == 1.0).sum()) == m["lineage"]["labels"]["train_steps"] - rollout_steps == sum(seen["steps"][n:2 * n - 6])
     with pytest.raises(ValueError, match="rollout_weight must be a positive number.*--no-rollouts"):
         TrainSettings(rollout_weight=0.0)
 

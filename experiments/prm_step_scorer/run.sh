@@ -9,7 +9,8 @@
 # round 5 (round 3's hidden-state head under that rule) runs prm5_sS; round 6 (round 4's head, both arms with
 # step and outcome rewards only centred, `--scale-rewards none`) runs prm6_sS and calculator6_sS; round 7 (a
 # hidden-state head that also learned from reviewed rollouts, round7_source.sh) runs prm7_sS; round 8 (the same,
-# with the rollouts weighted, `tentalis prm train`'s new default, round8_source.sh) runs prm8_sS.
+# with the rollouts weighted, `tentalis prm train`'s new default, round8_source.sh) runs prm8_sS; round 9 (round 8's
+# head retrained once right rollouts are labelled too, in a copy of round 8's source home) runs prm9_sS.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RUNS=${RUNS:-/work/runs}
@@ -17,7 +18,7 @@ S=$1
 case "${ROUND:-1}" in
   2) P=prm2; C=calculator2; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
   3) P=prm3; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
-  4|5|7|8) P=prm${ROUND}; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
+  4|5|7|8|9) P=prm${ROUND}; C=; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy} ;;
   6) P=prm6; C=calculator6; SRC=${HEAD_FROM:?the home whose reviewers/prm_head to copy}; EXTRA="--scale-rewards none" ;;
   *) P=prm; C=calculator; SRC=$RUNS/prm_s0 ;;
 esac

@@ -23,8 +23,9 @@ ROUNDS = {1: ARMS, 2: {"prm_head": "prm2_s{seed}", "calculator": "calculator2_s{
           5: {"prm_head": "prm5_s{seed}", "calculator": "calculator2_s{seed}"},
           6: {"prm_head": "prm6_s{seed}", "calculator": "calculator6_s{seed}"},  # 6: as 4, both arms --scale-rewards none
           7: {"prm_head": "prm7_s{seed}", "calculator": "calculator2_s{seed}"},  # 7: a head that also learned from rollouts
-          8: {"prm_head": "prm8_s{seed}", "calculator": "calculator2_s{seed}"}}  # 8: the rollouts weighted (rollout_weight 10)
-SUFFIX = {1: "", 2: "_round2", 3: "_round3", 4: "_round4", 5: "_round5", 6: "_round6", 7: "_round7", 8: "_round8"}
+          8: {"prm_head": "prm8_s{seed}", "calculator": "calculator2_s{seed}"},  # 8: the rollouts weighted (rollout_weight 10)
+          9: {"prm_head": "prm9_s{seed}", "calculator": "calculator2_s{seed}"}}  # 9: and right rollouts labelled
+SUFFIX = {1: "", 2: "_round2", 3: "_round3", 4: "_round4", 5: "_round5", 6: "_round6", 7: "_round7", 8: "_round8", 9: "_round9"}
 
 
 def homes(runs: Path, round_: int = 1) -> dict[tuple[str, int], Path]:
@@ -139,7 +140,7 @@ def main() -> None:
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--round", type=int, default=1, choices=sorted(ROUNDS), help="1: the layer-6 head; 2: the surprise head; 3: the block-10 hidden-state head; "
                     "4, 5: the heads of 2 and 3 judging only completions in the step format; 6: as 4, rewards only centred; "
-                    "7: a hidden-state head that also learned from reviewed rollouts; 8: the same, the rollouts weighted")
+                    "7: a hidden-state head that also learned from reviewed rollouts; 8: the same, the rollouts weighted; 9: and right rollouts labelled")
     args = ap.parse_args()
     sfx = SUFFIX[args.round]
     c = curves(Path(args.runs), round_=args.round)

@@ -93,10 +93,16 @@ def step_labels_from(first_error: int, num_steps: int) -> tuple[int, ...]:
     return (1,) * first_error + (0,) * (num_steps - first_error)
 
 
-def calculator_verdict(problem: str, steps: Sequence[str]) -> Verdict:
-    """The calculator's first false equation, else abstention (it cannot vouch for a step)."""
+def calculator_verdict(problem: str, steps: Sequence[str], *, vouch: bool = False) -> Verdict:
+    """The calculator's first false equation, else abstention: true arithmetic does not make a step right
+    (a GSM8K corruption of an operand or an operator keeps it true). With ``vouch`` (the policy's rollouts),
+    a solution with at least one checked equation and none false is ``CORRECT``: beside a verifier that
+    accepts the answer, that is two sources for a right rollout, which otherwise only Monte-Carlo rows
+    could label (and `tentalis run` writes none), so the head never saw one (prm_step_scorer, round 8)."""
     checks = check_steps(problem, list(steps))
     first = next((i for i, c in enumerate(checks) if c.score == 0.0), None)
+    if first is None and vouch and any(c.score == 1.0 for c in checks):
+        return Verdict("calculator", CORRECT)
     return Verdict("calculator", first)
 
 
@@ -389,12 +395,12 @@ def label_gsm8k_problem(problem_id: str, question: str, answer: str, rng: random
 def label_rollout(problem_id: str, problem: str, steps: Sequence[str], answer: str | None, reference: str,
                   mc_labels: Sequence[float] | None = None) -> LabelledSolution | None:
     """A policy's own solution labelled by calculator, verifier and (where present) Monte-Carlo labels:
-    kept when two of them agree (a right answer with no false equation; a wrong answer whose first false
-    equation, or whose first hopeless prefix, the other sources do not contradict)."""
+    kept when two of them agree (a right answer whose checked equations are all true; a wrong answer whose
+    first false equation, or whose first hopeless prefix, the other sources do not contradict)."""
     if not steps:
         return None
     return label_solution(problem_id, problem, steps, [
-        calculator_verdict(problem, steps), verifier_verdict(answer, reference), mc_verdict(mc_labels)], "rollout")
+        calculator_verdict(problem, steps, vouch=True), verifier_verdict(answer, reference), mc_verdict(mc_labels)], "rollout")
 
 
 # ------------------------------------------------------------------------------------------ data + guard

@@ -164,8 +164,16 @@ def test_label_gsm8k_problem_keeps_the_reference_and_labels_corruptions():
 
 
 def test_label_rollout_needs_two_agreeing_sources():
-    # right answer, no false equation: calculator abstains, verifier says correct -> only one verdict: dropped
-    assert label_rollout("r", "48 clips", ["48 / 2 = 24", "48 + 24 = 72"], "72", "72") is None
+    # right answer, every checked equation true: the calculator vouches for a rollout, the verifier agrees
+    right = label_rollout("r", "48 clips", ["48 / 2 = 24", "48 + 24 = 72"], "72", "72")
+    assert right.first_error == CORRECT and right.labels == (1, 1)
+    assert label_rollout("r", "48 clips", ["Half of them.", "48 + 24 = 72"], "72", "72").labels == (1, 1)
+    # right answer, no equation checked: the calculator abstains -> only the verifier: dropped
+    assert label_rollout("r", "48 clips", ["Half of them, then all of them."], "72", "72") is None
+    # wrong answer with true arithmetic: the calculator's "correct" contradicts the verifier: dropped
+    assert label_rollout("r", "48 clips", ["48 / 2 = 24", "48 - 24 = 24"], "24", "72") is None
+    # on GSM8K labels the calculator never vouches (an operand corruption keeps the arithmetic true)
+    assert calculator_verdict("48 clips", ["48 / 2 = 24"]).first_error is None
     # with MC labels all positive, MC and verifier agree -> all correct
     ok = label_rollout("r", "48 clips", ["48 / 2 = 24", "48 + 24 = 72"], "72", "72", mc_labels=[1.0, 1.0])
     assert ok.first_error == CORRECT and ok.labels == (1, 1)

@@ -175,4 +175,10 @@ MUTANTS = [
     {"id": "prm-pbstyle-rollout-not-a-rollout", "file": RV, "find": "    return solution.kind.split(\"+\")[0] == \"rollout\"\n",
      "replace": "    return solution.kind == \"rollout\"\n", "tests": TP,
      "why": "a rollout in ProcessBench's shape (kind rollout+pbstyle) loses its weight and its task's group"},
+    {"id": "prm-rollout-calculator-abstains", "file": LB, "find": "        calculator_verdict(problem, steps, vouch=True), verifier_verdict(",
+     "replace": "        calculator_verdict(problem, steps), verifier_verdict(", "tests": TU + TP,
+     "why": "a right rollout is never labelled (no Monte-Carlo rows): the head learns that the policy's style is wrong"},
+    {"id": "prm-vouch-without-equation", "file": LB, "find": "    if first is None and vouch and any(c.score == 1.0 for c in checks):\n",
+     "replace": "    if first is None and vouch:\n", "tests": TU,
+     "why": "the calculator vouches for a rollout it checked nothing in"},
 ]
