@@ -1,0 +1,55 @@
+"""Round 2's worker runs: held-out arithmetic per cycle of `tentalis learn --method guide --manager llm` with the
+untrained manager (evidence prompt) against the manager trained for the dense reward, paired per item.
+
+Homes: ``$RUNS/mgr2-base-s{seed}`` and ``$RUNS/mgr2-trained-s{seed}`` (``run.sh worker`` with PREFIX=mgr2, on
+branch ``manager-evidence``). Prints one row per cycle: accuracies and the paired bootstrap 95% interval of
+trained - untrained over (seed, item).
+
+Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0]
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.promotion import item_correctness
+from tentalis_pipelines.statistics import paired_bootstrap
+
+
+def curve(home: Path) -> list[dict[str, bool]]:
+    lake = Lakehouse(home / "lakehouse")
+    ckpts = [c["checkpoint_id"] for c in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
+    return [item_correctness(lake, c, "arithmetic") for c in ["base", *ckpts]]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("--seeds", default="0")
+    ap.add_argument("--prefix", default="mgr2", help="mgr: round 1's homes")
+    a = ap.parse_args()
+    runs, seeds = Path(a.runs), [int(s) for s in a.seeds.split(",")]
+    curves = {(arm, s): curve(runs / f"{a.prefix}-{arm}-s{s}") for arm in ("base", "trained") for s in seeds}
+    cycles = min(len(v) for v in curves.values())
+    print("| cycle | untrained manager | trained manager | trained - untrained (paired) |\n|---|---|---|---|")
+    for k in range(cycles):
+        xa, xb = [], []
+        for s in seeds:
+            a_items, b_items = curves[("base", s)][k], curves[("trained", s)][k]
+            if not a_items or not b_items:
+                continue
+            for item in sorted(a_items.keys() & b_items.keys()):
+                xa.append(float(a_items[item]))
+                xb.append(float(b_items[item]))
+        if not xa:
+            continue
+        d = paired_bootstrap(xb, xa)
+        print(f"| {k} | {100 * np.mean(xa):.1f}% | {100 * np.mean(xb):.1f}% | {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}] (n={len(xa)}) |")
+
+
+if __name__ == "__main__":
+    main()
