@@ -471,7 +471,11 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("verifier_score", pa.float64(), "the verifier manager's score of the same rollout"),
             col("worker_correct", pa.bool_(), "the verifier accepted the rollout: no hint is measured, the score alone counts"),
             col("reward", pa.float64(), "the manager's reward: hint value - accuracy_weight * |score - verifier_score|"),
-            col("advantage", pa.float64(), "its group-relative advantage (group = the failed rollout)"),
+            col("advantage", pa.float64(), "the group-relative advantage (group = the failed rollout) of the review's critique "
+                "and hint tokens: of the hint value alone (credit 'fields') or of the reward (credit 'review', every token)"),
+            col("score_advantage", pa.float64(), "the advantage of the score's tokens: of - accuracy_weight * |score - "
+                "verifier_score| alone (credit 'fields'), or the reward's (credit 'review', equal to advantage)"),
+            col("credit", pa.string(), "which tokens each part of the reward trained: fields | review (ManagerRLConfig.credit)"),
             col("created_at", TS, "when the row was written (UTC)"),
         ],
         metadata={DESCRIPTION: "What taught a manager checkpoint: each sampled review, what its hint did, its reward."},

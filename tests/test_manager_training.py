@@ -127,10 +127,13 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
         # by hand: 3/3 rescued - 0.5 * |0.2 - v|, and 0 - 0.5 * |0.9 - v|
         assert good["reward"] == pytest.approx(1.0 - 0.5 * abs(0.2 - v))
         assert generic["reward"] == pytest.approx(-0.5 * abs(0.9 - v))
-        d = good["reward"] - generic["reward"]
-        std = abs(d) / 2 ** 0.5  # two samples, unbiased
-        assert good["advantage"] == pytest.approx((d / 2) / (std + 1e-4), rel=1e-4)
+        # credit "fields" (the default): the hint values 1 and 0 and the score charges are normalised apart
+        assert good["credit"] == "fields"
+        assert good["advantage"] == pytest.approx(0.5 / (1 / 2 ** 0.5 + 1e-4), rel=1e-4)  # (1 - 0.5) / unbiased std
         assert generic["advantage"] == pytest.approx(-good["advantage"])
+        ds = -0.5 * abs(0.2 - v) + 0.5 * abs(0.9 - v)
+        assert good["score_advantage"] == pytest.approx((ds / 2) / (abs(ds) / 2 ** 0.5 + 1e-4), rel=1e-4)
+        assert generic["score_advantage"] == pytest.approx(-good["score_advantage"])
     # What the trainer saw: the manager's exact prompt, the review's tokens as sampled, its advantage.
     prompts = dict(zip([f.rollout_id for f in train_side], mt.manager_prompts(manager, train_side)))
     assert len(seen) == 2 * len(train_side)
@@ -139,6 +142,12 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
         match = [f for f in train_side if s.prompt_ids == tok(prompts[f.rollout_id], add_special_tokens=False)["input_ids"]]
         assert len(match) == 1
         assert (s.advantage > 0) == (s.completion_ids == good_ids)
+        # the score's tokens (' 2,' of GOOD, ' 9,' of GENERIC) carry the score's advantage, the critique and hint the hint's
+        n = manager_rl.score_token_count(tok.decode, s.completion_ids)
+        assert tok.decode(s.completion_ids[:n]).strip() in ("2,", "9,")
+        sampled = by_failure[match[0].rollout_id][0 if s.completion_ids == good_ids else 1]
+        assert s.token_advantages == pytest.approx([sampled["score_advantage"]] * n
+                                                   + [sampled["advantage"]] * (len(s.completion_ids) - n))
     # The checkpoint: a row, an adapter with its manifest, lineage to every failure and sampled review.
     assert row["parent_id"] is None and row["trajectory_ids"] == sorted(f.rollout_id for f in train_side)
     assert lake.read("manager_checkpoints").num_rows == 1 and not lake.exists("checkpoints")
@@ -158,6 +167,56 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
     with pytest.raises(ValueError, match="no fresh failed rollouts"):
         mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                          grpo={"device": "cpu"})
+
+
+def test_credit_review_trains_every_token_with_the_summed_rewards_advantage(lake_with_failures, tiny_model_dir, monkeypatch):
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    seen = []
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    real = trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "credit": "review"})
+    mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
+    rows = lake.read("manager_samples").to_pylist()
+    for r in rows:
+        assert r["credit"] == "review" and r["score_advantage"] == pytest.approx(r["advantage"])
+    for good in (r for r in rows if r["sample_index"] == 0):
+        generic = next(r for r in rows if r["rollout_id"] == good["rollout_id"] and r["sample_index"] == 1)
+        d = good["reward"] - generic["reward"]
+        assert good["advantage"] == pytest.approx((d / 2) / (abs(d) / 2 ** 0.5 + 1e-4), rel=1e-4)
+    assert seen and all(s.token_advantages is None for s in seen)
+
+
+def test_a_hint_written_in_the_second_pass_is_trained_by_the_hints_advantage(lake_with_failures, tiny_model_dir, monkeypatch):
+    """A reply that leaves the hint out is asked for it (``llm_manager.hint_prompt``). Its score (9, far from
+    the failure's verifier score) is the group's worse one and its hint the better: the reply's score
+    tokens get the negative score advantage, the hint pass the positive hint advantage."""
+    from tentalis_pipelines.rewards.llm_manager import HINT_BRIDGE
+
+    def reply(p, j):
+        if p.endswith(HINT_BRIDGE):
+            return 'Add the two numbers in one step, then answer."'
+        return ' 9, "critique": "The sum is wrong."}' if j == 0 else ' 2, "critique": "Fine.", "hint": "try again"}'
+
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, tok = _backends(tiny_model_dir, reply)
+    seen = []
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    real = trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
+    rows = [r for r in lake.read("manager_samples").to_pylist() if r["sample_index"] == 0]
+    assert rows and all(r["hint"].startswith("Add the two numbers") and r["rescued"] == 3 for r in rows)
+    assert all(r["advantage"] > 0 > r["score_advantage"] for r in rows)
+    passes = [s for s in seen if tok.decode(s.prompt_ids).endswith(HINT_BRIDGE)]
+    assert len(passes) == len(rows)
+    for s in passes:
+        assert s.token_advantages is None and s.advantage == pytest.approx(rows[0]["advantage"])
 
 
 def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_dir):
@@ -185,7 +244,8 @@ def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_d
     assert len(rows) == 2 and all(r["worker_correct"] and r["rescue_k"] == 0 for r in rows)
     by = {r["sample_index"]: r for r in rows}
     assert by[0]["reward"] == pytest.approx(-0.5 * abs(0.2 - 1.0)) and by[1]["reward"] == pytest.approx(-0.5 * abs(0.9 - 1.0))
-    assert by[1]["advantage"] > 0 > by[0]["advantage"]  # on a right answer, the high score is the accurate one
+    assert by[1]["score_advantage"] > 0 > by[0]["score_advantage"]  # on a right answer, the high score is the accurate one
+    assert by[0]["advantage"] == by[1]["advantage"] == 0.0  # no hint was needed: its tokens learn nothing
     # The worker is asked to be rescued once per failure (the task's other, failed sample now stands for
     # it), never on the accepted answer.
     assert len(worker.prompts) == len(mt.collect_failures(lake, heldout=False, config=CONFIG)) == len(train_side)

@@ -38,6 +38,9 @@ def train(
     rescue_samples: int = typer.Option(4, min=1, help="Worker samples per hint."),
     accuracy_weight: float = typer.Option(0.5, min=0.0, help="Weight of |score - verifier score| against the hint's value."),
     reward: str = RewardOpt,
+    credit: str = typer.Option("fields", help="fields: the score's advantage trains the score's tokens, the hint value's the "
+                               "critique and hint | review: the summed reward trains every token."),
+    success_share: float = typer.Option(0.25, min=0.0, help="Accepted rollouts per failure, reviewed for their score alone."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="LoRA learning rate."),
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature when it is rescued."),
     max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
@@ -54,7 +57,8 @@ def train(
     paths = home_paths(home)
     lake = Lakehouse(paths.lakehouse)
     policy, config = _settings(temperature, max_new_tokens, seed, max_failures=failures, num_generations=num_generations,
-                               rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate)
+                               rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
+                               credit=credit, success_share=success_share)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)

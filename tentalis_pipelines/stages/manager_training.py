@@ -225,27 +225,39 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                              max_new_tokens=config.max_new_tokens, seed=config.seed)
     reviews = [[(r.score, r.hint) for r in group] for group in sampled]
     outcomes = outcomes_for(worker, policy, config, failures, reviews, k=config.rescue_samples, seed=config.seed + 1)
-    keys, rewards = [], []
+    keys, rewards, parts = [], [], []
     for f, group in zip(failures, outcomes):
         for o in group:
             keys.append(f.rollout_id)
             rewards.append(manager_rl.manager_reward(o, reward=config.reward, accuracy_weight=config.accuracy_weight))
+            parts.append(manager_rl.reward_parts(o, reward=config.reward, accuracy_weight=config.accuracy_weight))
     gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
                          "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
                          "per_step_rows": len(rewards), "dtype": policy.dtype, **(grpo or {})})
-    advantages, _ = group_advantages(keys, rewards, scale_rewards=gcfg.trajectory_settings()["scale_rewards"])
+    scale = gcfg.trajectory_settings()["scale_rewards"]
+    if config.credit == "fields":  # each part normalised in its group on its own, for its own tokens
+        score_adv, _ = group_advantages(keys, [p[0] for p in parts], scale_rewards=scale)
+        hint_adv, _ = group_advantages(keys, [p[1] for p in parts], scale_rewards=scale)
+    else:
+        score_adv, _ = group_advantages(keys, rewards, scale_rewards=scale)
+        hint_adv = score_adv
     tok = manager_backend.tokenizer
     flat = [(f, j, g, o) for f, group, outs in zip(failures, sampled, outcomes) for j, (g, o) in enumerate(zip(group, outs))]
     prompt_ids = {f.rollout_id: tok(p, add_special_tokens=False)["input_ids"] for f, p in zip(failures, prompts)}
-    # A review's tokens as sampled (the stop '}' included) with its group-relative advantage and sampling
-    # log-probs; a hint pass is a second sample (its own prompt: the reply and the bridge) with the same advantage.
+    # A review's tokens as sampled (the stop '}' included) with their group-relative advantages and sampling
+    # log-probs: the score's tokens the score's advantage, the rest the hint's (one advantage under credit
+    # "review"); a hint pass is a second sample (its own prompt: the reply and the bridge) with the hint's.
     samples = []
-    for (f, _, r, _), adv in zip(flat, advantages):
-        for prompt, g in ((prompt_ids[f.rollout_id], r.reply), (r.hint_prompt, r.hint_reply)):
-            if g is None or not g.token_ids:
-                continue
-            ids = prompt if isinstance(prompt, list) else tok(prompt, add_special_tokens=False)["input_ids"]
-            samples.append(TrainSample(ids, list(g.token_ids), adv, old_logps=list(g.logprobs) if g.logprobs else None,
+    for (f, _, r, _), s_adv, h_adv in zip(flat, score_adv, hint_adv):
+        reply_ids = list(r.reply.token_ids or ())
+        if reply_ids:
+            token_adv = (manager_rl.field_token_advantages(len(reply_ids), manager_rl.score_token_count(tok.decode, reply_ids),
+                                                           s_adv, h_adv) if config.credit == "fields" else None)
+            samples.append(TrainSample(prompt_ids[f.rollout_id], reply_ids, h_adv, token_advantages=token_adv,
+                                       old_logps=list(r.reply.logprobs) if r.reply.logprobs else None, temperature=config.temperature))
+        if r.hint_reply is not None and r.hint_reply.token_ids:
+            samples.append(TrainSample(tok(r.hint_prompt, add_special_tokens=False)["input_ids"], list(r.hint_reply.token_ids), h_adv,
+                                       old_logps=list(r.hint_reply.logprobs) if r.hint_reply.logprobs else None,
                                        temperature=config.temperature))
     checkpoint_id = manager_rl.manager_checkpoint_id(None if parent_id == serving.BASE else parent_id,
                                                      [f.rollout_id for f in failures], config.seed, nonce=ckpt.new_checkpoint_id())
@@ -257,8 +269,9 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                     "manager_version": parent_id, "worker_version": worker_version, "review_text": g.text,
                     "score": o.score, "hint": o.hint, "hint_decision": o.hint_decision, "rescue_k": o.rescue_k,
                     "rescued": o.rescued, "dense_reward": o.dense_reward, "verifier_score": o.verifier_score,
-                    "worker_correct": f.correct, "reward": r, "advantage": a, "created_at": created}
-                   for (f, j, g, o), r, a in zip(flat, rewards, advantages)]
+                    "worker_correct": f.correct, "reward": r, "advantage": a, "score_advantage": sa, "credit": config.credit,
+                    "created_at": created}
+                   for (f, j, g, o), r, a, sa in zip(flat, rewards, hint_adv, score_adv)]
     lake.append("manager_samples", sample_rows)
     versions["manager_samples"] = lineage.table_versions(lake).get("manager_samples")
     all_outcomes = [o for group in outcomes for o in group]

@@ -17,7 +17,16 @@ also charges the score's distance from the verifier's score of the same answer:
 
 with an unparseable review charged the full distance (1). Each failed rollout is one GRPO group of
 ``num_generations`` sampled reviews; advantages are group-relative (``rewards.advantages``) and the
-update is the worker's own trainer (``train_grpo``) on the manager's adapter. This module holds the
+update is the worker's own trainer (``train_grpo``) on the manager's adapter.
+
+Which tokens each part of the reward trains is ``credit``. With ``"review"`` the summed reward's one
+advantage trains every token of the review, so a review with an accurate score and a useless hint
+reinforces the hint as well: in this repository the score term dominated (the rescue rate is 0 for
+most hints of a small worker) and the trained manager learned to score, not to advise
+(experiments/manager_rl). With ``"fields"`` (the default) each part is normalised in its group on its
+own (as GDPO normalises each reward of a multi-reward RL run separately) and trains only the tokens
+that wrote it: the score's advantage the score's tokens, the hint value's advantage the critique and
+the hint (the critique is the hint's context, written for it). This module holds the
 pure parts (config, reward, split, ids, samples); the sampling and the checkpoint are the stage's
 (``stages/manager_training.py``).
 """
@@ -25,13 +34,15 @@ pure parts (config, reward, split, ids, samples); the sampling and the checkpoin
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from tentalis_pipelines.config_fields import config_field
 from tentalis_pipelines.training import opd
 
 REWARDS = ("rescue", "dense")
+CREDITS = ("fields", "review")
 
 
 @dataclass
@@ -42,6 +53,8 @@ class ManagerRLConfig:
     rescue_samples: int = config_field(4, "worker samples drawn with each hint to measure its rescue rate")
     reward: str = config_field("rescue", "rescue (the worker's realised success with the hint) | dense (RLT's log-prob gain)")
     accuracy_weight: float = config_field(0.5, "weight of |score - verifier score| charged against the hint's value")
+    credit: str = config_field("fields", "fields (the score's advantage trains the score's tokens, the hint value's the "
+                               "critique and hint) | review (the summed reward trains every token)")
     temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
     max_new_tokens: int = config_field(64, "tokens of one review")
     max_failures: int = config_field(32, "failed rollouts per training run (newest batches first)")
@@ -58,6 +71,8 @@ class ManagerRLConfig:
     def __post_init__(self) -> None:
         if self.reward not in REWARDS:
             raise ValueError(f"manager reward {self.reward!r} is unknown: choose one of {', '.join(REWARDS)}")
+        if self.credit not in CREDITS:
+            raise ValueError(f"manager credit {self.credit!r} is unknown: choose one of {', '.join(CREDITS)}")
         if self.num_generations < 2:
             raise ValueError(f"num_generations = {self.num_generations}: a GRPO group needs at least 2 reviews per failure")
         if self.rescue_samples < 1 or self.eval_rescue_samples < 1:
@@ -108,6 +123,33 @@ def score_error(score: float | None, verifier_score: float) -> float:
 def manager_reward(outcome: ReviewOutcome, *, reward: str = "rescue", accuracy_weight: float = 0.5) -> float:
     """The manager's reward for one review: hint value − accuracy_weight · score error."""
     return hint_value(outcome, reward) - accuracy_weight * score_error(outcome.score, outcome.verifier_score)
+
+
+def reward_parts(outcome: ReviewOutcome, *, reward: str = "rescue", accuracy_weight: float = 0.5) -> tuple[float, float]:
+    """(score part, hint part) of :func:`manager_reward`: − accuracy_weight · score error, and the hint's
+    value. They sum to the reward; ``credit = "fields"`` normalises and trains each on its own tokens."""
+    return -accuracy_weight * score_error(outcome.score, outcome.verifier_score), hint_value(outcome, reward)
+
+
+_NUMBER = re.compile(r"-?\d*(?:\.\d*)?")  # a number, or the start of one ('-', '7.')
+
+
+def score_token_count(decode: Callable[[Sequence[int]], str], token_ids: Sequence[int]) -> int:
+    """How many leading tokens of a reply (pre-filled up to the score, ``llm_manager.PREFILL``) write the
+    score: through the first token after which the decoded text holds more than a number (the comma or
+    brace that ends the field, or anything that is not a number at all). A reply that is all number is
+    all score."""
+    for k in range(1, len(token_ids) + 1):
+        text = decode(token_ids[:k]).lstrip()
+        if text and _NUMBER.match(text).end() < len(text):
+            return k
+    return len(token_ids)
+
+
+def field_token_advantages(n_tokens: int, n_score_tokens: int, score_advantage: float, hint_advantage: float) -> list[float]:
+    """One advantage per token of a reply: the score's for its first ``n_score_tokens``, the hint's after."""
+    n_score = max(0, min(n_score_tokens, n_tokens))
+    return [score_advantage] * n_score + [hint_advantage] * (n_tokens - n_score)
 
 
 def is_heldout(task_id: str, fraction: float, seed: int = 0) -> bool:

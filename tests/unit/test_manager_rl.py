@@ -65,6 +65,56 @@ def test_group_advantages_of_a_failures_reviews_by_hand():
     assert signal == [True] * 4
 
 
+def test_the_reward_parts_are_the_score_charge_and_the_hint_value():
+    # 3 of 4 rescued, |0.6 - 0.1| = 0.5: parts (-0.25, 0.75), summing to the reward 0.5
+    o = outcome(score=0.6)
+    assert manager_rl.reward_parts(o, accuracy_weight=0.5) == pytest.approx((-0.25, 0.75))
+    assert sum(manager_rl.reward_parts(o, accuracy_weight=0.5)) == pytest.approx(manager_rl.manager_reward(o, accuracy_weight=0.5))
+    # an unusable hint: its part is 0, the score's charge stands; an unparseable review: the full distance
+    assert manager_rl.reward_parts(outcome(decision=opd.TRIVIAL, score=0.3), accuracy_weight=1.0) == pytest.approx((-0.2, 0.0))
+    assert manager_rl.reward_parts(outcome(score=None, rescued=1), accuracy_weight=0.5) == pytest.approx((-0.5, 0.25))
+    assert manager_rl.reward_parts(outcome(dense=0.4, rescued=0), reward="dense", accuracy_weight=0.5) == pytest.approx((0.0, 0.4))
+
+
+def test_decoupled_advantages_keep_a_rare_rescue_from_drowning_in_the_score():
+    """Four reviews of one failure: only the last one's hint rescued (1 of 4), and it scored worst. The
+    summed reward ranks it last, so one advantage per review would push its hint down; normalised apart,
+    its hint tokens get the group's only positive hint advantage."""
+    group = [outcome(score=0.1, rescued=0), outcome(score=0.2, rescued=0), outcome(score=0.1, rescued=0), outcome(score=0.9, rescued=1)]
+    rewards = [manager_rl.manager_reward(o) for o in group]
+    assert rewards == pytest.approx([0.0, -0.05, 0.0, 0.25 - 0.4])  # the rescuing review has the lowest reward
+    summed, _ = group_advantages(["f"] * 4, rewards)
+    assert summed[3] < 0
+    parts = [manager_rl.reward_parts(o) for o in group]
+    score_adv, _ = group_advantages(["f"] * 4, [p[0] for p in parts])
+    hint_adv, _ = group_advantages(["f"] * 4, [p[1] for p in parts])
+    # hint values 0, 0, 0, 0.25: mean 1/16, unbiased std = 0.125
+    assert hint_adv == pytest.approx([-0.0625 / 0.1251] * 3 + [0.1875 / 0.1251])
+    # score charges 0, -0.05, 0, -0.4: mean -0.1125; only the far-off score is below it
+    assert score_adv[3] < 0 < score_adv[1] < score_adv[0] == pytest.approx(score_adv[2])
+
+
+def test_the_score_tokens_end_with_the_token_that_ends_the_number():
+    pieces = {1: " ", 2: "7", 3: ",", 4: ' "critique"', 5: "10", 6: "}", 7: "seven", 8: ".", 9: "5", 10: "-", 11: "3"}
+
+    def decode(ids):
+        return "".join(pieces[i] for i in ids)
+
+    assert manager_rl.score_token_count(decode, [1, 2, 3, 4]) == 3  # ' ', '7', ',': the comma closes the field
+    assert manager_rl.score_token_count(decode, [5, 6]) == 2
+    assert manager_rl.score_token_count(decode, [7, 3]) == 1  # no number: the first token is the (unparseable) score
+    assert manager_rl.score_token_count(decode, [2, 8, 9, 3, 4]) == 4  # '7.5' is one number
+    assert manager_rl.score_token_count(decode, [10, 11, 3]) == 3  # a negative number, then the comma
+    assert manager_rl.score_token_count(decode, [1, 2]) == 2  # all number: all score
+    assert manager_rl.score_token_count(decode, []) == 0
+
+
+def test_field_token_advantages_by_hand():
+    assert manager_rl.field_token_advantages(5, 2, -1.0, 0.5) == [-1.0, -1.0, 0.5, 0.5, 0.5]
+    assert manager_rl.field_token_advantages(2, 3, -1.0, 0.5) == [-1.0, -1.0]  # a reply shorter than its score span
+    assert manager_rl.field_token_advantages(3, 0, -1.0, 0.5) == [0.5, 0.5, 0.5]
+
+
 def test_the_heldout_split_is_stable_and_near_its_fraction():
     ids = [f"task-{i}" for i in range(2000)]
     held = [t for t in ids if manager_rl.is_heldout(t, 0.25)]
@@ -87,7 +137,7 @@ def test_checkpoint_ids_name_parent_failures_and_seed():
 
 @pytest.mark.parametrize("field,value,needle", [("reward", "vibes", "manager reward"), ("num_generations", 1, "at least 2"),
                                                 ("rescue_samples", 0, "at least 1"), ("heldout_fraction", 1.0, "strictly between"),
-                                                ("accuracy_weight", -0.1, ">= 0")])
+                                                ("accuracy_weight", -0.1, ">= 0"), ("credit", "tokens", "manager credit")])
 def test_bad_settings_are_refused_by_name(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         ManagerRLConfig(**{field: value})
