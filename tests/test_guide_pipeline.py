@@ -182,6 +182,36 @@ def test_failed_groups_are_resampled_with_their_hint_and_the_successes_train_wit
     assert sorted(c["rollout_id"] for c in deletes["guided_rollouts"]) == sorted(g["rollout_id"] for g in guided if g["task_id"] == pens)
 
 
+def test_the_dense_reward_of_a_solution_scores_its_steps_and_value_by_hand(tiny_model_dir):
+    """``HintQuery.steps``: log p of the solution's step text and value (the tags as context), with the
+    hint minus without, by one plain forward pass per side."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir, dtype=torch.float32).eval()
+    ids = lambda t: tok(t, add_special_tokens=False)["input_ids"]  # noqa: E731
+
+    def logp(prompt: str) -> float:
+        segs = [("<step>", False), ("12 + 7 = 19", True), ("</step><answer>", False), ("19", True)]
+        p = ids(prompt)
+        full, scored = list(p), []
+        for text, flag in segs:
+            scored += [flag] * len(ids(text))
+            full += ids(text)
+        with torch.no_grad():
+            lp = torch.log_softmax(model(torch.tensor([full])).logits[0].float(), -1)
+        return sum(float(lp[len(p) + i - 1, full[len(p) + i]]) for i, flag in enumerate(scored) if flag)
+
+    prompt, task, hint = "<user>What is 12 + 7?</user>", "What is 12 + 7?", "Add the two numbers in one step."
+    [plain] = hint_rewards(model, tok, [HintQuery(prompt, task, hint, "19")], dtype="float32")
+    [sol] = hint_rewards(model, tok, [HintQuery(prompt, task, hint, "19", ("12 + 7 = 19",))], dtype="float32")
+    expect = logp(opd.hinted_prompt(prompt, task, hint)) - logp(prompt)
+    assert sol.reward == pytest.approx(expect, abs=2e-4) and sol.with_hint == pytest.approx(logp(opd.hinted_prompt(prompt, task, hint)), abs=2e-4)
+    assert sol.reward != pytest.approx(plain.reward, abs=1e-3)  # the steps are scored: another number than the value's alone
+
+
 def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, tiny_model_dir, monkeypatch):
     from transformers import AutoTokenizer
 

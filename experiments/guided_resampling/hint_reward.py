@@ -12,7 +12,11 @@ and reports Spearman's rank correlation between the two with a bootstrap 95% int
     .venv/bin/python -m experiments.guided_resampling.hint_reward summarize --out hint_reward_v2.csv
 
 ``rescore`` recomputes every collected group's dense reward with the current definition (the stored one is
-the definition the collection ran with) under the base model; ``rescue_rate`` does not change.
+the definition the collection ran with) under the base model; ``rescue_rate`` does not change. With
+``--solution`` it scores the task's reference solution (its steps and value, ``HintQuery.steps``: v3)
+instead of the answer's value alone (v2).
+
+    .venv/bin/python -m experiments.guided_resampling.hint_reward rescore --solution --homes H1 H2 --out hint_reward_v3.csv
 """
 
 from __future__ import annotations
@@ -81,7 +85,7 @@ def rescore(args) -> None:
     from tentalis_pipelines.inference.models import resolve_model
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.policy import PolicySettings
-    from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+    from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards, solution_steps
     from tentalis_pipelines.settings import Paths
 
     rows, backend = [], None
@@ -94,8 +98,10 @@ def rescore(args) -> None:
         guided = lake.read("guided_rollouts").to_pylist()
         groups = sorted({(g["batch_id"], g["task_id"]) for g in guided})
         firsts = [next(g for g in guided if (g["batch_id"], g["task_id"]) == k and g["group_index"] == 0) for k in groups]
-        dense = hint_rewards(backend.model, backend.tokenizer, [HintQuery(g["prompt_text"], tasks[k]["prompt"], g["hint"], tasks[k]["reference"])
-                                                                for k, g in zip(groups, firsts)], dtype="auto")
+        dense = hint_rewards(backend.model, backend.tokenizer,
+                             [HintQuery(g["prompt_text"], tasks[k]["prompt"], g["hint"], tasks[k]["reference"],
+                                        solution_steps(tasks[k]) if args.solution else ())
+                              for k, g in zip(groups, firsts)], dtype="auto")
         for k, g, d in zip(groups, firsts, dense):
             members = [x for x in guided if (x["batch_id"], x["task_id"]) == k]
             ok = sum(x["correct"] for x in members)
@@ -167,6 +173,7 @@ def main() -> None:
     r = sub.add_parser("rescore")
     r.add_argument("--homes", nargs="+", required=True)
     r.add_argument("--out", nargs=1, default=[str(HERE / "hint_reward_v2.csv")])
+    r.add_argument("--solution", action="store_true", help="score the reference solution's steps and value (v3)")
     s = sub.add_parser("summarize")
     s.add_argument("--out", nargs="+", default=[str(CSV)], help="one or more collect CSVs, pooled")
     args = ap.parse_args()

@@ -15,16 +15,24 @@ where hinted OPD's teacher sees it (``opd.hinted_prompt``). A hint that names th
 raising the answer's probability by stating it is copying, not teaching (the same leak check as OPD's).
 It is cheap enough for every hint, and it is a prediction: whether it predicts what the hint really did
 (the hinted samples' success, ``guided_rollouts``) is measured, not assumed (experiments/guided_resampling).
+
+RLT scores the teacher's explanation by the student's likelihood of the whole reference *solution*, not
+of the bare answer. Where a task knows its solution's steps (``HintQuery.steps``; a generated arithmetic
+task its expression, ``solution_steps``) the scored continuation is the solution in the worker's format,
+``<step>12 + 7 = 19</step><answer>19``, with the format's tags as unscored context (the tags' own
+probability is what the first version was fooled by) and the steps' text and the answer's value scored.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from tentalis_pipelines.training import opd
 
 ANSWER_PREFIX = "<answer>"  # context on both sides: only the answer's value is scored
+STEP_PREFIX = "<step>"  # the context a solution's first step follows
 
 
 @dataclass(frozen=True)
@@ -35,12 +43,44 @@ class HintQuery:
     task_prompt: str
     hint: str
     reference: str
+    steps: tuple[str, ...] = ()  # the reference solution's steps, when the task has them: scored with the answer
+
+
+def solution_steps(task: dict) -> tuple[str, ...]:
+    """The reference solution's steps of a task row, as the worker would write them: a generated
+    arithmetic task's expression and its result (``"12 + 7 = 19"``); () for a task without one."""
+    try:
+        expression = json.loads(task.get("metadata") or "{}").get("expression")
+    except (json.JSONDecodeError, AttributeError):
+        return ()
+    return (f"{expression} = {str(task['reference']).strip()}",) if expression else ()
+
+
+def scored_continuation(tokenizer, reference: str, steps: Sequence[str] = ()) -> tuple[list[int], list[int], list[bool]]:
+    """(context ids appended to both prompts, continuation ids, which continuation tokens are scored).
+    Without steps: ``<answer>`` as context, the answer's value scored. With steps: ``<step>`` as context,
+    then each step's text (scored) between the format's tags (not scored), then the answer's value."""
+    def ids(text: str) -> list[int]:
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    if not steps:
+        return ids(ANSWER_PREFIX), ids(answer_text(reference)), [True] * len(ids(answer_text(reference)))
+    segments: list[tuple[str, bool]] = []
+    for i, step in enumerate(steps):
+        segments += [("</step><step>" if i else "", False), (step.strip(), True)]
+    segments += [("</step>" + ANSWER_PREFIX, False), (answer_text(reference), True)]
+    cont, scored = [], []
+    for text, flag in segments:
+        piece = ids(text) if text else []
+        cont += piece
+        scored += [flag] * len(piece)
+    return ids(STEP_PREFIX), cont, scored
 
 
 @dataclass(frozen=True)
 class HintReward:
     reward: float  # with - without; 0.0 for a hint that leaks the answer
-    with_hint: float | None  # log p(answer | prompt + hint, "<answer>"), summed over the answer's value tokens
+    with_hint: float | None  # log p(answer | prompt + hint, "<answer>"), summed over the scored tokens
     without_hint: float | None  # log p(answer | prompt, "<answer>")
     decision: str  # opd's hint-filter decision: used | no_hint | trivial | leaks_answer
 
@@ -56,21 +96,22 @@ def hint_rewards(model, tokenizer, queries: Sequence[HintQuery], *, dtype: str =
     filter rejects are not scored: ``leaks_answer`` scores 0.0 by rule, ``no_hint`` and ``trivial`` 0.0
     because there is nothing to teach (their ``with_hint``/``without_hint`` are None)."""
     out: list[HintReward | None] = [None] * len(queries)
-    items, where = [], []
+    items, where, masks = [], [], []
     for i, q in enumerate(queries):
         decision, _ = opd.screen_hint(q.hint, q.reference)
         if decision != opd.USED:
             out[i] = HintReward(0.0, None, None, decision)
             continue
-        answer_ids = tokenizer(answer_text(q.reference), add_special_tokens=False)["input_ids"]
-        prefix = tokenizer(ANSWER_PREFIX, add_special_tokens=False)["input_ids"]
+        prefix, cont, mask = scored_continuation(tokenizer, q.reference, q.steps)
         items.append(opd.OPDItem(tokenizer(q.prompt_text, add_special_tokens=False)["input_ids"] + prefix,
                                  tokenizer(opd.hinted_prompt(q.prompt_text, q.task_prompt, q.hint), add_special_tokens=False)["input_ids"] + prefix,
-                                 answer_ids, 1.0))
+                                 cont, 1.0))
+        masks.append(mask)
         where.append(i)
     if items:
         scored = opd.teacher_student_logprobs(model, tokenizer, items, micro_batch_tokens=micro_batch_tokens, dtype=dtype)
-        for i, (with_hint, without) in zip(where, scored):
-            w, wo = float(sum(with_hint)), float(sum(without))
+        for i, mask, (with_hint, without) in zip(where, masks, scored):
+            w = float(sum(lp for lp, m in zip(with_hint, mask) if m))
+            wo = float(sum(lp for lp, m in zip(without, mask) if m))
             out[i] = HintReward(w - wo, w, wo, opd.USED)
     return [o for o in out if o is not None]

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tentalis_pipelines.rewards.hint_reward import HintQuery, answer_text, hint_rewards
+from tentalis_pipelines.rewards.hint_reward import (
+    HintQuery,
+    answer_text,
+    hint_rewards,
+    scored_continuation,
+    solution_steps,
+)
 from tentalis_pipelines.training import guide, opd
 from tentalis_pipelines.training.losses import shaped_guided_loss
 from tentalis_pipelines.training.trainer import GRPOConfig
@@ -83,3 +89,33 @@ def test_a_hint_that_leaks_or_says_nothing_earns_no_dense_reward_without_touchin
     assert [(o.reward, o.decision, o.with_hint) for o in out] == [(0.0, opd.LEAKS_ANSWER, None), (0.0, opd.TRIVIAL, None),
                                                                   (0.0, opd.NO_HINT, None)]
     assert answer_text(" 19 ") == "19"
+
+
+class CharTokenizer:
+    """One id per character: the scored mask can be read against the text by hand."""
+
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_a_tasks_solution_steps_come_from_its_expression():
+    assert solution_steps({"reference": "19", "metadata": '{"expression": "12 + 7"}'}) == ("12 + 7 = 19",)
+    assert solution_steps({"reference": " 19 ", "metadata": None}) == ()
+    assert solution_steps({"reference": "19", "metadata": "not json"}) == ()
+    assert solution_steps({"reference": "19", "metadata": '{"level": 1}'}) == ()
+
+
+def test_the_scored_continuation_scores_the_steps_and_the_value_not_the_tags():
+    tok = CharTokenizer()
+    # without steps (v2): "<answer>" is context, the value alone is scored
+    prefix, cont, mask = scored_continuation(tok, "19")
+    assert "".join(map(chr, prefix)) == "<answer>" and "".join(map(chr, cont)) == "19" and mask == [True, True]
+    # with steps: "<step>" is context; the continuation is the solution in the worker's format
+    prefix, cont, mask = scored_continuation(tok, "19", ("12 + 7 = 19",))
+    assert "".join(map(chr, prefix)) == "<step>"
+    assert "".join(map(chr, cont)) == "12 + 7 = 19</step><answer>19"
+    assert "".join(chr(c) for c, m in zip(cont, mask) if m) == "12 + 7 = 1919"  # the tags are never scored
+    # two steps: the tag between them is context too
+    _, cont, mask = scored_continuation(tok, "5", ("2 + 1 = 3", "3 + 2 = 5"))
+    assert "".join(map(chr, cont)) == "2 + 1 = 3</step><step>3 + 2 = 5</step><answer>5"
+    assert "".join(chr(c) for c, m in zip(cont, mask) if m) == "2 + 1 = 33 + 2 = 55"
