@@ -212,6 +212,33 @@ def test_the_dense_reward_of_a_solution_scores_its_steps_and_value_by_hand(tiny_
     assert sol.reward != pytest.approx(plain.reward, abs=1e-3)  # the steps are scored: another number than the value's alone
 
 
+def test_a_task_with_an_expression_has_its_hints_scored_on_its_solution(home, tiny_model_dir, monkeypatch):
+    """A task that knows its solution (a generated arithmetic task's expression, here in a file batch's
+    metadata) has its hint's dense reward scored on the solution's steps and value; one without, on the
+    value alone."""
+    from transformers import AutoTokenizer
+
+    paths = Paths.from_env(home).ensure()
+    src = paths.inbox / "guide-expr.jsonl"
+    src.write_text("\n".join(json.dumps({**r, **({"metadata": {"expression": "2 + 3"}} if r["reference"] == "5" else {})})
+                             for r in PROMPTS) + "\n")
+    batch_id = register_file_batch(paths.batches, src)
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    backend = ForcedBackend(tiny_model_dir, tok)
+    real_build, real_rewards, queries = guided_stage.build_guided_rollouts, guided_stage.hint_rewards, []
+    monkeypatch.setattr("assets.batch_assets.build_guided_rollouts", lambda *a, **kw: real_build(*a, **kw, backends={"base": backend}))
+    monkeypatch.setattr(guided_stage, "hint_rewards", lambda m, t, qs, **kw: queries.extend(qs) or real_rewards(m, t, qs, **kw))
+    with DagsterInstance.ephemeral() as instance:
+        instance.add_dynamic_partitions("task_batches", [batch_id])
+        assert materialize([tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts], partition_key=batch_id,
+                           instance=instance, resources=_resources(home, tiny_model_dir, guide=True, guide_generations=2)).success
+    assert sorted((q.reference, q.steps) for q in queries) == [("42", ()), ("5", ("2 + 3 = 5",))]
+    guided = Lakehouse(paths.lakehouse).read("guided_rollouts", batch_id=batch_id).to_pylist()
+    expect = {q.reference: r.reward for q, r in zip(queries, real_rewards(backend.model, tok, queries, dtype="float32"))}
+    refs = {t["task_id"]: t["reference"] for t in Lakehouse(paths.lakehouse).read("tasks", batch_id=batch_id).to_pylist()}
+    assert all(g["hint_reward"] == pytest.approx(expect[refs[g["task_id"]]], abs=2e-4) for g in guided)
+
+
 def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, tiny_model_dir, monkeypatch):
     from transformers import AutoTokenizer
 

@@ -219,6 +219,19 @@ def test_a_hint_written_in_the_second_pass_is_trained_by_the_hints_advantage(lak
         assert s.token_advantages is None and s.advantage == pytest.approx(rows[0]["advantage"])
 
 
+def test_a_failure_carries_its_tasks_solution_steps_for_the_dense_reward(lake_with_failures):
+    paths, lake, batch_id = lake_with_failures
+    assert all(f.steps == () for f in mt.collect_failures(lake, heldout=False, config=CONFIG))  # no expression: no steps
+    rows = lake.read("tasks", batch_id=batch_id).to_pylist()
+    for r in rows:
+        a, b = r["prompt"].split("has ")[1].split(" pens and buys ")
+        r["metadata"] = json.dumps({"expression": f"{a} + {b.split()[0]}"})
+    lake.write_batch("tasks", batch_id, rows)
+    failures = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    assert failures and all(f.steps == (f"{f.task_prompt.split('has ')[1].split(' pens')[0]} + "
+                                        f"{f.task_prompt.split('buys ')[1].split()[0]} = {f.reference}",) for f in failures)
+
+
 def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_dir):
     """A rollout the verifier accepts is reviewed for its score only: no hint is measured, and its reward
     is minus the weighted distance of the score from the verifier's."""

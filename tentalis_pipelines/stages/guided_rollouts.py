@@ -19,7 +19,7 @@ from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards, solution_steps
 from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.process import check_steps
@@ -78,7 +78,8 @@ def build_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: 
         generations = backend.generate([hp for _, _, hp in todo], params)
         # The dense reward of each hint under the policy that sampled (one teacher-forced pass per side).
         dense = hint_rewards(backend.model, backend.tokenizer,
-                             [HintQuery(p, tasks[h.task_id]["prompt"], h.hint, tasks[h.task_id]["reference"]) for h, p, _ in todo],
+                             [HintQuery(p, tasks[h.task_id]["prompt"], h.hint, tasks[h.task_id]["reference"],
+                                        solution_steps(tasks[h.task_id])) for h, p, _ in todo],
                              dtype=policy.dtype) if hasattr(backend, "model") else [None] * len(todo)
         for (h, prompt_text, hinted), gens, d in zip(todo, generations, dense):
             rows += [{**_graded_row(batch_id, tasks[h.task_id], h, prompt_text, hinted, i, g, policy.temperature, created),

@@ -23,7 +23,7 @@ from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards
+from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards, solution_steps
 from tentalis_pipelines.rewards.llm_manager import (
     HINT_MAX_NEW_TOKENS,
     PREFILL,
@@ -58,6 +58,7 @@ class Failure:
     completion: str
     review_input: ReviewInput
     verifier_score: float
+    steps: tuple[str, ...] = ()  # the task's reference solution steps, when it has them (the dense reward scores them)
 
     @property
     def correct(self) -> bool:
@@ -94,7 +95,7 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
                 continue
             seen.add(tid)
             out.append(Failure(batch_id, r["rollout_id"], tid, tasks[tid]["prompt"], x.reference, r["prompt_text"],
-                               r["completion"], x, verifier.review(x).score))
+                               r["completion"], x, verifier.review(x).score, solution_steps(tasks[tid])))
             if limit is not None and len(out) >= limit:
                 return out
     return out
@@ -174,7 +175,7 @@ def outcomes_for(worker, policy: PolicySettings, config: ManagerRLConfig, failur
     dense: list[float | None] = [None] * len(todo)
     if config.reward == "dense" and todo:
         dense = [d.reward for d in hint_rewards(worker.model, worker.tokenizer,
-                                                [HintQuery(f.prompt_text, f.task_prompt, h, f.reference) for f, h in todo],
+                                                [HintQuery(f.prompt_text, f.task_prompt, h, f.reference, f.steps) for f, h in todo],
                                                 dtype=policy.dtype)]
     measured = {pos: (n, d) for pos, n, d in zip(where, rescued, dense)}
     out = []
