@@ -3,7 +3,7 @@
 # worker, gate it against the untrained one, then guided learning with each manager's hints.
 #   phase manager  : harvest failures (3 x 64 level-1 tasks x 4 samples), evaluate base, train, evaluate, gate
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
-# Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained). Homes under $RUNS (default /work/runs).
+# Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
 CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -35,6 +35,8 @@ print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     export TENTALIS_HOME=$H OMP_NUM_THREADS=1
     rm -rf $H; $T init >/dev/null
     if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/mgr-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
-    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED ;;
+    # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
+    if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
+    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" ;;
   *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
 esac

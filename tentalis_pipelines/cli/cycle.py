@@ -241,6 +241,8 @@ def learn(
                                            "`tentalis prm train`); default: the review resource's, calculator."),
     advantage_mode: str | None = typer.Option(None, help="outcome | process (adds the step scores' process advantage to the outcome's); "
                                               "default: the trainer resource's, outcome."),
+    reward_weights: str | None = typer.Option(None, help='JSON weights of the reward components, e.g. \'{"manager": 0}\' (the others keep '
+                                              "their defaults); default: the review resource's (review.reward_weights)."),
     scale_rewards: str | None = typer.Option(None, help="group (divide by the group's std, outcome and step rewards alike) | none "
                                              "(only centre them, Dr. GRPO); default: none for dr_grpo, else group."),
     home: str | None = HomeOpt,
@@ -271,6 +273,13 @@ def learn(
         fail(f"--manager {manager!r}: choose verifier or llm")
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
         fail(f"--step-scorer {step_scorer!r}: choose calculator, judge or prm_head")
+    if reward_weights is not None:
+        from tentalis_pipelines.rewards.scoring import parse_weights
+
+        try:
+            parse_weights(reward_weights, source="--reward-weights")
+        except ValueError as exc:
+            fail(str(exc))
     if step_scorer == "prm_head":
         from tentalis_pipelines.reviewers.prm_reviewer import PRMHeadNotTrained, step_scorer_version
 
@@ -291,6 +300,8 @@ def learn(
             resources.setdefault("review", {"config": {}})["config"]["manager"] = manager
         if step_scorer is not None:
             resources.setdefault("review", {"config": {}})["config"]["step_scorer"] = step_scorer
+        if reward_weights is not None:
+            resources.setdefault("review", {"config": {}})["config"]["reward_weights"] = reward_weights
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
             held_out = held_out_benchmark(tasks, tuple(lv))
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})
