@@ -5,7 +5,11 @@ Homes: ``$RUNS/mgr2-base-s{seed}`` and ``$RUNS/mgr2-trained-s{seed}`` (``run.sh 
 branch ``manager-evidence``). Prints one row per cycle: accuracies and the paired bootstrap 95% interval of
 trained - untrained over (seed, item).
 
-Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0]
+Round 3 (``--prefix mgr --against noscore``): the same table for the trained arm against another arm (the
+control whose reward leaves the manager's score out), and ``--per-seed`` adds each seed's last-cycle difference.
+
+Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0] [--prefix mgr2] [--arm trained]
+       [--against base] [--per-seed]
 """
 
 from __future__ import annotations
@@ -31,11 +35,15 @@ def main() -> None:
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--seeds", default="0")
     ap.add_argument("--prefix", default="mgr2", help="mgr: round 1's homes")
+    ap.add_argument("--arm", default="trained", help="the arm compared (home mgr-ARM-sS)")
+    ap.add_argument("--against", default="base", help="the arm it is compared with")
+    ap.add_argument("--per-seed", action="store_true", help="also each seed's difference at the last cycle")
     a = ap.parse_args()
     runs, seeds = Path(a.runs), [int(s) for s in a.seeds.split(",")]
-    curves = {(arm, s): curve(runs / f"{a.prefix}-{arm}-s{s}") for arm in ("base", "trained") for s in seeds}
+    curves = {("base" if arm == a.against else "trained", s): curve(runs / f"{a.prefix}-{arm}-s{s}")
+              for arm in (a.against, a.arm) for s in seeds}
     cycles = min(len(v) for v in curves.values())
-    print("| cycle | untrained manager | trained manager | trained - untrained (paired) |\n|---|---|---|---|")
+    print(f"| cycle | {a.against} | {a.arm} | {a.arm} - {a.against} (paired) |\n|---|---|---|---|")
     for k in range(cycles):
         xa, xb = [], []
         for s in seeds:
@@ -49,6 +57,12 @@ def main() -> None:
             continue
         d = paired_bootstrap(xb, xa)
         print(f"| {k} | {100 * np.mean(xa):.1f}% | {100 * np.mean(xb):.1f}% | {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}] (n={len(xa)}) |")
+    if a.per_seed:
+        for s in seeds:
+            a_items, b_items = curves[("base", s)][cycles - 1], curves[("trained", s)][cycles - 1]
+            keys = sorted(a_items.keys() & b_items.keys())
+            d = paired_bootstrap([float(b_items[i]) for i in keys], [float(a_items[i]) for i in keys])
+            print(f"seed {s}, cycle {cycles - 1}: {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}] (n={len(keys)})")
 
 
 if __name__ == "__main__":

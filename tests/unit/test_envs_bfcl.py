@@ -20,7 +20,6 @@ from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv, CallFormatError, p
 from tentalis_pipelines.envs.runner import run_episode  # noqa: E402
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc  # noqa: E402
 from tentalis_pipelines.settings import Paths  # noqa: E402
-from tentalis_pipelines.stages.tasks import build_tasks  # noqa: E402
 from tentalis_pipelines.tasks import batches  # noqa: E402
 
 FS_TOOLS = frozenset({"cd", "ls", "mkdir", "touch", "echo", "cat", "mv", "rm", "sort"})
@@ -243,22 +242,6 @@ def test_the_guard_indexes_the_official_items_and_passes_generated_ones(official
     # pasted inside a longer prompt: the n-gram tier
     (m,) = index.match(["Please do this for me. " + item.prompt + " Thanks a lot."], use_embeddings=False)
     assert (m.item_id, m.tier) == ("multi_turn_base_7", "ngram")
-
-
-def test_a_bfcl_batch_that_reproduces_an_official_item_is_refused(home, monkeypatch, official):
-    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "arithmetic,bfcl")
-    paths = Paths.from_env(home).ensure()
-    lake = Lakehouse(paths.lakehouse)
-    batch_id = batches.register_bfcl_batch(paths.batches, seed=3, num_tasks=4, levels=(1, 2))
-    real = batches.bfcl_training_tasks
-    leaked = official["multi_turn_base_42"]
-    monkeypatch.setattr(batches, "bfcl_training_tasks", lambda *a: [*real(*a)[:3], leaked])
-    res = build_tasks(lake, paths, batch_id)
-    landed = lake.read("tasks", batch_id=batch_id).to_pylist()
-    assert len(landed) == 3 and leaked.task_id not in {t["task_id"] for t in landed}
-    assert res.metadata["contaminated_tasks"] == 1
-    (q,) = [r for r in lake.read("quarantine").to_pylist() if r["batch_id"] == batch_id]
-    assert "matches the benchmark item bfcl/multi_turn_base_42 (exact" in q["error"]
 
 
 def test_a_bfcl_episode_lands_as_a_rollout_row_with_its_calls_and_level():
