@@ -64,7 +64,8 @@ def scored_continuation(tokenizer, reference: str, steps: Sequence[str] = ()) ->
         return tokenizer(text, add_special_tokens=False)["input_ids"]
 
     if not steps:
-        return ids(ANSWER_PREFIX), ids(answer_text(reference)), [True] * len(ids(answer_text(reference)))
+        value = ids(answer_text(reference))
+        return ids(ANSWER_PREFIX), value, [True] * len(value)
     segments: list[tuple[str, bool]] = []
     for i, step in enumerate(steps):
         segments += [("</step><step>" if i else "", False), (step.strip(), True)]
