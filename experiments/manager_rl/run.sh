@@ -4,6 +4,8 @@
 #   phase manager  : harvest failures (3 x 64 level-1 tasks x 4 samples), evaluate base, train, evaluate, gate
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
 # Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
+# Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
+# failure), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES.
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
 CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -14,13 +16,14 @@ T="$PY -m tentalis_pipelines.cli"
 cd "$CODE"
 case "$1" in
   harvest)
-    export TENTALIS_HOME=$RUNS/mgr-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+    export TENTALIS_HOME=$RUNS/${PREFIX:-mgr}-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
     $T init >/dev/null
     for s in 1 2 3; do $T run --no-train --num-tasks 64 --num-generations 4 --levels 1 --max-new-tokens 96 --seed $s; done ;;
   manager)
-    export TENTALIS_HOME=$RUNS/mgr-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-    $T manager evaluate --checkpoint base --eval-rescue-samples 8
-    $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations 4 --rescue-samples 4 --learning-rate 2e-4
+    export TENTALIS_HOME=$RUNS/${PREFIX:-mgr}-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+    [ -n "${SKIP_BASE:-}" ] || $T manager evaluate --checkpoint base --eval-rescue-samples 8
+    $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations 4 --rescue-samples 4 --learning-rate 2e-4 \
+      --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25}
     LAST=$($PY -c "
 from tentalis_pipelines.lakehouse import Lakehouse
 rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()
@@ -31,10 +34,10 @@ print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     $T manager gate $LAST
     $T manager status ;;
   worker)
-    ARM=$2; SEED=$3; H=$RUNS/mgr-$ARM-s$SEED
+    ARM=$2; SEED=$3; H=$RUNS/${PREFIX:-mgr}-$ARM-s$SEED
     export TENTALIS_HOME=$H OMP_NUM_THREADS=1
     rm -rf $H; $T init >/dev/null
-    if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/mgr-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
+    if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/${PREFIX:-mgr}-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
     # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
     if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
     $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" ;;
