@@ -8,8 +8,13 @@ trained - untrained over (seed, item).
 Round 3 (``--prefix mgr --against noscore``): the same table for the trained arm against another arm (the
 control whose reward leaves the manager's score out), and ``--per-seed`` adds each seed's last-cycle difference.
 
+Round 4 (``--runs-level``): with several seeds an arm, the last cycle's difference also by a two-level bootstrap
+(the seeds drawn with replacement, then each drawn seed's items): the item bootstrap alone treats two runs of
+one configuration as identical, which round 3 showed they are not. ``--trained-prefix`` reads the compared arm
+from other homes (round 4's trained arm is ``mgr4-trained-sS`` beside round 3's ``mgr-base-sS``).
+
 Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0] [--prefix mgr2] [--arm trained]
-       [--against base] [--per-seed]
+       [--against base] [--per-seed] [--runs-level] [--trained-prefix P]
 """
 
 from __future__ import annotations
@@ -30,6 +35,22 @@ def curve(home: Path) -> list[dict[str, bool]]:
     return [item_correctness(lake, c, "arithmetic") for c in ["base", *ckpts]]
 
 
+def two_level_bootstrap(pairs: dict[int, tuple[list[float], list[float]]], *, n_boot: int = 4000,
+                        seed: int = 0) -> tuple[float, float, float]:
+    """Mean of b - a over every (seed, item) and its 95% interval when both the runs and the items are drawn:
+    each replicate draws the seeds with replacement, then each drawn seed's paired items with replacement."""
+    rng = np.random.default_rng(seed)
+    diffs = {s: np.asarray(b, float) - np.asarray(a, float) for s, (b, a) in pairs.items()}
+    keys = sorted(diffs)
+    point = float(np.mean(np.concatenate([diffs[s] for s in keys])))
+    reps = np.empty(n_boot)
+    for i in range(n_boot):
+        drawn = rng.choice(len(keys), size=len(keys), replace=True)
+        reps[i] = np.mean(np.concatenate([rng.choice(diffs[keys[j]], size=len(diffs[keys[j]]), replace=True)
+                                          for j in drawn]))
+    return point, float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="/work/runs")
@@ -38,10 +59,12 @@ def main() -> None:
     ap.add_argument("--arm", default="trained", help="the arm compared (home mgr-ARM-sS)")
     ap.add_argument("--against", default="base", help="the arm it is compared with")
     ap.add_argument("--per-seed", action="store_true", help="also each seed's difference at the last cycle")
+    ap.add_argument("--runs-level", action="store_true", help="also the last cycle's two-level (seed, item) bootstrap")
+    ap.add_argument("--trained-prefix", default=None, help="the compared arm's home prefix (default: --prefix)")
     a = ap.parse_args()
     runs, seeds = Path(a.runs), [int(s) for s in a.seeds.split(",")]
-    curves = {("base" if arm == a.against else "trained", s): curve(runs / f"{a.prefix}-{arm}-s{s}")
-              for arm in (a.against, a.arm) for s in seeds}
+    curves = {("base", s): curve(runs / f"{a.prefix}-{a.against}-s{s}") for s in seeds}
+    curves |= {("trained", s): curve(runs / f"{a.trained_prefix or a.prefix}-{a.arm}-s{s}") for s in seeds}
     cycles = min(len(v) for v in curves.values())
     print(f"| cycle | {a.against} | {a.arm} | {a.arm} - {a.against} (paired) |\n|---|---|---|---|")
     for k in range(cycles):
@@ -63,6 +86,15 @@ def main() -> None:
             keys = sorted(a_items.keys() & b_items.keys())
             d = paired_bootstrap([float(b_items[i]) for i in keys], [float(a_items[i]) for i in keys])
             print(f"seed {s}, cycle {cycles - 1}: {100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}] (n={len(keys)})")
+    if a.runs_level:
+        pairs = {}
+        for s in seeds:
+            a_items, b_items = curves[("base", s)][cycles - 1], curves[("trained", s)][cycles - 1]
+            keys = sorted(a_items.keys() & b_items.keys())
+            pairs[s] = ([float(b_items[i]) for i in keys], [float(a_items[i]) for i in keys])
+        d = two_level_bootstrap(pairs)
+        print(f"cycle {cycles - 1}, seeds and items drawn ({len(seeds)} seeds): "
+              f"{100 * d[0]:+.1f} [{100 * d[1]:+.1f}, {100 * d[2]:+.1f}]")
 
 
 if __name__ == "__main__":

@@ -149,8 +149,11 @@ class LLMManager:
     def prompt(self, task: str, completion: str, x: ReviewInput) -> str:
         # The worker's text is the policy being judged: fence it, and strip anything inside that could
         # close the fence, so it cannot pose as the rubric or the reply.
-        user = (f"Task: {task}\n\nReference answer: {x.reference}\n\n{FENCE_NOTE}\n<{FENCE}>\n{fence_safe(completion)}\n</{FENCE}>"
-                "\n\nYour review (JSON):")
+        # A task that records its solution shows it too, so a hint can say what to compute without the answer
+        # (a plan: the verifier's plan hints rescue this worker most; experiments/manager_rl, round 4).
+        solution = f"\nReference solution: {x.expression}" if x.expression else ""
+        user = (f"Task: {task}\n\nReference answer: {x.reference}{solution}\n\n{FENCE_NOTE}\n<{FENCE}>\n{fence_safe(completion)}"
+                f"\n</{FENCE}>\n\nYour review (JSON):")
         messages = [{"role": "system", "content": self.rubric}, {"role": "user", "content": user}]
         tok = getattr(self.backend, "tokenizer", None)
         if tok is not None and getattr(tok, "chat_template", None):

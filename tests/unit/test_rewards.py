@@ -310,6 +310,22 @@ def test_llm_manager_fences_the_completion_and_bounds_the_score():
     assert LLMManager(backend).review_many([(TASK, "hmm", none)])[0].score == 0.2
 
 
+def test_llm_manager_shows_the_solution_expression_only_where_the_task_records_one():
+    from dataclasses import replace
+
+    from tentalis_pipelines.rewards.llm_manager import FENCE, LLMManager
+
+    x = ReviewInput(reference="19", answer="21", correct=False, answer_tagged=True, format_score=1.0, steps=[],
+                    step_scores=[], step_rationales=[], finish_reason="stop", expression="12 + 7")
+    mgr = LLMManager(_RecordingBackend(""))
+    shown = mgr.prompt(TASK, "<answer>21</answer>", x)
+    # With the reference, before the fenced worker text (so the worker cannot forge it).
+    assert "Reference answer: 19\nReference solution: 12 + 7\n" in shown
+    assert shown.index("Reference solution: 12 + 7") < shown.index(f"<{FENCE}>")
+    plain = mgr.prompt(TASK, "<answer>21</answer>", replace(x, expression=None))
+    assert "Reference solution" not in plain and "Reference answer: 19\n\n" in plain
+
+
 class _TwoPassBackend(_RecordingBackend):
     """Replies without a hint, then writes the hint when asked for it (the bridge ends the prompt)."""
 
