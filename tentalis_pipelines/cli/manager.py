@@ -30,6 +30,17 @@ def _settings(temperature: float, max_new_tokens: int, seed: int, **manager):
         fail(str(exc))
 
 
+def accepted_shortfall(metrics: dict, success_share: float) -> str | None:
+    """What to tell the user when an update reviewed fewer accepted rollouts than ``--success-share`` asked
+    for (each is reviewed for its score alone, so a shortfall trains the score mostly on failures), else None."""
+    got, wanted = metrics.get("accepted", 0), metrics.get("accepted_wanted", 0)
+    if got >= wanted:
+        return None
+    return (f"only {got} fresh accepted rollouts on the training side for the {wanted} that --success-share {success_share} "
+            "asks for: the score is trained mostly on failures and may learn to score everything low; run more task batches "
+            "(`tentalis run --no-train`) before the next update")
+
+
 @manager_app.command("train")
 def train(
     updates: int = typer.Option(1, min=1, help="GRPO updates (each its own checkpoint, chained from the last)."),
@@ -68,6 +79,8 @@ def train(
         console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent {row['parent_id'] or 'base'}): "
                       f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
                       f"score error {m['score_error']:.3f}")
+        if (short := accepted_shortfall(m, success_share)) is not None:
+            console.print(f"[yellow]warning[/]: {short}")
         if u + 1 < updates:  # chain: the next update samples from this one
             serving.promote(lake, row["checkpoint_id"], actor="manager-train", reason=f"chained update {u + 1} of {updates}",
                             role="manager")

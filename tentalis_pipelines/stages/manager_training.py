@@ -211,8 +211,9 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                          f"{len(used)}): run task batches (`tentalis run --no-train`) whose rollouts the verifier rejects, "
                          "then train the manager")
     # Accepted answers too, for the score alone: trained on failures only, "always low" would look accurate.
+    accepted_wanted = round(config.success_share * len(failures))
     failures += collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, correct=True, exclude=used,
-                                 limit=round(config.success_share * len(failures)))
+                                 limit=accepted_wanted)
     versions = _versions(lake)
     parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
     worker_version, worker_adapter = serving.serving_policy(lake)
@@ -280,6 +281,7 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     used = [o for o in on_failures if o.hint_decision == opd.USED]
     metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples),
                "failures": len(on_failures) // config.num_generations, "accepted": len(failures) - len(on_failures) // config.num_generations,
+               "accepted_wanted": accepted_wanted,
                "usable_hint_share": len(used) / len(on_failures),
                "rescue_rate": (sum(o.rescued for o in used) / sum(o.rescue_k for o in used)) if used and config.reward == "rescue" else None,
                "score_error": manager_rl.mean_score_error(all_outcomes),

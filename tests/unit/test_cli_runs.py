@@ -109,3 +109,12 @@ def test_learn_hands_its_step_scorer_and_advantage_mode_to_every_cycle(cli_home,
     out = runner.invoke(app, ["learn", "--cycles", "1", "--step-scorer", "prm_head", "--home", str(cli_home)])
     assert out.exit_code != 0 and not seen
     assert "v0002 reads the model's own surprise" in " ".join(out.output.split()) and "--features hidden" in out.output
+
+
+def test_manager_train_warns_when_the_accepted_answers_run_short():
+    from tentalis_pipelines.cli.manager import accepted_shortfall
+
+    assert accepted_shortfall({"accepted": 32, "accepted_wanted": 32}, 1.0) is None
+    assert accepted_shortfall({"accepted": 9, "accepted_wanted": 8}, 0.25) is None
+    msg = accepted_shortfall({"accepted": 3, "accepted_wanted": 32}, 1.0)
+    assert "only 3 fresh accepted rollouts" in msg and "the 32 that --success-share 1.0" in msg and "tentalis run --no-train" in msg
