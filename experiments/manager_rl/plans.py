@@ -32,7 +32,8 @@ def names_expression(hint: str, expression: str | None) -> bool:
     return "".join(expression.split()) in "".join((hint or "").split())
 
 
-def _expressions(lake: Lakehouse) -> dict[str, str | None]:
+def expressions(lake: Lakehouse) -> dict[str, str | None]:
+    """{task_id: the solution expression its metadata records, or None}."""
     out = {}
     for t in lake.read("tasks", columns=["task_id", "metadata"]).to_pylist():
         try:
@@ -58,7 +59,7 @@ def main() -> None:
     ap.add_argument("--home", required=True)
     a = ap.parse_args()
     lake = Lakehouse(f"{a.home}/lakehouse")
-    expr = _expressions(lake)
+    expr = expressions(lake)
     order = {r["checkpoint_id"]: r["created_at"].isoformat() for r in lake.read("manager_checkpoints").to_pylist()}
 
     def value(r):

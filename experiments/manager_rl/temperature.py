@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 
-from experiments.manager_rl.plans import _expressions, names_expression
+from experiments.manager_rl.plans import expressions, names_expression
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
@@ -32,7 +32,7 @@ def main() -> None:
     paths = Paths.from_env(a.home)
     lake = Lakehouse(paths.lakehouse)
     failures = collect_failures(lake, heldout=False, config=ManagerRLConfig(), limit=a.failures)
-    expr = _expressions(lake)
+    expr = expressions(lake)
     backend = PolicySettings().make_backend(resolve_model("embedded", paths.models))
     prompts = manager_prompts(backend, failures)
     print("| temperature | sampled reviews | usable hints | name the expression |\n|---|---|---|---|")
