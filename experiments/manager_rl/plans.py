@@ -62,28 +62,25 @@ def main() -> None:
     expr = expressions(lake)
     order = {r["checkpoint_id"]: r["created_at"].isoformat() for r in lake.read("manager_checkpoints").to_pylist()}
 
-    def value(r):
-        if r.get("dense_reward") is not None:
-            return r["dense_reward"]
+    def rescue(r):
         return r["rescued"] / r["rescue_k"] if r.get("rescue_k") else None
 
-    print("training samples (usable hints of failures), by the update that learned from them:")
-    print("| update | usable hints | name the expression | their mean value | the others' mean value |\n|---|---|---|---|---|")
-    groups = defaultdict(list)
-    for r in lake.read("manager_samples").to_pylist():
-        if r["hint_decision"] == "used" and not r["worker_correct"]:
-            groups[r["checkpoint_id"]].append({**r, "plan": names_expression(r["hint"], expr.get(r["task_id"]))})
-    for cid in sorted(groups, key=lambda c: order.get(c, "")):
-        print(_row(cid, groups[cid], value))
-    print("\nheld-out evaluations (greedy; value = rescue rate of the hint):")
-    print("| checkpoint | usable hints | name the expression | their rescue | the others' rescue |\n|---|---|---|---|---|")
-    evals = defaultdict(list)
-    for r in lake.read("manager_evals").to_pylist():
-        if r["hint_decision"] == "used" and not r["worker_correct"]:
-            evals[r["checkpoint_id"]].append({**r, "plan": names_expression(r["hint"], expr.get(r["task_id"]))})
-    for cid in sorted(evals, key=lambda c: order.get(c, "")):
-        print(_row(cid, evals[cid], lambda r: r["rescued"] / r["rescue_k"] if r["rescue_k"] else None))
+    def value(r):  # a training sample's hint value: its dense reward where it was trained for it
+        return r["dense_reward"] if r.get("dense_reward") is not None else rescue(r)
 
+    for table, title, head, val in (
+            ("manager_samples", "training samples (usable hints of failures), by the update that learned from them:",
+             "| update | usable hints | name the expression | their mean value | the others' mean value |", value),
+            ("manager_evals", "\nheld-out evaluations (greedy; value = rescue rate of the hint):",
+             "| checkpoint | usable hints | name the expression | their rescue | the others' rescue |", rescue)):
+        print(title)
+        print(head + "\n|---|---|---|---|---|")
+        groups = defaultdict(list)
+        for r in lake.read(table).to_pylist():
+            if r["hint_decision"] == "used" and not r["worker_correct"]:
+                groups[r["checkpoint_id"]].append({**r, "plan": names_expression(r["hint"], expr.get(r["task_id"]))})
+        for cid in sorted(groups, key=lambda c: order.get(c, "")):
+            print(_row(cid, groups[cid], val))
 
 if __name__ == "__main__":
     main()
