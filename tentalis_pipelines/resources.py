@@ -174,6 +174,9 @@ class ReviewResource(ConfigurableResource):
     judge_temperature: float = 0.7
     judge_forced_verdict: bool = True
     manager_max_new_tokens: int = 96
+    hint_prefix: str = Field(default="", description="the words every llm manager hint starts with, pre-filled (e.g. 'Compute': "
+                             "a small manager then names what to compute); serve a trained manager with the prefix it was "
+                             "trained with (`tentalis manager train --hint-prefix`)")
     grounding: bool = Field(default=False, description="write grounding_flags: the claims of agent turns that their session's "
                             "tool outputs do not support (docs/grounding.md); trainer.grounding_policy decides what training does")
     grounding_tagger: str = Field(default="", description="a trained grounding tagger folder joined with the rules "
@@ -220,7 +223,8 @@ class ReviewResource(ConfigurableResource):
         from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager
 
         return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir), adapter_dir=adapter_dir),
-                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC, version=version)
+                          max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC, version=version,
+                          hint_prefix=self.hint_prefix)
 
 
 class BenchmarkResource(ConfigurableResource):

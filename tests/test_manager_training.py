@@ -219,6 +219,45 @@ def test_a_hint_written_in_the_second_pass_is_trained_by_the_hints_advantage(lak
         assert s.token_advantages is None and s.advantage == pytest.approx(rows[0]["advantage"])
 
 
+def test_a_hint_prefix_is_prefilled_in_every_hint_pass_and_only_the_rest_is_trained(lake_with_failures, tiny_model_dir, monkeypatch):
+    """With ``hint_prefix`` every parsed reply is asked for its hint, the prefix pre-filled: the first pass
+    stops at the hint's key (a hint it wrote anyway is dropped), the hint is the prefix and what the
+    manager wrote after it, and the hint pass trains only the written tokens (the prefix is prompt)."""
+    from dataclasses import replace
+
+    from tentalis_pipelines.rewards.llm_manager import HINT_BRIDGE
+
+    def reply(p, j):
+        if p.endswith(HINT_BRIDGE + "Add"):
+            return ' the two numbers in one step, then answer."'
+        return ' 2, "critique": "The sum is wrong.", "hint"' if j == 0 else ' 2, "critique": "Wrong.", "hint": "try again"}'
+
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, tok = _backends(tiny_model_dir, reply)
+    stops = []
+    real_generate = manager.generate
+    monkeypatch.setattr(manager, "generate", lambda prompts, params: stops.append(params.stop) or real_generate(prompts, params))
+    seen = []
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    real = trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    config = replace(CONFIG, hint_prefix="Add")
+    mt.train_manager(lake, paths, policy, config, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                     grpo={"device": "cpu"})
+    assert stops[0] == ("}", '"hint"') and stops[1] == ('"',)
+    rows = lake.read("manager_samples").to_pylist()
+    failed = [r for r in rows if not r["worker_correct"]]
+    assert failed and all(r["hint"] == "Add the two numbers in one step, then answer." for r in failed)  # 'try again' dropped
+    assert all(r["rescued"] == 3 for r in failed)  # the worker was helped by the whole hint, prefix included
+    passes = [s for s in seen if tok.decode(s.prompt_ids).endswith(HINT_BRIDGE + "Add")]
+    assert len(passes) == len(rows)  # every review, the accepted answers' too
+    assert all(tok.decode(s.completion_ids) == ' the two numbers in one step, then answer."' for s in passes)
+    dropped = [p for p in manager.prompts if p.endswith(HINT_BRIDGE + "Add") and "try again" in p]
+    assert not dropped  # the reply's own hint is not in the prompt that asks for the prefixed one
+
+
 def test_a_failure_carries_its_tasks_solution_steps_for_the_dense_reward(lake_with_failures):
     paths, lake, batch_id = lake_with_failures
     assert all(f.steps == () for f in mt.collect_failures(lake, heldout=False, config=CONFIG))  # no expression: no steps

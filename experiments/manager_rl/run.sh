@@ -5,7 +5,8 @@
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
 # Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
 # Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
-# failure), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES.
+# failure), GENERATIONS (reviews per failure), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, HINT_PREFIX (review.hint_prefix,
+# the same in the manager's training, its evaluation and the worker's runs).
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
 CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -21,16 +22,16 @@ case "$1" in
     for s in 1 2 3; do $T run --no-train --num-tasks 64 --num-generations 4 --levels 1 --max-new-tokens 96 --seed $s; done ;;
   manager)
     export TENTALIS_HOME=$RUNS/${PREFIX:-mgr}-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-    [ -n "${SKIP_BASE:-}" ] || $T manager evaluate --checkpoint base --eval-rescue-samples 8
-    $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations 4 --rescue-samples 4 --learning-rate 2e-4 \
-      --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25}
+    [ -n "${SKIP_BASE:-}" ] || $T manager evaluate --checkpoint base --eval-rescue-samples 8 --hint-prefix "${HINT_PREFIX:-}"
+    $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations ${GENERATIONS:-4} --rescue-samples 4 --learning-rate 2e-4 \
+      --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25} --hint-prefix "${HINT_PREFIX:-}"
     LAST=$($PY -c "
 from tentalis_pipelines.lakehouse import Lakehouse
 rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()
 print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     # the chain promoted its own updates to sample from them: the gate compares the last with the untrained one
     $T rollback --role manager --to base --reason "gate the chain's last update against the untrained manager"
-    $T manager evaluate --checkpoint $LAST --eval-rescue-samples 8
+    $T manager evaluate --checkpoint $LAST --eval-rescue-samples 8 --hint-prefix "${HINT_PREFIX:-}"
     $T manager gate $LAST
     $T manager status ;;
   worker)
@@ -40,6 +41,6 @@ print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/${PREFIX:-mgr}-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
     # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
     if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
-    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" ;;
+    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" --hint-prefix "${HINT_PREFIX:-}" ;;
   *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
 esac

@@ -239,6 +239,8 @@ def learn(
                                        "adapter promoted by `tentalis promote --role manager`, else untrained); default: the review resource's."),
     step_scorer: str | None = typer.Option(None, help="What scores each step: calculator | judge | prm_head (the newest head of "
                                            "`tentalis prm train`); default: the review resource's, calculator."),
+    hint_prefix: str | None = typer.Option(None, help="With --manager llm: the words every hint starts with, pre-filled (the "
+                                           "prefix the serving manager was trained with); default: the review resource's, none."),
     advantage_mode: str | None = typer.Option(None, help="outcome | process (adds the step scores' process advantage to the outcome's); "
                                               "default: the trainer resource's, outcome."),
     reward_weights: str | None = typer.Option(None, help='JSON weights of the reward components, e.g. \'{"manager": 0}\' (the others keep '
@@ -273,6 +275,13 @@ def learn(
         fail(f"--manager {manager!r}: choose verifier or llm")
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
         fail(f"--step-scorer {step_scorer!r}: choose calculator, judge or prm_head")
+    if hint_prefix:
+        from tentalis_pipelines.rewards.llm_manager import check_hint_prefix
+
+        try:
+            check_hint_prefix(hint_prefix)
+        except ValueError as exc:
+            fail(f"--hint-prefix: {exc}")
     if reward_weights is not None:
         from tentalis_pipelines.rewards.scoring import parse_weights
 
@@ -302,6 +311,8 @@ def learn(
             resources.setdefault("review", {"config": {}})["config"]["step_scorer"] = step_scorer
         if reward_weights is not None:
             resources.setdefault("review", {"config": {}})["config"]["reward_weights"] = reward_weights
+        if hint_prefix is not None:
+            resources.setdefault("review", {"config": {}})["config"]["hint_prefix"] = hint_prefix
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
             held_out = held_out_benchmark(tasks, tuple(lv))
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})

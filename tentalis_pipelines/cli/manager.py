@@ -16,6 +16,8 @@ app.add_typer(manager_app, name="manager")
 
 RewardOpt = typer.Option("rescue", help="rescue (the worker's success with the hint) | dense (RLT's log-prob gain of the answer).")
 SeedOpt = typer.Option(0, help="Sampling and LoRA seed; also the held-out split's.")
+HintPrefixOpt = typer.Option("", help="The words every hint starts with, pre-filled (review.hint_prefix; serve the manager with "
+                             "the prefix it was trained with).")
 
 
 def _settings(temperature: float, max_new_tokens: int, seed: int, **manager):
@@ -56,6 +58,7 @@ def train(
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature when it is rescued."),
     max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model (review.judge_model)."),
+    hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
     home: str | None = HomeOpt,
 ):
@@ -69,7 +72,7 @@ def train(
     lake = Lakehouse(paths.lakehouse)
     policy, config = _settings(temperature, max_new_tokens, seed, max_failures=failures, num_generations=num_generations,
                                rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
-                               credit=credit, success_share=success_share)
+                               credit=credit, success_share=success_share, hint_prefix=hint_prefix)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)
@@ -94,6 +97,7 @@ def evaluate(
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature."),
     max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model."),
+    hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
     home: str | None = HomeOpt,
 ):
@@ -102,7 +106,7 @@ def evaluate(
     from tentalis_pipelines.stages.manager_training import evaluate_manager
 
     paths = home_paths(home)
-    policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples)
+    policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples, hint_prefix=hint_prefix)
     try:
         rows = evaluate_manager(Lakehouse(paths.lakehouse), paths, policy, config, checkpoint, manager_model=manager_model, limit=limit)
     except ValueError as exc:

@@ -44,6 +44,11 @@ PREFILL = '{"score": '  # the reply is pre-filled up to the score
 # far more often than it writes a hint; the manager's meta-RL trains both passes, training/manager_rl.py).
 HINT_BRIDGE = ', "hint": "'
 HINT_MAX_NEW_TOKENS = 48
+# With a hint prefix the first pass also stops where the hint would begin, and every parsed reply gets the hint
+# pass, its hint pre-filled with the prefix (``hint_prefix``).
+HINT_KEY = '"hint"'
+_HINT_ON = re.compile(r',?\s*"hint"(?:\s*:.*)?$', re.S)  # the hint's key, and anything written after it
+_OPEN_HINT = re.compile(r',?\s*"hint"\s*$')  # the hint's key where the first pass stopped at it
 
 SESSION_RUBRIC = (
     "You are a manager reviewing an AI assistant's work in one session with a user (it may call tools). Grade the "
@@ -114,36 +119,65 @@ def parse_review(text: str) -> tuple[float, str, str] | None:
     return None
 
 
+def reply_body(reply: str) -> str:
+    """A reply without its end: the hint's key and what follows it (where the first pass stopped at the key, or
+    wrote an empty hint), else the closing brace."""
+    body = _HINT_ON.sub("", (reply or "").rstrip()).rstrip()
+    return body[:-1].rstrip() if body.endswith("}") else body
+
+
 def parse_reply(text: str) -> tuple[float, str, str] | None:
-    """(score, critique, hint) from a generated continuation of the pre-filled reply, or None."""
-    full = PREFILL + (text or "")
-    return parse_review(full if full.rstrip().endswith("}") else full + "}")
+    """(score, critique, hint) from a generated continuation of the pre-filled reply, or None (a reply that
+    stopped at the hint's key parses as the object without it)."""
+    body = _OPEN_HINT.sub("", (text or "").rstrip()).rstrip()
+    full = PREFILL + body
+    return parse_review(full if full.endswith("}") else full + "}")
 
 
-def hint_prompt(prompt: str, reply: str) -> str:
-    """The prompt that asks a reply without a hint for one: the manager's prompt, its reply up to (not
-    including) the closing brace, and ``HINT_BRIDGE``; the model writes the hint up to the closing quote."""
-    body = (reply or "").rstrip()
-    if body.endswith("}"):
-        body = body[:-1].rstrip()
-    return prompt + body + HINT_BRIDGE
+def hint_prompt(prompt: str, reply: str, prefix: str = "") -> str:
+    """The prompt that asks a reply for its hint: the manager's prompt, its reply up to (not including) the
+    closing brace or the hint's key, ``HINT_BRIDGE`` and the hint's ``prefix``; the model writes the rest of
+    the hint up to the closing quote."""
+    return prompt + reply_body(reply) + HINT_BRIDGE + prefix
 
 
-def read_hint(text: str) -> str:
-    """The hint written after ``HINT_BRIDGE``: the text before the closing quote."""
-    return (text or "").split('"', 1)[0].strip()
+def read_hint(text: str, prefix: str = "") -> str:
+    """The hint written after ``HINT_BRIDGE`` (and its pre-filled ``prefix``): the text before the closing quote."""
+    return (prefix + (text or "")).split('"', 1)[0].strip()
+
+
+def check_hint_prefix(prefix: str) -> str:
+    """``prefix`` if it can open a hint, else ValueError: a quote or a backslash would end or escape the JSON string."""
+    if '"' in prefix or "\\" in prefix:
+        raise ValueError(f"hint_prefix {prefix!r} holds a quote or a backslash, which would end or escape the hint's JSON "
+                         "string: write the prefix without them")
+    return prefix
+
+
+def first_pass_stops(hint_prefix: str = "") -> tuple[str, ...]:
+    """Where the first pass stops: the closing brace, and with a hint prefix also the hint's key (the hint
+    pass writes every hint then)."""
+    return ("}", HINT_KEY) if hint_prefix else ("}",)
+
+
+def needs_hint_pass(parsed: tuple[float, str, str] | None, hint_prefix: str = "") -> bool:
+    """Whether a parsed reply gets the hint pass: all of them with a hint prefix, else those that wrote no hint."""
+    return parsed is not None and (bool(hint_prefix) or not parsed[2].strip())
 
 
 class LLMManager:
     name = "llm"
 
     def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0, rubric: str = RUBRIC,
-                 version: str = "base"):
+                 version: str = "base", hint_prefix: str = ""):
         # ``rubric``: the system prompt the manager grades by (a re-score may try another one).
         # ``version``: the manager checkpoint whose adapter the backend carries ('base': untrained), see
         # training/manager_rl.py; each review names it in ``reviews.reviewer``.
+        # ``hint_prefix``: the words every hint starts with, pre-filled ('Compute' steers a small manager to
+        # name what to compute; experiments/manager_rl, round 5); '' lets the manager write the whole hint.
+        check_hint_prefix(hint_prefix)
         self.backend, self.max_new_tokens, self.seed, self.rubric = backend, max_new_tokens, seed, rubric
-        self.version = version
+        self.version, self.hint_prefix = version, hint_prefix
         self.fallback = VerifierManager()
 
     def prompt(self, task: str, completion: str, x: ReviewInput) -> str:
@@ -162,17 +196,20 @@ class LLMManager:
 
     def review_many(self, items: Sequence[tuple[str, str, ReviewInput]]) -> list[Review]:
         """One batched generate call for all rollouts (the reply is pre-filled up to the score), and one
-        more for the parsed replies that wrote no hint (``hint_prompt``: asked for the hint alone)."""
+        more for the parsed replies that wrote no hint, or for all of them with a hint prefix
+        (``hint_prompt``: asked for the hint alone, the prefix pre-filled)."""
         prompts = [self.prompt(t, c, x) for t, c, x in items]
-        params = SamplingParams(num_generations=1, max_new_tokens=self.max_new_tokens, temperature=0.0, seed=self.seed, stop=("}",))
+        params = SamplingParams(num_generations=1, max_new_tokens=self.max_new_tokens, temperature=0.0, seed=self.seed,
+                                stop=first_pass_stops(self.hint_prefix))
         replies = [gens[0].text for gens in (self.backend.generate(prompts, params) if prompts else [])]
         parsed = [parse_reply(text) for text in replies]
-        ask = [i for i, p in enumerate(parsed) if p is not None and not p[2].strip()]
+        ask = [i for i, p in enumerate(parsed) if needs_hint_pass(p, self.hint_prefix)]
         if ask:
             hint_params = SamplingParams(num_generations=1, max_new_tokens=HINT_MAX_NEW_TOKENS, temperature=0.0, seed=self.seed,
                                          stop=('"',))
-            for i, gens in zip(ask, self.backend.generate([hint_prompt(prompts[i], replies[i]) for i in ask], hint_params)):
-                parsed[i] = (parsed[i][0], parsed[i][1], read_hint(gens[0].text))
+            asks = [hint_prompt(prompts[i], replies[i], self.hint_prefix) for i in ask]
+            for i, gens in zip(ask, self.backend.generate(asks, hint_params)):
+                parsed[i] = (parsed[i][0], parsed[i][1], read_hint(gens[0].text, self.hint_prefix))
         out = []
         for (_, _, x), p in zip(items, parsed):
             if p is None:

@@ -28,7 +28,9 @@ from tentalis_pipelines.rewards.llm_manager import (
     HINT_MAX_NEW_TOKENS,
     PREFILL,
     LLMManager,
+    first_pass_stops,
     hint_prompt,
+    needs_hint_pass,
     parse_reply,
     read_hint,
 )
@@ -123,14 +125,15 @@ class SampledReview:
         return PREFILL + self.reply.text + ("" if self.hint_reply is None else f' [hint pass] {self.hint_reply.text}')
 
 
-def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int, seed: int) -> list[list[SampledReview]]:
-    """``n`` reviews per prompt, each completed by the hint pass when its reply parsed but wrote no hint
-    (what ``LLMManager.review_many`` does, here at ``temperature``)."""
+def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int, seed: int,
+                   hint_prefix: str = "") -> list[list[SampledReview]]:
+    """``n`` reviews per prompt, each completed by the hint pass when its reply parsed but wrote no hint, or
+    always with a ``hint_prefix`` (what ``LLMManager.review_many`` does, here at ``temperature``)."""
     gens = backend.generate(prompts, SamplingParams(num_generations=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                                                    seed=seed, stop=("}",))) if prompts else []
+                                                    seed=seed, stop=first_pass_stops(hint_prefix))) if prompts else []
     parsed = [[parse_reply(g.text) for g in group] for group in gens]
-    ask = [(i, j) for i, group in enumerate(parsed) for j, p in enumerate(group) if p is not None and not p[2].strip()]
-    hint_prompts = {(i, j): hint_prompt(prompts[i], gens[i][j].text) for i, j in ask}
+    ask = [(i, j) for i, group in enumerate(parsed) for j, p in enumerate(group) if needs_hint_pass(p, hint_prefix)]
+    hint_prompts = {(i, j): hint_prompt(prompts[i], gens[i][j].text, hint_prefix) for i, j in ask}
     hint_gens = {}
     if ask:
         out = backend.generate([hint_prompts[a] for a in ask], SamplingParams(
@@ -142,7 +145,8 @@ def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, m
         for j, g in enumerate(group):
             p = parsed[i][j]
             if (i, j) in hint_gens:
-                row.append(SampledReview(p[0], read_hint(hint_gens[(i, j)].text), g, hint_prompts[(i, j)], hint_gens[(i, j)]))
+                row.append(SampledReview(p[0], read_hint(hint_gens[(i, j)].text, hint_prefix), g, hint_prompts[(i, j)],
+                                         hint_gens[(i, j)]))
             else:
                 row.append(SampledReview(None if p is None else p[0], "" if p is None else p[2].strip(), g))
         result.append(row)
@@ -224,7 +228,7 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
         worker = policy.make_backend(resolve_model(policy.model, paths.models), worker_adapter)
     prompts = manager_prompts(manager_backend, failures)
     sampled = sample_reviews(manager_backend, prompts, n=config.num_generations, temperature=config.temperature,
-                             max_new_tokens=config.max_new_tokens, seed=config.seed)
+                             max_new_tokens=config.max_new_tokens, seed=config.seed, hint_prefix=config.hint_prefix)
     reviews = [[(r.score, r.hint) for r in group] for group in sampled]
     outcomes = outcomes_for(worker, policy, config, failures, reviews, k=config.rescue_samples, seed=config.seed + 1)
     keys, rewards, parts = [], [], []
@@ -330,7 +334,8 @@ def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, conf
     if worker is None:
         worker = policy.make_backend(resolve_model(policy.model, paths.models), worker_adapter)
     prompts = manager_prompts(manager_backend, failures)
-    sampled = sample_reviews(manager_backend, prompts, n=1, temperature=0.0, max_new_tokens=config.max_new_tokens, seed=config.seed)
+    sampled = sample_reviews(manager_backend, prompts, n=1, temperature=0.0, max_new_tokens=config.max_new_tokens, seed=config.seed,
+                             hint_prefix=config.hint_prefix)
     reviews = [[(group[0].score, group[0].hint)] for group in sampled]
     seed = config.seed + 7919
     outcomes = outcomes_for(worker, policy, ManagerRLConfig(**{**config.as_dict(), "reward": "rescue"}), failures, reviews,

@@ -34,6 +34,7 @@ pure parts (config, reward, split, ids, samples); the sampling and the checkpoin
 from __future__ import annotations
 
 import hashlib
+import math
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
@@ -57,6 +58,8 @@ class ManagerRLConfig:
                                "critique and hint) | review (the summed reward trains every token)")
     temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
     max_new_tokens: int = config_field(64, "tokens of one review")
+    hint_prefix: str = config_field("", "the words every hint starts with, pre-filled in the hint pass (review.hint_prefix; "
+                                    "serve a manager with the prefix it was trained with)")
     max_failures: int = config_field(32, "failed rollouts per training run (newest batches first)")
     success_share: float = config_field(0.25, "accepted rollouts added per failure, reviewed for their score alone (keeps the "
                                         "score discriminating)")
@@ -79,6 +82,9 @@ class ManagerRLConfig:
             raise ValueError("rescue_samples and eval_rescue_samples must be at least 1")
         if not 0.0 < self.heldout_fraction < 1.0:
             raise ValueError(f"heldout_fraction = {self.heldout_fraction}: choose a share strictly between 0 and 1")
+        from tentalis_pipelines.rewards.llm_manager import check_hint_prefix
+
+        check_hint_prefix(self.hint_prefix)
         if self.accuracy_weight < 0:
             raise ValueError(f"accuracy_weight = {self.accuracy_weight}: it must be >= 0")
 
@@ -106,12 +112,17 @@ def hint_decision(hint: str, reference: str | None) -> str:
 
 
 def hint_value(outcome: ReviewOutcome, reward: str = "rescue") -> float:
-    """What the hint is worth: 0 unless the screen would use it; else its rescue rate, or its dense
-    reward (``reward = "dense"``; a missing dense reward counts 0)."""
+    """What the hint is worth, in [0, 1]: 0 unless the screen would use it; else its rescue rate, or its
+    dense reward squashed by the logistic function (``reward = "dense"``; a missing dense reward counts 0).
+
+    The squash keeps a refused hint below every usable one. The raw dense reward of a usable hint is
+    mostly negative (a hint usually lowers the answer's log-probability a little: −0.66 nats on average
+    for the untrained manager's, experiments/manager_rl round 5), so a refused hint's 0 would beat it, and
+    GRPO would teach the manager to leak the answer or write nothing."""
     if outcome.hint_decision != opd.USED:
         return 0.0
     if reward == "dense":
-        return float(outcome.dense_reward or 0.0)
+        return 0.0 if outcome.dense_reward is None else 1.0 / (1.0 + math.exp(-float(outcome.dense_reward)))
     return outcome.rescued / outcome.rescue_k if outcome.rescue_k else 0.0
 
 

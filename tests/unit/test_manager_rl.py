@@ -39,10 +39,22 @@ def test_an_unparseable_review_is_charged_the_full_distance():
 
 def test_the_dense_reward_replaces_the_rescue_rate_when_chosen():
     o = outcome(rescued=0, k=0, dense=0.8, score=0.1)
-    assert manager_rl.hint_value(o, "dense") == pytest.approx(0.8)
+    assert manager_rl.hint_value(o, "dense") == pytest.approx(1 / (1 + 2.718281828459045 ** -0.8))  # 0.68997
     assert manager_rl.hint_value(o, "rescue") == 0.0
     assert manager_rl.hint_value(outcome(dense=None), "dense") == 0.0
-    assert manager_rl.manager_reward(o, reward="dense", accuracy_weight=1.0) == pytest.approx(0.8)
+    assert manager_rl.manager_reward(o, reward="dense", accuracy_weight=1.0) == pytest.approx(0.68997, abs=1e-5)
+
+
+def test_a_refused_hint_is_worth_less_than_any_usable_one_under_the_dense_reward():
+    """A usable hint that lowers the answer's log-probability (−3 nats: 0.0474) still beats one that leaks
+    the answer or is trivial (0): raw, the leak's 0 would beat it and teach the manager to leak."""
+    harmful = manager_rl.hint_value(outcome(dense=-3.0), "dense")
+    assert harmful == pytest.approx(0.047426, abs=1e-6)
+    for decision in (opd.LEAKS_ANSWER, opd.TRIVIAL, opd.NO_HINT):
+        assert manager_rl.hint_value(outcome(decision=decision, dense=None), "dense") == 0.0 < harmful
+    # the order of usable hints is kept: a plan (+4 nats) over a neutral hint (0: 0.5) over a harmful one
+    assert manager_rl.hint_value(outcome(dense=4.0), "dense") == pytest.approx(0.982014, abs=1e-6)
+    assert manager_rl.hint_value(outcome(dense=0.0), "dense") == 0.5
 
 
 def test_the_hint_screen_is_guidances():
@@ -73,7 +85,7 @@ def test_the_reward_parts_are_the_score_charge_and_the_hint_value():
     # an unusable hint: its part is 0, the score's charge stands; an unparseable review: the full distance
     assert manager_rl.reward_parts(outcome(decision=opd.TRIVIAL, score=0.3), accuracy_weight=1.0) == pytest.approx((-0.2, 0.0))
     assert manager_rl.reward_parts(outcome(score=None, rescued=1), accuracy_weight=0.5) == pytest.approx((-0.5, 0.25))
-    assert manager_rl.reward_parts(outcome(dense=0.4, rescued=0), reward="dense", accuracy_weight=0.5) == pytest.approx((0.0, 0.4))
+    assert manager_rl.reward_parts(outcome(dense=0.4, rescued=0), reward="dense", accuracy_weight=0.5) == pytest.approx((0.0, 0.598688), abs=1e-6)
 
 
 def test_decoupled_advantages_keep_a_rare_rescue_from_drowning_in_the_score():

@@ -355,6 +355,56 @@ def test_llm_manager_asks_a_reply_without_a_hint_for_one():
     assert len(backend2.prompts) == 1
 
 
+class _PrefixBackend(_RecordingBackend):
+    """Stops where the hint's key begins, then completes a pre-filled hint; records each call's stop strings."""
+
+    def __init__(self, first: str):
+        super().__init__("")
+        self.first, self.stops = first, []
+
+    def generate(self, prompts, params):
+        from tentalis_pipelines.inference.base import Generation
+
+        self.prompts.extend(prompts)
+        self.stops.append(params.stop)
+        return [[Generation(text=' 3 and 4, then stop."' if p.endswith('"hint": "Add') else self.first,
+                            token_ids=[1], finish_reason="stop", prompt_tokens=1, seconds=0.0)] for p in prompts]
+
+
+@pytest.mark.parametrize("first", [' 2, "critique": "Wrong sum.", "hint"', ' 2, "critique": "Wrong sum.", "hint": "Check it."}',
+                                   ' 2, "critique": "Wrong sum."}'])
+def test_a_hint_prefix_is_prefilled_for_every_review(first):
+    from tentalis_pipelines.rewards.llm_manager import LLMManager
+
+    backend = _PrefixBackend(first)
+    x = ReviewInput(reference="7", answer="12", correct=False, answer_tagged=True, format_score=1.0, steps=[],
+                    step_scores=[], step_rationales=[], finish_reason="stop")
+    review = LLMManager(backend, hint_prefix="Add").review_many([(TASK, "<answer>12</answer>", x)])[0]
+    assert review.hint == "Add 3 and 4, then stop." and review.critique == "Wrong sum." and review.score == pytest.approx(0.2)
+    assert backend.stops == [("}", '"hint"'), ('"',)]
+    assert backend.prompts[1] == backend.prompts[0] + ' 2, "critique": "Wrong sum.", "hint": "Add'
+    # Without a prefix the first pass stops at the brace only, and a reply with a hint is not asked again.
+    plain = _PrefixBackend(' 2, "critique": "Wrong sum.", "hint": "Check it."}')
+    assert LLMManager(plain).review_many([(TASK, "<answer>12</answer>", x)])[0].hint == "Check it."
+    assert plain.stops == [("}",)]
+
+
+def test_a_hint_prefix_that_would_break_the_json_string_is_refused():
+    from tentalis_pipelines.rewards.llm_manager import LLMManager
+
+    for bad in ('Say "add', "Add\\"):
+        with pytest.raises(ValueError, match="hint_prefix"):
+            LLMManager(_RecordingBackend(""), hint_prefix=bad)
+
+
+def test_an_empty_hint_is_asked_again_without_its_empty_key():
+    from tentalis_pipelines.rewards.llm_manager import hint_prompt, parse_reply
+
+    assert parse_reply(' 3, "critique": "No.", "hint": ""}') == (0.3, "No.", "")
+    assert hint_prompt("P", ' 3, "critique": "No.", "hint": ""}') == 'P 3, "critique": "No.", "hint": "'
+    assert parse_reply(' 3, "critique": "No.", "hint"') == (0.3, "No.", "")
+
+
 def test_repeating_a_step_earns_nothing_extra(tmp_path):
     from tentalis_pipelines.lakehouse import Lakehouse
 
