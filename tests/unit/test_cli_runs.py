@@ -67,6 +67,8 @@ def test_openai_backend_without_a_server_url_is_refused(cli_home, monkeypatch):
     (["learn", "--advantage-mode", "steps"], "--advantage-mode 'steps'"),
     (["learn", "--reward-weights", '{"manger": 0}'], "--reward-weights: unknown reward component 'manger'"),
     (["learn", "--reward-weights", "{manager: 0}"], "--reward-weights: not valid JSON"),
+    (["learn", "--manager", "llm", "--hint-prefix", 'Say "add'], "--hint-prefix: hint_prefix 'Say \"add' holds a quote"),
+    (["manager", "train", "--hint-prefix", "Add\\"], "hint_prefix 'Add\\\\' holds a quote or a backslash"),
 ])
 def test_nonsense_numbers_are_refused_up_front(cli_home, args, needle):
     before = table_hashes(Paths.from_env(cli_home).lakehouse)
@@ -94,11 +96,12 @@ def test_learn_hands_its_step_scorer_and_advantage_mode_to_every_cycle(cli_home,
     monkeypatch.setattr(cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
     monkeypatch.setattr("tentalis_pipelines.promotion.benchmark_history", lambda *a, **k: {"history": ""})
     out = runner.invoke(app, ["learn", "--cycles", "2", "--step-scorer", "prm_head", "--advantage-mode", "process",
-                              "--reward-weights", '{"manager": 0}', "--home", str(cli_home)])
+                              "--reward-weights", '{"manager": 0}', "--hint-prefix", "First compute", "--home", str(cli_home)])
     assert out.exit_code == 0, out.output
     assert len(seen) == 2
     for opts in seen:
         assert opts.resources["review"]["config"]["step_scorer"] == "prm_head"
+        assert opts.resources["review"]["config"]["hint_prefix"] == "First compute"
         assert opts.resources["review"]["config"]["reward_weights"] == '{"manager": 0}'
         assert opts.resources["trainer"]["config"]["advantage_mode"] == "process"
     # a newer head that reads the model's surprise is refused before any cycle, with the fix named
