@@ -5,7 +5,7 @@
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
 # Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
 # Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
-# failure), GENERATIONS (reviews per failure), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, HINT_PREFIX (review.hint_prefix,
+# failure), GENERATIONS (reviews per failure), MANAGER_TEMPERATURE (its sampling temperature in training), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, HINT_PREFIX (review.hint_prefix,
 # the same in the manager's training, its evaluation and the worker's runs).
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
@@ -24,7 +24,8 @@ case "$1" in
     export TENTALIS_HOME=$RUNS/${PREFIX:-mgr}-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
     [ -n "${SKIP_BASE:-}" ] || $T manager evaluate --checkpoint base --eval-rescue-samples 8 --hint-prefix "${HINT_PREFIX:-}"
     $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations ${GENERATIONS:-4} --rescue-samples 4 --learning-rate 2e-4 \
-      --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25} --hint-prefix "${HINT_PREFIX:-}"
+      --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25} --hint-prefix "${HINT_PREFIX:-}" \
+      --manager-temperature ${MANAGER_TEMPERATURE:-1.0}
     LAST=$($PY -c "
 from tentalis_pipelines.lakehouse import Lakehouse
 rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()

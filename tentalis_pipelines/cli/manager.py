@@ -20,11 +20,11 @@ HintPrefixOpt = typer.Option("", help="The words every hint starts with, pre-fil
                              "the prefix it was trained with).")
 
 
-def _settings(temperature: float, max_new_tokens: int, seed: int, **manager):
+def _settings(worker_temperature: float, max_new_tokens: int, seed: int, **manager):
     from tentalis_pipelines.policy import PolicySettings
     from tentalis_pipelines.training.manager_rl import ManagerRLConfig
 
-    policy = PolicySettings(model=os.environ.get("TENTALIS_MODEL", "embedded"), temperature=temperature,
+    policy = PolicySettings(model=os.environ.get("TENTALIS_MODEL", "embedded"), temperature=worker_temperature,
                             max_new_tokens=max_new_tokens, seed=seed)
     try:
         return policy, ManagerRLConfig(seed=seed, **manager)
@@ -55,6 +55,8 @@ def train(
                                "critique and hint | review: the summed reward trains every token."),
     success_share: float = typer.Option(0.25, min=0.0, help="Accepted rollouts per failure, reviewed for their score alone."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="LoRA learning rate."),
+    manager_temperature: float = typer.Option(1.0, min=0.05, help="The manager's sampling temperature for its training reviews "
+                                              "(a cooler manager samples more of its likelier hints: with a hint prefix, more plans)."),
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature when it is rescued."),
     max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model (review.judge_model)."),
@@ -72,7 +74,7 @@ def train(
     lake = Lakehouse(paths.lakehouse)
     policy, config = _settings(temperature, max_new_tokens, seed, max_failures=failures, num_generations=num_generations,
                                rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
-                               credit=credit, success_share=success_share, hint_prefix=hint_prefix)
+                               credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)
