@@ -1,7 +1,7 @@
 """Would a cooler manager sample plans? The share of the untrained manager's sampled hints that name the task's
 solution expression, at several sampling temperatures, on the same training-side failures.
 
-Round 4's manager, sampled at the worker's temperature 0.8, named the expression in 1 of 201 usable hints, so
+Round 4's manager, sampled at temperature 1.0 (the manager's training temperature), named the expression in 1 of 201 usable hints, so
 GRPO had nothing to reinforce. This samples the untrained (base) manager's reviews with the solution prompt, as
 ``tentalis manager train`` does (``sample_reviews``, the hint pass included), at each temperature.
 

@@ -121,3 +121,25 @@ def test_manager_train_warns_when_the_accepted_answers_run_short():
     assert accepted_shortfall({"accepted": 9, "accepted_wanted": 8}, 0.25) is None
     msg = accepted_shortfall({"accepted": 3, "accepted_wanted": 32}, 1.0)
     assert "only 3 fresh accepted rollouts" in msg and "the 32 that --success-share 1.0" in msg and "tentalis run --no-train" in msg
+
+
+def test_manager_train_hands_the_managers_temperature_and_prefix_to_its_config(cli_home, monkeypatch):
+    """`--manager-temperature` is the manager's sampling temperature (ManagerRLConfig.temperature), not the
+    worker's (`--temperature`, PolicySettings); `--hint-prefix` reaches the config too."""
+    import json
+
+    import tentalis_pipelines.stages.manager_training as mt
+
+    seen = []
+
+    def fake_train(lake, paths, policy, config, **kw):
+        seen.append((policy, config))
+        return {"checkpoint_id": "m-x", "parent_id": None, "metrics": json.dumps({
+            "reward_mean": 0.0, "usable_hint_share": 1.0, "rescue_rate": None, "score_error": 0.0, "accepted": 8, "accepted_wanted": 8})}
+
+    monkeypatch.setattr(mt, "train_manager", fake_train)
+    out = runner.invoke(app, ["manager", "train", "--manager-temperature", "0.6", "--temperature", "0.9", "--hint-prefix", "First compute",
+                              "--home", str(cli_home)])
+    assert out.exit_code == 0, out.output
+    (policy, config), = seen
+    assert config.temperature == 0.6 and policy.temperature == 0.9 and config.hint_prefix == "First compute"
