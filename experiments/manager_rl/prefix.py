@@ -7,8 +7,11 @@ train`` does, at the training temperature) on the same training-side failures wi
 hint as guidance does (usable, leaks the answer, trivial), counts the usable hints that name the expression,
 and scores the usable ones with the dense reward (``hint_reward``, v3) under the serving worker.
 
+``--checkpoint m-…`` samples a trained manager (its adapter in the home's ``manager_checkpoints``) instead; the
+worker that scores the hints stays the base model.
+
 Usage: python -m experiments.manager_rl.prefix --home /work/runs/mgr4-exp [--failures 32] [--n 4]
-       [--prefixes ',Compute,First compute'] [--temperature 0.8] [--examples 4]
+       [--prefixes ',Compute,First compute'] [--temperature 0.8] [--examples 4] [--checkpoint base]
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from tentalis_pipelines.stages.manager_training import (
     outcomes_for,
     sample_reviews,
 )
+from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.manager_rl import ManagerRLConfig
 
@@ -41,6 +45,7 @@ def main() -> None:
     ap.add_argument("--prefixes", default=",Compute,First compute")
     ap.add_argument("--temperature", type=float, default=0.8)
     ap.add_argument("--examples", type=int, default=4)
+    ap.add_argument("--checkpoint", default="base", help="the manager sampled: base or a manager checkpoint id")
     a = ap.parse_args()
     paths = Paths.from_env(a.home)
     lake = Lakehouse(paths.lakehouse)
@@ -48,16 +53,20 @@ def main() -> None:
     failures = collect_failures(lake, heldout=False, config=config, limit=a.failures)
     expr = expressions(lake)
     policy = PolicySettings()
-    backend = policy.make_backend(resolve_model("embedded", paths.models))
+    worker = policy.make_backend(resolve_model("embedded", paths.models))
+    backend = worker
+    if a.checkpoint != "base":
+        row = ckpt.checkpoint_row(lake, a.checkpoint, table="manager_checkpoints")
+        backend = policy.make_backend(resolve_model("embedded", paths.models), ckpt.verify_adapter(row["adapter_uri"]))
     prompts = manager_prompts(backend, failures)
-    print(f"{len(failures)} training-side failures, {a.n} reviews each, temperature {a.temperature}\n")
+    print(f"manager {a.checkpoint}: {len(failures)} training-side failures, {a.n} reviews each, temperature {a.temperature}\n")
     print("| hint prefix | reviews | usable | leak the answer | trivial or none | usable naming the expression "
           "| dense reward, plans | dense reward, other usable |\n|---|---|---|---|---|---|---|---|")
     examples = []
     for prefix in a.prefixes.split(","):
         groups = sample_reviews(backend, prompts, n=a.n, temperature=a.temperature, max_new_tokens=96, seed=0, hint_prefix=prefix)
         reviews = [[(r.score, r.hint) for r in g] for g in groups]
-        outs = outcomes_for(backend, policy, config, failures, reviews, k=1, seed=1)
+        outs = outcomes_for(worker, policy, config, failures, reviews, k=1, seed=1)
         flat = [(f, o) for f, g in zip(failures, outs) for o in g]
         decisions = Counter(o.hint_decision for _, o in flat)
         used = [(f, o) for f, o in flat if o.hint_decision == opd.USED]
