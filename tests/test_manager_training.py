@@ -90,6 +90,15 @@ def _backends(tiny_model_dir, manager_reply):
     return Scripted(tiny_model_dir, tok, manager_reply), Scripted(tiny_model_dir, tok, worker_reply), tok
 
 
+def _record_trained_samples(monkeypatch) -> list:
+    """The samples every ``train_grpo`` call of the test trains on (the real trainer still runs)."""
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    seen, real = [], trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    return seen
+
+
 CONFIG = ManagerRLConfig(num_generations=2, rescue_samples=3, heldout_fraction=0.5, accuracy_weight=0.5, max_new_tokens=40,
                          learning_rate=1e-2)
 
@@ -103,11 +112,7 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
     assert not {f.task_id for f in train_side} & {f.task_id for f in held_side}
     assert len({f.task_id for f in train_side}) == len(train_side)  # one failure per task
     manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
-    seen = []
-    from tentalis_pipelines.training import trainer as trainer_mod
-
-    real = trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    seen = _record_trained_samples(monkeypatch)
     row = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
 
@@ -173,11 +178,7 @@ def test_credit_review_trains_every_token_with_the_summed_rewards_advantage(lake
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
-    seen = []
-    from tentalis_pipelines.training import trainer as trainer_mod
-
-    real = trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    seen = _record_trained_samples(monkeypatch)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "credit": "review"})
     mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
     rows = lake.read("manager_samples").to_pylist()
@@ -204,11 +205,7 @@ def test_a_hint_written_in_the_second_pass_is_trained_by_the_hints_advantage(lak
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, tok = _backends(tiny_model_dir, reply)
-    seen = []
-    from tentalis_pipelines.training import trainer as trainer_mod
-
-    real = trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    seen = _record_trained_samples(monkeypatch)
     mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
     rows = [r for r in lake.read("manager_samples").to_pylist() if r["sample_index"] == 0]
     assert rows and all(r["hint"].startswith("Add the two numbers") and r["rescued"] == 3 for r in rows)
@@ -238,11 +235,7 @@ def test_a_hint_prefix_is_prefilled_in_every_hint_pass_and_only_the_rest_is_trai
     stops = []
     real_generate = manager.generate
     monkeypatch.setattr(manager, "generate", lambda prompts, params: stops.append(params.stop) or real_generate(prompts, params))
-    seen = []
-    from tentalis_pipelines.training import trainer as trainer_mod
-
-    real = trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    seen = _record_trained_samples(monkeypatch)
     config = replace(CONFIG, hint_prefix="Add")
     mt.train_manager(lake, paths, policy, config, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                      grpo={"device": "cpu"})
