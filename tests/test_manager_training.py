@@ -410,3 +410,36 @@ def test_the_gate_refuses_a_manager_that_scores_everything_alike(lake_with_failu
     assert err_i == pytest.approx((sum(abs(0.2 - x) for x in v) / len(v) + 0.0) / 2)
     assert err_c == pytest.approx((sum(abs(0.0 - x) for x in v) / len(v) + 1.0) / 2)
     assert serving.serving_checkpoint(lake, "manager") == serving.BASE
+
+
+def test_best_of_n_trains_each_failures_best_hint_as_a_demonstration(lake_with_failures, tiny_model_dir, monkeypatch):
+    """``update = "best_of_n"``: per failure the review whose hint rescued (3 of 3, value 1 > 0.5) is
+    trained, with advantage 1 on its critique and hint and 0 on its score (no accepted answer scored
+    well, so no score is taught); the generic review is not trained at all; the loss is CISPO's."""
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
+    from tentalis_pipelines.training import trainer as trainer_mod
+
+    seen, configs, real = [], [], trainer_mod.train_grpo
+    monkeypatch.setattr(trainer_mod, "train_grpo",
+                        lambda m, t, samples, cfg, **kw: seen.extend(samples) or configs.append(cfg) or real(m, t, samples, cfg, **kw))
+    cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "num_iterations": 2, "per_step_rows": 1})
+    row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                           grpo={"device": "cpu"})
+    train_side = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    good_ids = tok(GOOD, add_special_tokens=False)["input_ids"]
+    assert len(seen) == len(train_side) and all(s.completion_ids == good_ids for s in seen)
+    n = manager_rl.score_token_count(tok.decode, good_ids)
+    assert all(s.token_advantages == [0.0] * n + [1.0] * (len(good_ids) - n) for s in seen)
+    assert configs[0].loss_type == "cispo" and configs[0].num_iterations == 2 and configs[0].per_step_rows == 1
+    rows = lake.read("manager_samples").to_pylist()
+    assert {(r["sample_index"], r["advantage"], r["score_advantage"]) for r in rows} == {(0, 0.0, 0.0), (1, 1.0, 0.0)}
+    m = json.loads(row["metrics"])
+    assert (m["update"], m["hint_demonstrations"], m["score_demonstrations"]) == ("best_of_n", len(train_side), 0)
+    # A bar no hint clears leaves nothing to train on: refused by name, and no checkpoint is written.
+    strict = ManagerRLConfig(**{**cfg.as_dict(), "best_min_value": 1.0})
+    with pytest.raises(ValueError, match="best_min_value = 1.0"):
+        mt.train_manager(lake, paths, policy, strict, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                         grpo={"device": "cpu"})
+    assert lake.read("manager_checkpoints").num_rows == 1

@@ -54,6 +54,12 @@ def train(
     credit: str = typer.Option("fields", help="fields: the score's advantage trains the score's tokens, the hint value's the "
                                "critique and hint | review: the summed reward trains every token."),
     success_share: float = typer.Option(0.25, min=0.0, help="Accepted rollouts per failure, reviewed for their score alone."),
+    update: str = typer.Option("grpo", help="grpo: group-relative advantages | best_of_n: rejection-sampling fine-tuning on "
+                               "each failure's best hint (above --best-min-value) and on class-balanced accurate scores."),
+    best_min_value: float = typer.Option(0.5, help="best_of_n: a hint is trained on only when its value exceeds this "
+                                         "(0.5: a positive dense gain)."),
+    num_iterations: int = typer.Option(1, min=1, help="Passes over an update's sampled reviews."),
+    per_step_rows: int = typer.Option(0, min=0, help="Trained rows per optimizer step (0: all in one step)."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="LoRA learning rate."),
     manager_temperature: float = typer.Option(1.0, min=0.05, help="The manager's sampling temperature for its training reviews "
                                               "(a cooler manager samples more of its likelier hints: with a hint prefix, more plans)."),
@@ -74,7 +80,9 @@ def train(
     lake = Lakehouse(paths.lakehouse)
     policy, config = _settings(temperature, max_new_tokens, seed, max_failures=failures, num_generations=num_generations,
                                rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
-                               credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature)
+                               credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
+                               update=update, best_min_value=best_min_value, num_iterations=num_iterations,
+                               per_step_rows=per_step_rows)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)
@@ -83,7 +91,9 @@ def train(
         m = json.loads(row["metrics"])
         console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent {row['parent_id'] or 'base'}): "
                       f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
-                      f"score error {m['score_error']:.3f}")
+                      f"score error {m['score_error']:.3f}"
+                      + (f", demonstrations {m['hint_demonstrations']} hints and {m['score_demonstrations']} scores"
+                         if m.get("update") == "best_of_n" else ""))
         if (short := accepted_shortfall(m, success_share)) is not None:
             console.print(f"[yellow]warning[/]: {short}")
         if u + 1 < updates:  # chain: the next update samples from this one

@@ -237,11 +237,19 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
             keys.append(f.rollout_id)
             rewards.append(manager_rl.manager_reward(o, reward=config.reward, accuracy_weight=config.accuracy_weight))
             parts.append(manager_rl.reward_parts(o, reward=config.reward, accuracy_weight=config.accuracy_weight))
+    best_of_n = config.update == "best_of_n"
     gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
                          "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
-                         "per_step_rows": len(rewards), "dtype": policy.dtype, **(grpo or {})})
+                         "per_step_rows": config.per_step_rows or len(rewards), "dtype": policy.dtype,
+                         # CISPO caps the importance weight but keeps every token's gradient: a demonstration's
+                         # unlikely tokens (a sampled plan) are not clipped out after the first step.
+                         **({"loss_type": "cispo"} if best_of_n else {}), **(grpo or {})})
     scale = gcfg.trajectory_settings()["scale_rewards"]
-    if config.credit == "fields":  # each part normalised in its group on its own, for its own tokens
+    if best_of_n:  # rejection-sampling fine-tuning: the chosen reviews' tokens, advantage 1; the rest untrained
+        chosen = [w for group in manager_rl.best_of_n_selection(outcomes, [f.correct for f in failures], reward=config.reward,
+                                                                min_value=config.best_min_value) for w in group]
+        score_adv, hint_adv = [w[0] for w in chosen], [w[1] for w in chosen]
+    elif config.credit == "fields":  # each part normalised in its group on its own, for its own tokens
         score_adv, _ = group_advantages(keys, [p[0] for p in parts], scale_rewards=scale)
         hint_adv, _ = group_advantages(keys, [p[1] for p in parts], scale_rewards=scale)
     else:
@@ -256,17 +264,22 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     samples = []
     for (f, _, r, _), s_adv, h_adv in zip(flat, score_adv, hint_adv):
         reply_ids = list(r.reply.token_ids or ())
-        if reply_ids:
+        if reply_ids and (not best_of_n or s_adv or h_adv):
             token_adv = (manager_rl.field_token_advantages(len(reply_ids), manager_rl.score_token_count(tok.decode, reply_ids),
-                                                           s_adv, h_adv) if config.credit == "fields" else None)
+                                                           s_adv, h_adv) if config.credit == "fields" or best_of_n else None)
             samples.append(TrainSample(prompt_ids[f.rollout_id], reply_ids, h_adv, token_advantages=token_adv,
                                        old_logps=list(r.reply.logprobs) if r.reply.logprobs else None, temperature=config.temperature))
-        if r.hint_reply is not None and r.hint_reply.token_ids:
+        if r.hint_reply is not None and r.hint_reply.token_ids and (not best_of_n or h_adv):
             samples.append(TrainSample(tok(r.hint_prompt, add_special_tokens=False)["input_ids"], list(r.hint_reply.token_ids), h_adv,
                                        old_logps=list(r.hint_reply.logprobs) if r.hint_reply.logprobs else None,
                                        temperature=config.temperature))
     checkpoint_id = manager_rl.manager_checkpoint_id(None if parent_id == serving.BASE else parent_id,
                                                      [f.rollout_id for f in failures], config.seed, nonce=ckpt.new_checkpoint_id())
+    if not samples:
+        raise ValueError(f"no review of the {len(failures)} failures and accepted answers was good enough to train on "
+                         f"(update best_of_n: no hint worth more than best_min_value = {config.best_min_value}, and no score "
+                         "near the verifier's for both failures and accepted answers): sample more reviews per failure "
+                         "(--num-generations), lower --best-min-value, or use --update grpo")
     model = build_policy(model_dir, Path(parent_adapter) if parent_adapter else None, gcfg)
     result = train_grpo(model, tok, samples, gcfg)
     created = now_utc()
@@ -283,7 +296,9 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     all_outcomes = [o for group in outcomes for o in group]
     on_failures = [o for f, group in zip(failures, outcomes) if not f.correct for o in group]
     used = [o for o in on_failures if o.hint_decision == opd.USED]
-    metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples),
+    metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples), "update": config.update,
+               "hint_demonstrations": sum(1 for a in hint_adv if a > 0) if best_of_n else None,
+               "score_demonstrations": sum(1 for a in score_adv if a > 0) if best_of_n else None,
                "failures": len(on_failures) // config.num_generations, "accepted": len(failures) - len(on_failures) // config.num_generations,
                "accepted_wanted": accepted_wanted,
                "usable_hint_share": len(used) / len(on_failures),

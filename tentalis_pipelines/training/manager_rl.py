@@ -44,6 +44,8 @@ from tentalis_pipelines.training import opd
 
 REWARDS = ("rescue", "dense")
 CREDITS = ("fields", "review")
+UPDATES = ("grpo", "best_of_n")
+MAX_DEMO_SCORE_ERROR = 0.5  # a score demonstration must at least be on the verifier's side of the scale
 
 
 @dataclass
@@ -56,6 +58,12 @@ class ManagerRLConfig:
     accuracy_weight: float = config_field(0.5, "weight of |score - verifier score| charged against the hint's value")
     credit: str = config_field("fields", "fields (the score's advantage trains the score's tokens, the hint value's the "
                                "critique and hint) | review (the summed reward trains every token)")
+    update: str = config_field("grpo", "grpo (group-relative advantages) | best_of_n (rejection-sampling fine-tuning, RAFT/"
+                               "ReST-EM: per failure the review whose hint is worth most, above best_min_value, is trained as a "
+                               "demonstration; scores within 0.5 of the verifier's, as many of failures as of accepted answers, "
+                               "train the score; CISPO's capped weight, so a sampled plan's tokens keep their gradient)")
+    best_min_value: float = config_field(0.5, "best_of_n: a hint is a demonstration only when its value exceeds this "
+                                         "(0.5 = the dense gain is positive)")
     temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
     max_new_tokens: int = config_field(64, "tokens of one review")
     hint_prefix: str = config_field("", "the words every hint starts with, pre-filled in the hint pass (review.hint_prefix; "
@@ -69,6 +77,7 @@ class ManagerRLConfig:
     score_tolerance: float = config_field(0.05, "rejected when its mean score error exceeds the incumbent's by more")
     learning_rate: float = config_field(1e-4, "AdamW learning rate of the manager's LoRA")
     num_iterations: int = config_field(1, "updates per batch of sampled reviews")
+    per_step_rows: int = config_field(0, "trained rows per optimizer step (0: all of an update's rows in one step)")
     seed: int = config_field(0, "sampling and LoRA seed")
 
     def __post_init__(self) -> None:
@@ -76,6 +85,11 @@ class ManagerRLConfig:
             raise ValueError(f"manager reward {self.reward!r} is unknown: choose one of {', '.join(REWARDS)}")
         if self.credit not in CREDITS:
             raise ValueError(f"manager credit {self.credit!r} is unknown: choose one of {', '.join(CREDITS)}")
+        if self.update not in UPDATES:
+            raise ValueError(f"manager update {self.update!r} is unknown: choose one of {', '.join(UPDATES)}")
+        if self.per_step_rows < 0 or self.num_iterations < 1:
+            raise ValueError(f"per_step_rows = {self.per_step_rows}, num_iterations = {self.num_iterations}: "
+                             "per_step_rows must be >= 0 (0: one step) and num_iterations >= 1")
         if self.num_generations < 2:
             raise ValueError(f"num_generations = {self.num_generations}: a GRPO group needs at least 2 reviews per failure")
         if self.rescue_samples < 1 or self.eval_rescue_samples < 1:
@@ -161,6 +175,42 @@ def field_token_advantages(n_tokens: int, n_score_tokens: int, score_advantage: 
     """One advantage per token of a reply: the score's for its first ``n_score_tokens``, the hint's after."""
     n_score = max(0, min(n_score_tokens, n_tokens))
     return [score_advantage] * n_score + [hint_advantage] * (n_tokens - n_score)
+
+
+def best_of_n_selection(groups: Sequence[Sequence[ReviewOutcome]], correct: Sequence[bool], *, reward: str = "rescue",
+                        min_value: float = 0.5) -> list[list[tuple[float, float]]]:
+    """Which sampled reviews rejection-sampling fine-tuning trains on (``update = "best_of_n"``): per review
+    a (score weight, hint weight) pair, each 0 or 1, used as the advantages of the score's tokens and of the
+    critique's and hint's (as under ``credit = "fields"``).
+
+    * Hint: in each failure's group, the first review with the highest :func:`hint_value`, when that value
+      exceeds ``min_value``. An accepted answer's group trains no hint.
+    * Score: in each group, the first review with the smallest :func:`score_error`, when it is at most
+      ``MAX_DEMO_SCORE_ERROR``; then as many failures' as accepted answers' (the first of each), so the score
+      is taught both ends of the scale alike. With no accepted answer scored well, no score is trained: a
+      small manager's scores collapse to 0 when only failures teach them (experiments/manager_rl, rounds 4-5).
+    """
+    if len(groups) != len(correct):
+        raise ValueError(f"{len(groups)} groups of reviews for {len(correct)} correctness flags")
+    hint_pick: list[int | None] = []
+    score_pick: list[int | None] = []
+    for group, ok in zip(groups, correct):
+        values = [hint_value(o, reward) for o in group]
+        best = max(range(len(group)), key=lambda j: (values[j], -j), default=None)
+        hint_pick.append(best if best is not None and not ok and values[best] > min_value else None)
+        errors = [score_error(o.score, o.verifier_score) for o in group]
+        nearest = min(range(len(group)), key=lambda j: (errors[j], j), default=None)
+        score_pick.append(nearest if nearest is not None and errors[nearest] <= MAX_DEMO_SCORE_ERROR else None)
+    per_class = min(sum(p is not None for p, ok in zip(score_pick, correct) if ok == flag) for flag in (False, True))
+    taken = {False: 0, True: 0}
+    for i, ok in enumerate(correct):
+        if score_pick[i] is not None:
+            if taken[bool(ok)] < per_class:
+                taken[bool(ok)] += 1
+            else:
+                score_pick[i] = None
+    return [[(1.0 if j == score_pick[i] else 0.0, 1.0 if j == hint_pick[i] else 0.0) for j in range(len(group))]
+            for i, group in enumerate(groups)]
 
 
 def is_heldout(task_id: str, fraction: float, seed: int = 0) -> bool:
