@@ -143,3 +143,27 @@ def test_manager_train_hands_the_managers_temperature_and_prefix_to_its_config(c
     assert out.exit_code == 0, out.output
     (policy, config), = seen
     assert config.temperature == 0.6 and policy.temperature == 0.9 and config.hint_prefix == "First compute"
+
+
+def test_manager_train_hands_best_of_n_and_its_steps_to_the_config_and_refuses_an_unknown_update(cli_home, monkeypatch):
+    import json
+
+    import tentalis_pipelines.stages.manager_training as mt
+
+    seen = []
+
+    def fake_train(lake, paths, policy, config, **kw):
+        seen.append(config)
+        return {"checkpoint_id": "m-x", "parent_id": None, "metrics": json.dumps({
+            "reward_mean": 0.0, "usable_hint_share": 1.0, "rescue_rate": None, "score_error": 0.0, "accepted": 8, "accepted_wanted": 8,
+            "update": "best_of_n", "hint_demonstrations": 5, "score_demonstrations": 6})}
+
+    monkeypatch.setattr(mt, "train_manager", fake_train)
+    out = runner.invoke(app, ["manager", "train", "--update", "best_of_n", "--best-min-value", "0.7", "--num-iterations", "3",
+                              "--per-step-rows", "8", "--home", str(cli_home)])
+    assert out.exit_code == 0, out.output
+    assert "demonstrations 5 hints and 6 scores" in out.output
+    (config,) = seen
+    assert (config.update, config.best_min_value, config.num_iterations, config.per_step_rows) == ("best_of_n", 0.7, 3, 8)
+    out = runner.invoke(app, ["manager", "train", "--update", "sft", "--home", str(cli_home)])
+    assert out.exit_code != 0 and "manager update 'sft' is unknown" in out.output and len(seen) == 1

@@ -149,7 +149,9 @@ def test_checkpoint_ids_name_parent_failures_and_seed():
 
 @pytest.mark.parametrize("field,value,needle", [("reward", "vibes", "manager reward"), ("num_generations", 1, "at least 2"),
                                                 ("rescue_samples", 0, "at least 1"), ("heldout_fraction", 1.0, "strictly between"),
-                                                ("accuracy_weight", -0.1, ">= 0"), ("credit", "tokens", "manager credit")])
+                                                ("accuracy_weight", -0.1, ">= 0"), ("credit", "tokens", "manager credit"),
+                                                ("update", "sft", "manager update"), ("per_step_rows", -1, "per_step_rows"),
+                                                ("num_iterations", 0, "num_iterations")])
 def test_bad_settings_are_refused_by_name(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         ManagerRLConfig(**{field: value})
@@ -169,3 +171,38 @@ def test_score_separation_by_hand():
     assert manager_rl.score_separation(rows) == pytest.approx(0.9 - 0.2)
     assert manager_rl.score_separation([(0.0, 0.0, False), (0.0, 1.0, True)]) == 0.0  # one score for all: no gap
     assert manager_rl.score_separation([(0.5, 0.0, False)]) is None
+
+
+def test_best_of_n_picks_each_failures_best_hint_and_class_balanced_accurate_scores():
+    """By hand. Failure A: hints worth σ(1) = 0.731 and σ(2) = 0.881 and a trivial one (0): the second is
+    the demonstration; its exact score is the third review's. Failure B: its best hint is worth σ(-0.5) =
+    0.378 ≤ 0.5, no demonstration; its nearest score misses by 0.4. Accepted C: a used hint worth σ(3) is
+    not trained (no hint was needed); its score 1.0 is exact. Accepted D: its nearest score misses by 0.8,
+    more than 0.5. Scores: one accepted answer scored well, so one failure's (A's, the first) is kept."""
+    a = [outcome(score=0.2, verifier=0.0, dense=1.0), outcome(score=0.9, verifier=0.0, dense=2.0),
+         outcome(score=0.0, verifier=0.0, decision=opd.TRIVIAL, dense=None)]
+    b = [outcome(score=0.4, verifier=0.0, dense=-1.0), outcome(score=0.6, verifier=0.0, dense=-0.5)]
+    c = [outcome(score=1.0, verifier=1.0, dense=3.0), outcome(score=0.3, verifier=1.0, dense=None)]
+    d = [outcome(score=0.0, verifier=1.0), outcome(score=0.2, verifier=1.0)]
+    got = manager_rl.best_of_n_selection([a, b, c, d], [False, False, True, True], reward="dense", min_value=0.5)
+    assert got == [[(0.0, 0.0), (0.0, 1.0), (1.0, 0.0)], [(0.0, 0.0), (0.0, 0.0)], [(1.0, 0.0), (0.0, 0.0)], [(0.0, 0.0), (0.0, 0.0)]]
+    # With a second accepted answer scored well, B's score is taught too (two of each class).
+    d_ok = [outcome(score=0.6, verifier=1.0), outcome(score=0.2, verifier=1.0)]
+    got = manager_rl.best_of_n_selection([a, b, c, d_ok], [False, False, True, True], reward="dense", min_value=0.5)
+    assert got[1] == [(1.0, 0.0), (0.0, 0.0)] and got[3] == [(1.0, 0.0), (0.0, 0.0)]
+    # No accepted answer scored well: no score is taught at all (failures alone collapse it to 0).
+    got = manager_rl.best_of_n_selection([a, b], [False, False], reward="dense", min_value=0.5)
+    assert [w[0] for g in got for w in g] == [0.0] * 5 and got[0][1] == (0.0, 1.0)
+
+
+def test_best_of_n_bar_is_strict_ties_go_to_the_first_and_the_rescue_reward_is_read():
+    tie = [outcome(dense=2.0, score=0.5, verifier=0.0), outcome(dense=2.0, score=0.5, verifier=0.0)]
+    assert manager_rl.best_of_n_selection([tie], [False], reward="dense")[0] == [(0.0, 1.0), (0.0, 0.0)]
+    # σ(0) = 0.5 exactly does not clear the default bar of 0.5; a rescue of 3 of 4 does, 2 of 4 does not
+    assert manager_rl.best_of_n_selection([[outcome(dense=0.0), outcome(dense=-1.0)]], [False], reward="dense")[0] == \
+        [(0.0, 0.0), (0.0, 0.0)]
+    rescue = [outcome(rescued=2, k=4), outcome(rescued=3, k=4)]
+    assert [w[1] for w in manager_rl.best_of_n_selection([rescue], [False], reward="rescue")[0]] == [0.0, 1.0]
+    assert [w[1] for w in manager_rl.best_of_n_selection([rescue], [False], reward="rescue", min_value=0.75)[0]] == [0.0, 0.0]
+    with pytest.raises(ValueError, match="2 groups of reviews for 1 correctness flags"):
+        manager_rl.best_of_n_selection([tie, tie], [False])
