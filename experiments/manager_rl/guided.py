@@ -1,0 +1,53 @@
+"""Where guidance's signal went, per worker arm: the guided samples the verifier accepted, the hinted groups,
+and the groups whose hint names the task's solution expression (``plans.names_expression``) with their rescues.
+
+Reads ``guided_rollouts`` of ``$RUNS/{arm}-s{0..3}`` (the homes of ``run.sh worker``).
+
+Usage: python -m experiments.manager_rl.guided [--runs /work/runs] mgr5-base mgr6-trained ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from experiments.manager_rl.plans import expressions, names_expression
+from tentalis_pipelines.lakehouse import Lakehouse
+
+
+def arm_stats(runs: Path, arm: str, seeds: range = range(4)) -> dict[str, int]:
+    tot = {"samples": 0, "rescued": 0, "groups": 0, "plan_groups": 0, "rescued_groups": 0, "plan_rescued": 0}
+    for s in seeds:
+        home = runs / f"{arm}-s{s}" / "lakehouse"
+        if not home.exists():
+            continue
+        lake = Lakehouse(home)
+        if not lake.exists("guided_rollouts"):
+            continue
+        g = lake.read("guided_rollouts").to_pylist()
+        ex = expressions(lake)
+        groups = {(r["batch_id"], r["hint_id"]) for r in g}
+        plans = {(r["batch_id"], r["hint_id"]) for r in g if names_expression(r["hint"], ex.get(r["task_id"]))}
+        tot["samples"] += len(g)
+        tot["rescued"] += sum(r["correct"] for r in g)
+        tot["groups"] += len(groups)
+        tot["plan_groups"] += len(plans)
+        tot["rescued_groups"] += len({(r["batch_id"], r["hint_id"]) for r in g if r["correct"]})
+        tot["plan_rescued"] += sum(r["correct"] for r in g if (r["batch_id"], r["hint_id"]) in plans)
+    return tot
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("arms", nargs="+")
+    args = ap.parse_args()
+    for arm in args.arms:
+        t = arm_stats(Path(args.runs), arm)
+        print(f"{arm}: rescued {t['rescued']}/{t['samples']} guided samples ({100 * t['rescued'] / max(1, t['samples']):.1f}%), "
+              f"hinted groups {t['groups']}, rescued groups {t['rescued_groups']}, groups whose hint names the expression "
+              f"{t['plan_groups']} (their rescued samples {t['plan_rescued']})")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""The transfer set, paired: each seed's last checkpoint of arm B against arm A's on ``arithmetic-transfer``
+(the benchmark rows ``transfer_last.sh`` wrote), items paired within a seed, the paired bootstrap of B - A.
+
+Usage: python -m experiments.manager_rl.transfer_pairs [--runs /work/runs] A_PREFIX B_PREFIX   (homes PREFIX-s0..3)
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.promotion import item_correctness
+from tentalis_pipelines.statistics import paired_bootstrap
+
+
+def last_checkpoint_items(home: Path) -> dict[str, bool]:
+    lake = Lakehouse(home / "lakehouse")
+    c = max(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])["checkpoint_id"]
+    return item_correctness(lake, c, "arithmetic-transfer")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("a")
+    ap.add_argument("b")
+    args = ap.parse_args()
+    a_all, b_all = [], []
+    for s in map(int, args.seeds.split(",")):
+        a = last_checkpoint_items(Path(args.runs) / f"{args.a}-s{s}")
+        b = last_checkpoint_items(Path(args.runs) / f"{args.b}-s{s}")
+        keys = sorted(set(a) & set(b))
+        a_all += [float(a[k]) for k in keys]
+        b_all += [float(b[k]) for k in keys]
+    mean, lo, hi = paired_bootstrap(b_all, a_all)
+    print(f"{args.b} {int(sum(b_all))}/{len(b_all)} vs {args.a} {int(sum(a_all))}/{len(a_all)}: "
+          f"B - A {100 * mean:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+
+
+if __name__ == "__main__":
+    main()
