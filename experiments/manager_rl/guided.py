@@ -3,7 +3,7 @@ and the groups whose hint names the task's solution expression (``plans.names_ex
 
 Reads ``guided_rollouts`` of ``$RUNS/{arm}-s{0..3}`` (the homes of ``run.sh worker``).
 
-Usage: python -m experiments.manager_rl.guided [--runs /work/runs] mgr5-base mgr6-trained ...
+Usage: python -m experiments.manager_rl.guided [--runs /work/runs] [--seeds 0,1,2,3] mgr5-base mgr6-trained ...
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from experiments.manager_rl.plans import expressions, names_expression
 from tentalis_pipelines.lakehouse import Lakehouse
 
 
-def arm_stats(runs: Path, arm: str, seeds: range = range(4)) -> dict[str, int]:
+def arm_stats(runs: Path, arm: str, seeds=range(4)) -> dict[str, int]:
     tot = {"samples": 0, "rescued": 0, "groups": 0, "plan_groups": 0, "rescued_groups": 0, "plan_rescued": 0}
     for s in seeds:
         home = runs / f"{arm}-s{s}" / "lakehouse"
@@ -40,10 +40,11 @@ def arm_stats(runs: Path, arm: str, seeds: range = range(4)) -> dict[str, int]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     for arm in args.arms:
-        t = arm_stats(Path(args.runs), arm)
+        t = arm_stats(Path(args.runs), arm, [int(s) for s in args.seeds.split(",")])
         print(f"{arm}: rescued {t['rescued']}/{t['samples']} guided samples ({100 * t['rescued'] / max(1, t['samples']):.1f}%), "
               f"hinted groups {t['groups']}, rescued groups {t['rescued_groups']}, groups whose hint names the expression "
               f"{t['plan_groups']} (their rescued samples {t['plan_rescued']})")
