@@ -90,12 +90,14 @@ def _backends(tiny_model_dir, manager_reply):
     return Scripted(tiny_model_dir, tok, manager_reply), Scripted(tiny_model_dir, tok, worker_reply), tok
 
 
-def _record_trained_samples(monkeypatch) -> list:
-    """The samples every ``train_grpo`` call of the test trains on (the real trainer still runs)."""
+def _record_trained_samples(monkeypatch, configs: list | None = None) -> list:
+    """The samples every ``train_grpo`` call of the test trains on (the real trainer still runs); each call's
+    config is appended to ``configs`` when given."""
     from tentalis_pipelines.training import trainer as trainer_mod
 
-    seen, real = [], trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo", lambda m, t, samples, cfg, **kw: seen.extend(samples) or real(m, t, samples, cfg, **kw))
+    seen, real, configs = [], trainer_mod.train_grpo, [] if configs is None else configs
+    monkeypatch.setattr(trainer_mod, "train_grpo",
+                        lambda m, t, samples, cfg, **kw: seen.extend(samples) or configs.append(cfg) or real(m, t, samples, cfg, **kw))
     return seen
 
 
@@ -419,11 +421,8 @@ def test_best_of_n_trains_each_failures_best_hint_as_a_demonstration(lake_with_f
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
-    from tentalis_pipelines.training import trainer as trainer_mod
-
-    seen, configs, real = [], [], trainer_mod.train_grpo
-    monkeypatch.setattr(trainer_mod, "train_grpo",
-                        lambda m, t, samples, cfg, **kw: seen.extend(samples) or configs.append(cfg) or real(m, t, samples, cfg, **kw))
+    configs: list = []
+    seen = _record_trained_samples(monkeypatch, configs)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "num_iterations": 2, "per_step_rows": 1})
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
