@@ -3,7 +3,10 @@ and the groups whose hint names the task's solution expression (``plans.names_ex
 
 Reads ``guided_rollouts`` of ``$RUNS/{arm}-s{0..3}`` (the homes of ``run.sh worker``).
 
-Usage: python -m experiments.manager_rl.guided [--runs /work/runs] [--seeds 0,1,2,3] mgr5-base mgr6-trained ...
+``--by-cycle``: the same per learning cycle (the batch's generator seed, ``arith-sK-…``, is cycle K of a
+``tentalis learn`` home), summed over the seeds, with the groups whose hint is the generic ``…the answer to the question``.
+
+Usage: python -m experiments.manager_rl.guided [--runs /work/runs] [--seeds 0,1,2,3] [--by-cycle] mgr5-base mgr6-trained ...
 """
 
 from __future__ import annotations
@@ -37,13 +40,45 @@ def arm_stats(runs: Path, arm: str, seeds=range(4)) -> dict[str, int]:
     return tot
 
 
+GENERIC = "the answer to the question"
+
+
+def by_cycle(runs: Path, arm: str, seeds) -> dict[int, dict[str, int]]:
+    """Per cycle, over the seeds: guided samples, rescued ones, hinted groups, plan groups, generic-hint groups."""
+    out: dict[int, dict[str, int]] = {}
+    for s in seeds:
+        home = runs / f"{arm}-s{s}" / "lakehouse"
+        if not home.exists() or not Lakehouse(home).exists("guided_rollouts"):
+            continue
+        lake = Lakehouse(home)
+        ex = expressions(lake)
+        for r in lake.read("guided_rollouts").to_pylist():
+            k = int(r["batch_id"].split("-")[1].lstrip("s"))
+            c = out.setdefault(k, {"samples": 0, "rescued": 0, "groups": set(), "plans": set(), "generic": set()})
+            key = (s, r["batch_id"], r["hint_id"])
+            c["samples"] += 1
+            c["rescued"] += bool(r["correct"])
+            c["groups"].add(key)
+            if names_expression(r["hint"], ex.get(r["task_id"])):
+                c["plans"].add(key)
+            if GENERIC in r["hint"]:
+                c["generic"].add(key)
+    return {k: {n: (len(v) if isinstance(v, set) else v) for n, v in c.items()} for k, c in sorted(out.items())}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--by-cycle", action="store_true")
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     for arm in args.arms:
+        if args.by_cycle:
+            for k, c in by_cycle(Path(args.runs), arm, [int(s) for s in args.seeds.split(",")]).items():
+                print(f"{arm} cycle {k}: hinted groups {c['groups']}, plans {c['plans']}, generic {c['generic']}, "
+                      f"rescued {c['rescued']}/{c['samples']} guided samples")
+            continue
         t = arm_stats(Path(args.runs), arm, [int(s) for s in args.seeds.split(",")])
         print(f"{arm}: rescued {t['rescued']}/{t['samples']} guided samples ({100 * t['rescued'] / max(1, t['samples']):.1f}%), "
               f"hinted groups {t['groups']}, rescued groups {t['rescued_groups']}, groups whose hint names the expression "

@@ -1,0 +1,42 @@
+#!/bin/bash
+# Round 7: the manager learns on the failures of the worker it serves. One worker home per seed; the manager
+# it starts from is registered from $SOURCE (default: the gated m-7884511cb361 of $RUNS/mgr6b-exp). Each cycle:
+# one guided learning cycle (`tentalis learn --cycles 1`, the same task order as `--cycles N`), then one
+# best_of_n update of the serving manager on that cycle's fresh failures under the worker that now serves,
+# promoted to review the next cycle (a lab decision: no held-out gate fits 8 tasks a cycle; the update is
+# refused, and the manager kept, when no hint clears the bar).
+# Usage: cotrain.sh SEED   (homes $RUNS/$PREFIX-cotrain-sSEED; settings: CYCLES, FAILURES, BAR, ITERATIONS, MANAGER)
+set -euo pipefail
+SEED=$1
+RUNS=${RUNS:-/work/runs}
+CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
+PY=${PY:-/work/main/.venv/bin/python}
+export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=1
+unset DAGSTER_HOME
+T="$PY -m tentalis_pipelines.cli"
+H=$RUNS/${PREFIX:-mgr7}-cotrain-s$SEED
+export TENTALIS_HOME=$H
+cd "$CODE"
+rm -rf "$H"; $T init >/dev/null
+$PY -m experiments.manager_rl.register --source ${SOURCE:-$RUNS/mgr6b-exp} --target "$H" --checkpoint ${MANAGER:-m-7884511cb361}
+newest() { $PY -c "
+from tentalis_pipelines.lakehouse import Lakehouse
+rows = Lakehouse('$H/lakehouse').read('manager_checkpoints').to_pylist()
+print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])"; }
+CYCLES=${CYCLES:-4}
+for k in $(seq 1 "$CYCLES"); do
+  $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute"
+  [ "$k" -lt "$CYCLES" ] || break
+  BEFORE=$(newest)
+  # an update holds the manager, the worker and the trainer (about 6.5 GB): several seeds at once on 24 GB wait their turn
+  while [ "$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)" -lt "${MIN_FREE_GB:-8}" ]; do sleep 30; done
+  if $T manager train --updates 1 --failures ${FAILURES:-16} --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
+       --reward dense --success-share 0.5 --hint-prefix "First compute" --manager-temperature 0.8 --seed "$k" \
+       --update best_of_n --best-min-value ${BAR:-0.881} --num-iterations ${ITERATIONS:-4} --per-step-rows 8; then
+    AFTER=$(newest)
+    [ "$AFTER" = "$BEFORE" ] || $T promote "$AFTER" --role manager --reason "round 7: trained on cycle $k's failures of the worker it serves"
+  else
+    echo "cycle $k: manager update refused; the manager is kept"
+  fi
+done
+$T manager status || true

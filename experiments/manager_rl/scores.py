@@ -1,0 +1,79 @@
+"""The manager's scores on the rollouts it reviewed during guided learning, against the verifier's.
+
+Round 7's check of must-hold 3's second half ("its scores agree with the verifier at least as well as
+before") on the worker's own rollouts: every ``llm`` review of a ``tentalis learn`` home (64 a cycle) is
+compared with the verifier's score of the same rollout. Per arm and cycle (summed over seeds): the
+class-balanced score error (``manager_rl.balanced_score_error``) and the score gap between accepted answers
+and failures (``manager_rl.score_separation``), each with a 95% bootstrap interval that draws rollouts
+within each class.
+
+Usage: python -m experiments.manager_rl.scores [--runs /work/runs] [--seeds 0,1,2,3] [--cycles 2,3,4] mgr5-base mgr7-cotrain ...
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.rewards.managers import VerifierManager
+from tentalis_pipelines.stages.reviews import review_inputs
+from tentalis_pipelines.training.manager_rl import balanced_score_error, score_separation
+
+
+def arm_rows(runs: Path, arm: str, seeds, cycles) -> list[tuple[float | None, float, bool]]:
+    """(manager score, verifier score, accepted) for every llm review of the arm's homes in the given cycles."""
+    verifier = VerifierManager()
+    rows = []
+    for s in seeds:
+        home = runs / f"{arm}-s{s}" / "lakehouse"
+        if not home.exists():
+            continue
+        lake = Lakehouse(home)
+        reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist() if r["manager"] == "llm"}
+        for batch_id in sorted({r["batch_id"] for r in reviews.values()}):
+            if int(batch_id.split("-")[1].lstrip("s")) not in cycles:  # arith-sK-...: cycle K of a learn home
+                continue
+            for r, x in review_inputs(lake, batch_id):
+                rev = reviews.get(r["rollout_id"])
+                if rev is not None:
+                    rows.append((rev["score"], verifier.review(x).score, x.correct))
+    return rows
+
+
+def interval(rows, stat, *, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of ``stat`` drawing rollouts with replacement within each class."""
+    rng = np.random.default_rng(seed)
+    classes = [[r for r in rows if r[2] == flag] for flag in (False, True)]
+    reps = []
+    for _ in range(n_boot):
+        drawn = [c[i] for c in classes if c for i in rng.integers(0, len(c), len(c))]
+        v = stat(drawn)
+        if v is not None:
+            reps.append(v)
+    return float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", default="/work/runs")
+    ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--cycles", default="2,3,4")
+    ap.add_argument("arms", nargs="+")
+    args = ap.parse_args()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    cycles = {int(c) for c in args.cycles.split(",")}
+    for arm in args.arms:
+        rows = arm_rows(Path(args.runs), arm, seeds, cycles)
+        acc = sum(r[2] for r in rows)
+        err, gap = balanced_score_error(rows), score_separation(rows)
+        lo, hi = interval(rows, balanced_score_error)
+        glo, ghi = interval(rows, score_separation)
+        print(f"{arm} cycles {args.cycles}: {len(rows)} reviews ({acc} accepted); class-balanced score error {err:.3f} "
+              f"[{lo:.3f}, {hi:.3f}]; score gap {gap:+.3f} [{glo:+.3f}, {ghi:+.3f}]")
+
+
+if __name__ == "__main__":
+    main()
