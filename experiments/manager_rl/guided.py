@@ -43,6 +43,11 @@ def arm_stats(runs: Path, arm: str, seeds=range(4)) -> dict[str, int]:
 GENERIC = "the answer to the question"
 
 
+def cycle_of(batch_id: str) -> int:
+    """The learning cycle of a ``tentalis learn`` home's batch: its generator seed (``arith-sK-…`` is cycle K)."""
+    return int(batch_id.split("-")[1].lstrip("s"))
+
+
 def by_cycle(runs: Path, arm: str, seeds) -> dict[int, dict[str, int]]:
     """Per cycle, over the seeds: guided samples, rescued ones, hinted groups, plan groups, generic-hint groups."""
     out: dict[int, dict[str, int]] = {}
@@ -53,7 +58,7 @@ def by_cycle(runs: Path, arm: str, seeds) -> dict[int, dict[str, int]]:
         lake = Lakehouse(home)
         ex = expressions(lake)
         for r in lake.read("guided_rollouts").to_pylist():
-            k = int(r["batch_id"].split("-")[1].lstrip("s"))
+            k = cycle_of(r["batch_id"])
             c = out.setdefault(k, {"samples": 0, "rescued": 0, "groups": set(), "plans": set(), "generic": set()})
             key = (s, r["batch_id"], r["hint_id"])
             c["samples"] += 1

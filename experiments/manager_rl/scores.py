@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.manager_rl.guided import cycle_of
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.managers import VerifierManager
 from tentalis_pipelines.stages.reviews import review_inputs
@@ -34,7 +35,7 @@ def arm_rows(runs: Path, arm: str, seeds, cycles) -> list[tuple[float | None, fl
         lake = Lakehouse(home)
         reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist() if r["manager"] == "llm"}
         for batch_id in sorted({r["batch_id"] for r in reviews.values()}):
-            if int(batch_id.split("-")[1].lstrip("s")) not in cycles:  # arith-sK-...: cycle K of a learn home
+            if cycle_of(batch_id) not in cycles:
                 continue
             for r, x in review_inputs(lake, batch_id):
                 rev = reviews.get(r["rollout_id"])
