@@ -304,7 +304,9 @@ def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_d
 def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_scores_drift(lake_with_failures, tiny_model_dir):
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40)
+    # every rollout failed: no accepted answer to check the score's discrimination on, so the check is waived here
+    cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40,
+                          gate_min_accepted=0)
     good_mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
     generic_mgr, _, _ = _backends(tiny_model_dir, lambda p, j: GENERIC)
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=good_mgr, worker=worker,
@@ -319,6 +321,10 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
     held = mt.collect_failures(lake, heldout=True, config=cfg)
     assert sorted(r["rollout_id"] for r in cand_rows) == sorted(f.rollout_id for f in held)
     assert all(r["rescued"] == 2 for r in cand_rows) and all(r["rescue_k"] == 0 for r in base_rows)
+    # By default the gate will not decide without accepted answers to check the score on, and says how to get them.
+    with pytest.raises(GateNotReady, match=r"only 0 held-out accepted answers.*at least 20.*--accepted-per-task"):
+        mt.decide_manager_gate(lake, cid, ManagerRLConfig(heldout_fraction=0.5))
+    assert not lake.exists("gate_decisions")
     incumbent, d, err_c, err_i = mt.decide_manager_gate(lake, cid, cfg)
     assert incumbent == "base" and d.promote and d.diff == pytest.approx(1.0) and d.n_paired == len(held)
     verifier = [f.verifier_score for f in held]  # every held-out rollout failed: one class, a plain mean
@@ -335,13 +341,47 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
     drift = lambda p, j: GOOD.replace(" 2,", " 10,")  # noqa: E731
     drift_mgr, _, _ = _backends(tiny_model_dir, drift)
     mt.evaluate_manager(lake, paths, policy, cfg, cid, manager_model=str(tiny_model_dir), manager_backend=drift_mgr, worker=worker)
-    _, d2, err_c2, _ = mt.decide_manager_gate(lake, cid, ManagerRLConfig(score_tolerance=0.05, heldout_fraction=0.5))
+    _, d2, err_c2, _ = mt.decide_manager_gate(lake, cid, ManagerRLConfig(score_tolerance=0.05, heldout_fraction=0.5,
+                                                                          gate_min_accepted=0))
     assert not d2.promote and "drift" in d2.reason and err_c2 > err_i
     assert serving.serving_checkpoint(lake, "manager") == serving.BASE
     # Two managers whose hints were measured with different workers are not compared.
     lake.replace_where("manager_evals", {"checkpoint_id": "base"}, [{**r, "worker_version": "ckpt-other"} for r in base_rows])
     with pytest.raises(GateNotReady, match="different workers"):
         mt.decide_manager_gate(lake, cid, cfg)
+
+
+def test_several_accepted_answers_per_task_are_collected_and_reviewed_on_the_heldout_side(lake_with_failures, tiny_model_dir):
+    """``accepted_per_task`` takes a task's accepted rollouts in group order (failures too, through
+    ``per_task``); the evaluation reviews up to ``eval_accepted`` of them for the score alone."""
+    paths, lake, batch_id = lake_with_failures
+    cfg = ManagerRLConfig(num_generations=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40)
+    held = mt.collect_failures(lake, heldout=True, config=cfg)
+    both = mt.collect_failures(lake, heldout=True, config=cfg, per_task=2)
+    assert len(both) == 2 * len(held) >= 4  # the fixture's two samples per task, every one failed
+    assert [f.task_id for f in both[::2]] == [f.task_id for f in held] == [f.task_id for f in both[1::2]]
+    assert [f.rollout_id for f in both[::2]] == [f.rollout_id for f in held]  # the lowest group index first
+    assert len(mt.collect_failures(lake, heldout=True, config=cfg, per_task=2, limit=3)) == 3
+    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
+    right = {f.task_id: f.reference for f in held[:2]}
+    for r in ro:  # both samples of two held-out tasks now answer right
+        if r["task_id"] in right:
+            r["completion"], r["steps"], r["finish_reason"] = (f"<step>sum {right[r['task_id']]}</step><answer>{right[r['task_id']]}</answer>",
+                                                              [f"sum {right[r['task_id']]}"], "stop")
+    lake.write_batch("rollouts", batch_id, ro)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
+
+    def accepted(config):
+        rows = mt.evaluate_manager(lake, paths, policy, config, "base", manager_model=str(tiny_model_dir), manager_backend=mgr,
+                                   worker=worker)
+        assert all(r["rescue_k"] == 0 for r in rows if r["worker_correct"])  # reviewed for the score alone
+        return sorted(r["rollout_id"] for r in rows if r["worker_correct"])
+
+    by_task = {t: sorted(r["rollout_id"] for r in ro if r["task_id"] == t) for t in right}
+    assert len(accepted(cfg)) == 2  # one per task by default
+    assert accepted(ManagerRLConfig(**{**cfg.as_dict(), "accepted_per_task": 2})) == sorted(i for ids in by_task.values() for i in ids)
+    assert len(accepted(ManagerRLConfig(**{**cfg.as_dict(), "accepted_per_task": 2, "eval_accepted": 3}))) == 3
 
 
 def test_the_reviews_asset_uses_the_serving_manager_and_names_it(lake_with_failures, tiny_model_dir, home):
@@ -382,7 +422,7 @@ def test_the_gate_refuses_a_manager_that_scores_everything_alike(lake_with_failu
     them, but its scores no longer tell a right answer from a wrong one, and the gate says so."""
     paths, lake, batch_id = lake_with_failures
     cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40,
-                          success_share=1.0)
+                          success_share=1.0, gate_min_accepted=1)
     held = mt.collect_failures(lake, heldout=True, config=cfg)
     ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
     for r in ro:  # one held-out task's first sample answers right
@@ -406,6 +446,12 @@ def test_the_gate_refuses_a_manager_that_scores_everything_alike(lake_with_failu
     loose = ManagerRLConfig(**{**cfg.as_dict(), "score_tolerance": 0.45})
     _, d, err_c, err_i = mt.decide_manager_gate(lake, cid, loose)
     assert not d.promote and "separate" in d.reason and "+0.000 vs +0.800" in d.reason
+    # the gap's comparison and its interval, in the decision's words: constant scores per class, so every
+    # resample gives -0.8
+    assert "on 1 accepted answers (95% CI of the difference [-0.800, -0.800])" in d.reason
+    # one accepted answer is too few for a gate that asks for two
+    with pytest.raises(GateNotReady, match="only 1 held-out accepted answers"):
+        mt.decide_manager_gate(lake, cid, ManagerRLConfig(**{**loose.as_dict(), "gate_min_accepted": 2}))
     # by hand: the incumbent's gap is 1.0 - 0.2 = 0.8, the candidate's 0; the balanced errors
     fails = [r for r in base_rows if not r["worker_correct"]]
     v = [r["verifier_score"] for r in fails]

@@ -16,6 +16,8 @@ app.add_typer(manager_app, name="manager")
 
 RewardOpt = typer.Option("rescue", help="rescue (the worker's success with the hint) | dense (RLT's log-prob gain of the answer).")
 SeedOpt = typer.Option(0, help="Sampling and LoRA seed; also the held-out split's.")
+AcceptedPerTaskOpt = typer.Option(1, min=1, help="Accepted rollouts taken per task (a worker that succeeds on few tasks gives "
+                                  "the score more accepted answers this way).")
 HintPrefixOpt = typer.Option("", help="The words every hint starts with, pre-filled (review.hint_prefix; serve the manager with "
                              "the prefix it was trained with).")
 
@@ -54,6 +56,7 @@ def train(
     credit: str = typer.Option("fields", help="fields: the score's advantage trains the score's tokens, the hint value's the "
                                "critique and hint | review: the summed reward trains every token."),
     success_share: float = typer.Option(0.25, min=0.0, help="Accepted rollouts per failure, reviewed for their score alone."),
+    accepted_per_task: int = AcceptedPerTaskOpt,
     update: str = typer.Option("grpo", help="grpo: group-relative advantages | best_of_n: rejection-sampling fine-tuning on "
                                "each failure's best hint (above --best-min-value) and on class-balanced accurate scores."),
     best_min_value: float = typer.Option(0.5, help="best_of_n: a hint is trained on only when its value exceeds this "
@@ -82,7 +85,7 @@ def train(
                                rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
                                credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
                                update=update, best_min_value=best_min_value, num_iterations=num_iterations,
-                               per_step_rows=per_step_rows)
+                               per_step_rows=per_step_rows, accepted_per_task=accepted_per_task)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)
@@ -106,6 +109,9 @@ def evaluate(
     checkpoint: str = typer.Option("base", help="A manager checkpoint id, or 'base' (the untrained manager)."),
     limit: int | None = typer.Option(None, min=1, help="Held-out failures to use (default: all)."),
     eval_rescue_samples: int = typer.Option(8, min=1, help="Worker samples per hint."),
+    eval_accepted: int = typer.Option(40, min=0, help="Held-out accepted answers reviewed for the score alone (the gate "
+                                      "needs --min-accepted of them)."),
+    accepted_per_task: int = AcceptedPerTaskOpt,
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature."),
     max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model."),
@@ -118,7 +124,8 @@ def evaluate(
     from tentalis_pipelines.stages.manager_training import evaluate_manager
 
     paths = home_paths(home)
-    policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples, hint_prefix=hint_prefix)
+    policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples, hint_prefix=hint_prefix,
+                               eval_accepted=eval_accepted, accepted_per_task=accepted_per_task)
     try:
         rows = evaluate_manager(Lakehouse(paths.lakehouse), paths, policy, config, checkpoint, manager_model=manager_model, limit=limit)
     except ValueError as exc:
@@ -140,6 +147,8 @@ def gate(
     checkpoint: str = typer.Argument(..., help="The candidate manager checkpoint."),
     margin: float = typer.Option(0.0, min=0.0, help="Rejected when the rescue difference's interval lies below -margin."),
     score_tolerance: float = typer.Option(0.05, min=0.0, help="Rejected when its score error exceeds the incumbent's by more."),
+    min_accepted: int = typer.Option(20, min=0, help="Accepted answers both managers must have reviewed before the gate "
+                                     "decides (0: decide anyway, the score's discrimination unchecked)."),
     home: str | None = HomeOpt,
 ):
     """Compare a candidate manager with the serving one on the same held-out failures; a pass promotes it."""
@@ -151,7 +160,8 @@ def gate(
     paths = home_paths(home)
     try:
         incumbent, d, err_c, err_i = decide_manager_gate(Lakehouse(paths.lakehouse), checkpoint,
-                                                         ManagerRLConfig(gate_margin=margin, score_tolerance=score_tolerance))
+                                                         ManagerRLConfig(gate_margin=margin, score_tolerance=score_tolerance,
+                                                                         gate_min_accepted=min_accepted))
     except (GateNotReady, ValueError) as exc:
         fail(str(exc))
     console.print(f"{checkpoint} vs {incumbent}: {d.reason}; score error {err_c:.3f} vs {err_i:.3f}")

@@ -14,6 +14,7 @@ verifier's; a pass moves ``manager_serving`` (``tentalis promote --role manager`
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,11 +69,12 @@ class Failure:
 
 
 def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, batch_ids: list[str] | None = None,
-                     limit: int | None = None, correct: bool = False, exclude: set[str] | frozenset = frozenset()) -> list[Failure]:
-    """One failed rollout per task (its lowest group index), newest batches first, on one side of the
-    held-out split; at most ``limit``. Only task batches with reviews count (a failure needs a verifier).
-    ``correct``: the rollouts the verifier accepted instead (their reviews train and test the score alone).
-    ``exclude``: rollout ids to pass over (those earlier manager checkpoints trained on)."""
+                     limit: int | None = None, correct: bool = False, exclude: set[str] | frozenset = frozenset(),
+                     per_task: int = 1) -> list[Failure]:
+    """``per_task`` failed rollouts per task (lowest group index first), newest batches first, on one side
+    of the held-out split; at most ``limit``. Only task batches with reviews count (a failure needs a
+    verifier). ``correct``: the rollouts the verifier accepted instead (their reviews train and test the
+    score alone). ``exclude``: rollout ids to pass over (those earlier manager checkpoints trained on)."""
     from tentalis_pipelines.stages.reviews import review_inputs
 
     if not lake.exists("reviews"):
@@ -85,22 +87,30 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
         batch_ids = sorted(newest, key=lambda b: (newest[b], b), reverse=True)
     verifier = VerifierManager()
     out: list[Failure] = []
-    seen: set[str] = set()
+    seen: Counter[str] = Counter()
     for batch_id in batch_ids:
         if not isinstance(batch_kind(lake, batch_id), TaskBatch):
             continue
         tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
         for r, x in sorted(review_inputs(lake, batch_id), key=lambda p: (p[0]["task_id"], p[0]["group_index"])):
             tid = r["task_id"]
-            if (x.correct != correct or tid in seen or r["rollout_id"] in exclude
+            if (x.correct != correct or seen[tid] >= per_task or r["rollout_id"] in exclude
                     or manager_rl.is_heldout(tid, config.heldout_fraction, config.seed) != heldout):
                 continue
-            seen.add(tid)
+            seen[tid] += 1
             out.append(Failure(batch_id, r["rollout_id"], tid, tasks[tid]["prompt"], x.reference, r["prompt_text"],
                                r["completion"], x, verifier.review(x).score, solution_steps(tasks[tid])))
             if limit is not None and len(out) >= limit:
                 return out
     return out
+
+
+def collect_accepted(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, limit: int | None,
+                     batch_ids: list[str] | None = None, exclude: set[str] | frozenset = frozenset()) -> list[Failure]:
+    """The accepted rollouts a manager reviews for its score alone, in training and on the held-out side:
+    ``config.accepted_per_task`` per task, at most ``limit``."""
+    return collect_failures(lake, heldout=heldout, config=config, batch_ids=batch_ids, limit=limit, correct=True,
+                            exclude=exclude, per_task=config.accepted_per_task)
 
 
 def manager_prompts(backend, failures: list[Failure]) -> list[str]:
@@ -216,8 +226,7 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                          "then train the manager")
     # Accepted answers too, for the score alone: trained on failures only, "always low" would look accurate.
     accepted_wanted = round(config.success_share * len(failures))
-    failures += collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, correct=True, exclude=used,
-                                 limit=accepted_wanted)
+    failures += collect_accepted(lake, heldout=False, config=config, batch_ids=batch_ids, exclude=used, limit=accepted_wanted)
     versions = _versions(lake)
     parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
     worker_version, worker_adapter = serving.serving_policy(lake)
@@ -330,13 +339,13 @@ def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, conf
                      limit: int | None = None) -> list[dict[str, Any]]:
     """A manager (``checkpoint_id`` or 'base') on the held-out failures: one greedy review each (as the
     llm manager reviews in production), its hint's rescue of the serving worker with
-    ``eval_rescue_samples`` samples at a seed shared by every manager compared. Replaces the manager's
-    earlier ``manager_evals`` rows; returns the new ones."""
+    ``eval_rescue_samples`` samples at a seed shared by every manager compared; and on up to
+    ``eval_accepted`` held-out accepted answers, a greedy review for its score alone. Replaces the
+    manager's earlier ``manager_evals`` rows; returns the new ones."""
     failures = collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, limit=limit)
     if not failures:
         raise ValueError("no failed rollouts on the manager's held-out side: run more task batches first")
-    failures += collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, correct=True,
-                                 limit=round(config.success_share * len(failures)))
+    failures += collect_accepted(lake, heldout=True, config=config, batch_ids=batch_ids, limit=config.eval_accepted)
     worker_version, worker_adapter = serving.serving_policy(lake)
     if manager_backend is None:
         adapter = None
@@ -383,7 +392,9 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
     failures (measured with the same worker), and no more than ``score_tolerance`` worse score error,
     class-balanced (``manager_rl.balanced_score_error``: failures dominate, so a plain mean would pass a
     manager that scores everything low), and a gap between its scores of accepted answers and of failures
-    no more than ``score_tolerance`` smaller than the incumbent's (``manager_rl.score_separation``).
+    no more than ``score_tolerance`` smaller than the incumbent's (``manager_rl.score_separation``; its
+    paired bootstrap interval is given in the reason). Both score rules need ``gate_min_accepted``
+    accepted answers reviewed by both managers; with fewer the gate raises ``GateNotReady``.
     With ``apply`` the decision is a ``gate_decisions`` row (benchmark ``manager-hints``) and a pass moves
     ``manager_serving``. Returns (incumbent, GateDecision, candidate error, incumbent error)."""
     import dataclasses
@@ -402,9 +413,19 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
     if len(workers) > 1:
         raise GateNotReady(f"the two managers' hints were measured with different workers ({sorted(workers)}): evaluate both "
                            "again under the serving worker so the gate compares like with like")
+    paired = {r["rollout_id"] for r in cand} & {r["rollout_id"] for r in inc}  # the score is compared on accepted answers too
+    accepted = sum(1 for r in cand if r["rollout_id"] in paired and r["worker_correct"])
+    if accepted < config.gate_min_accepted:
+        # Round 6 of experiments/manager_rl: a manager passed on 10 accepted answers (score gap +0.135 vs
+        # +0.083) whose scores did not separate at all on the worker's next 256 rollouts (-0.033 vs +0.334).
+        raise GateNotReady(
+            f"only {accepted} held-out accepted answers were reviewed by both {checkpoint_id!r} and {incumbent!r}; the score "
+            f"checks need at least {config.gate_min_accepted} (gate_min_accepted): run more task batches under the serving "
+            "worker (`tentalis run --no-train`), then evaluate both again with more accepted answers (`tentalis manager "
+            "evaluate --accepted-per-task/--eval-accepted`); or lower --min-accepted, leaving the score's discrimination "
+            "unchecked")
     cv, iv = _item_values(cand), _item_values(inc)
     decision = gate_decision(cv, iv, margin=config.gate_margin)
-    paired = {r["rollout_id"] for r in cand} & {r["rollout_id"] for r in inc}  # the score is compared on accepted answers too
     err = {name: manager_rl.balanced_score_error([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows
                                                    if r["rollout_id"] in paired])
            for name, rows in (("cand", cand), ("inc", inc))}
@@ -415,6 +436,13 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
     sep = {name: manager_rl.score_separation([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows
                                                if r["rollout_id"] in paired])
            for name, rows in (("cand", cand), ("inc", inc))}
+    inc_score = {r["rollout_id"]: r["score"] for r in inc}
+    sep_diff = manager_rl.separation_difference([(r["score"], inc_score[r["rollout_id"]], r["worker_correct"])
+                                                 for r in cand if r["rollout_id"] in paired])
+    if sep_diff is not None:  # what the gap's comparison rests on, in every decision's words
+        decision = dataclasses.replace(decision, reason=(
+            f"{decision.reason}; score gap {sep['cand']:+.3f} vs {sep['inc']:+.3f} on {accepted} accepted answers "
+            f"(95% CI of the difference [{sep_diff[1]:+.3f}, {sep_diff[2]:+.3f}])"))
     if decision.promote and sep["cand"] is not None and sep["inc"] is not None and sep["cand"] < sep["inc"] - config.score_tolerance:
         decision = dataclasses.replace(decision, promote=False, reason=(
             f"rejected: its scores separate accepted answers from failures less (mean score gap {sep['cand']:+.3f} vs "
@@ -426,7 +454,9 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
         audit.record(lake, actor="gate", action="gate_decision", subject=checkpoint_id, from_state=incumbent,
                      to_state="promote" if decision.promote else "reject", reason=f"{GATE_BENCHMARK}: {decision.reason}",
                      detail={"role": ROLE, "score_error": err["cand"], "incumbent_score_error": err["inc"],
-                             "score_separation": sep["cand"], "incumbent_score_separation": sep["inc"]})
+                             "score_separation": sep["cand"], "incumbent_score_separation": sep["inc"],
+                             "accepted_answers": accepted,
+                             "score_separation_ci": list(sep_diff[1:]) if sep_diff is not None else None})
         if decision.promote:
             serving.promote(lake, checkpoint_id, actor="gate", action="gate", role=ROLE,
                             reason=f"{GATE_BENCHMARK} vs {incumbent}: {decision.reason}")

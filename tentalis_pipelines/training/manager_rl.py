@@ -71,6 +71,14 @@ class ManagerRLConfig:
     max_failures: int = config_field(32, "failed rollouts per training run (newest batches first)")
     success_share: float = config_field(0.25, "accepted rollouts added per failure, reviewed for their score alone (keeps the "
                                         "score discriminating)")
+    accepted_per_task: int = config_field(1, "accepted rollouts taken per task (lowest group index first), in training and on "
+                                          "the held-out side: a worker that succeeds on a few tasks gives the score more "
+                                          "accepted answers to learn and to be checked on")
+    eval_accepted: int = config_field(40, "accepted rollouts reviewed on the held-out side (one greedy review each, for the "
+                                      "score alone; no rescue is drawn)")
+    gate_min_accepted: int = config_field(20, "the gate decides only with at least this many accepted answers reviewed by both "
+                                          "managers: fewer cannot tell a discriminating score from a lucky one (0: decide "
+                                          "anyway)")
     heldout_fraction: float = config_field(0.25, "share of failed tasks kept for the manager's gate, by task id hash")
     eval_rescue_samples: int = config_field(8, "worker samples per held-out failure when two managers are compared")
     gate_margin: float = config_field(0.0, "rejected when the rescue-rate difference's interval lies below -margin")
@@ -92,6 +100,9 @@ class ManagerRLConfig:
                              "per_step_rows must be >= 0 (0: one step) and num_iterations >= 1")
         if self.num_generations < 2:
             raise ValueError(f"num_generations = {self.num_generations}: a GRPO group needs at least 2 reviews per failure")
+        if self.accepted_per_task < 1 or self.eval_accepted < 0 or self.gate_min_accepted < 0:
+            raise ValueError(f"accepted_per_task = {self.accepted_per_task}, eval_accepted = {self.eval_accepted}, "
+                             f"gate_min_accepted = {self.gate_min_accepted}: accepted_per_task must be >= 1, the others >= 0")
         if self.rescue_samples < 1 or self.eval_rescue_samples < 1:
             raise ValueError("rescue_samples and eval_rescue_samples must be at least 1")
         if not 0.0 < self.heldout_fraction < 1.0:
@@ -211,6 +222,35 @@ def best_of_n_selection(groups: Sequence[Sequence[ReviewOutcome]], correct: Sequ
                 score_pick[i] = None
     return [[(1.0 if j == score_pick[i] else 0.0, 1.0 if j == hint_pick[i] else 0.0) for j in range(len(group))]
             for i, group in enumerate(groups)]
+
+
+def separation_difference(pairs: Sequence[tuple[float | None, float | None, bool]], *, n_boot: int = 2000,
+                          seed: int = 0) -> tuple[float, float, float] | None:
+    """How much more a candidate's scores separate accepted answers from failures than an incumbent's, on
+    the rollouts both reviewed: ``pairs`` holds (candidate score, incumbent score, accepted) per rollout.
+    Returns (difference of :func:`score_separation`, 2.5th and 97.5th percentile of a paired bootstrap) or
+    None when a class is empty. The bootstrap resamples rollouts within each class (their counts stay
+    fixed, as the gap is a difference of class means); a resample in which a manager has no parseable
+    score in a class is left out."""
+    import numpy as np
+
+    def gap(rows, who):
+        return score_separation([(r[who], 0.0, r[2]) for r in rows])
+
+    acc = [p for p in pairs if p[2]]
+    fail = [p for p in pairs if not p[2]]
+    c, i = gap(pairs, 0), gap(pairs, 1)
+    if not acc or not fail or c is None or i is None:
+        return None
+    rng = np.random.default_rng(seed)
+    diffs = []
+    for _ in range(n_boot):
+        rows = [acc[j] for j in rng.integers(0, len(acc), len(acc))] + [fail[j] for j in rng.integers(0, len(fail), len(fail))]
+        bc, bi = gap(rows, 0), gap(rows, 1)
+        if bc is not None and bi is not None:
+            diffs.append(bc - bi)
+    lo, hi = (float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5))) if diffs else (c - i, c - i)
+    return c - i, lo, hi
 
 
 def is_heldout(task_id: str, fraction: float, seed: int = 0) -> bool:

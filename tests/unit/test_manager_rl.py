@@ -151,7 +151,8 @@ def test_checkpoint_ids_name_parent_failures_and_seed():
                                                 ("rescue_samples", 0, "at least 1"), ("heldout_fraction", 1.0, "strictly between"),
                                                 ("accuracy_weight", -0.1, ">= 0"), ("credit", "tokens", "manager credit"),
                                                 ("update", "sft", "manager update"), ("per_step_rows", -1, "per_step_rows"),
-                                                ("num_iterations", 0, "num_iterations")])
+                                                ("num_iterations", 0, "num_iterations"), ("accepted_per_task", 0, "accepted_per_task"),
+                                                ("eval_accepted", -1, "eval_accepted"), ("gate_min_accepted", -1, "gate_min_accepted")])
 def test_bad_settings_are_refused_by_name(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         ManagerRLConfig(**{field: value})
@@ -171,6 +172,25 @@ def test_score_separation_by_hand():
     assert manager_rl.score_separation(rows) == pytest.approx(0.9 - 0.2)
     assert manager_rl.score_separation([(0.0, 0.0, False), (0.0, 1.0, True)]) == 0.0  # one score for all: no gap
     assert manager_rl.score_separation([(0.5, 0.0, False)]) is None
+
+
+def test_separation_difference_by_hand():
+    """The candidate's gap minus the incumbent's, and a bootstrap that resamples within each class."""
+    # one accepted answer (both score 1); failures: the candidate says 0, 0, 0.9, the incumbent 0 to all.
+    pairs = [(1.0, 1.0, True), (0.0, 0.0, False), (0.0, 0.0, False), (0.9, 0.0, False)]
+    diff, lo, hi = manager_rl.separation_difference(pairs, n_boot=4000)
+    assert diff == pytest.approx((1.0 - 0.3) - (1.0 - 0.0))
+    # three failures drawn with replacement: the candidate's mean is 0 with probability (2/3)^3 = 0.30 (the
+    # difference's top) and 0.9 with 1/27 = 0.037 > 0.025 (its bottom). The accepted class always keeps its
+    # one row: a bootstrap across classes would draw resamples with no accepted answer, or no failure.
+    assert (lo, hi) == (pytest.approx(-0.9), pytest.approx(0.0))
+    # constant scores in each class: every resample is the point
+    flat = [(0.8, 0.9, True), (0.8, 0.9, True), (0.5, 0.1, False), (0.5, 0.1, False), (0.5, 0.1, False)]
+    assert manager_rl.separation_difference(flat) == pytest.approx((0.3 - 0.8, -0.5, -0.5))
+    # unparseable scores are left out of a manager's class mean, as in score_separation
+    assert manager_rl.separation_difference([(None, 1.0, True), (0.9, 0.5, True), (0.1, 0.0, False)])[0] == pytest.approx(0.8 - 0.75)
+    assert manager_rl.separation_difference([(0.9, 0.5, False), (0.1, 0.0, False)]) is None  # no accepted answer
+    assert manager_rl.separation_difference([(None, 0.5, True), (0.1, 0.0, False)]) is None  # none the candidate scored
 
 
 def test_best_of_n_picks_each_failures_best_hint_and_class_balanced_accurate_scores():
