@@ -193,6 +193,29 @@ def test_separation_difference_by_hand():
     assert manager_rl.separation_difference([(None, 0.5, True), (0.1, 0.0, False)]) is None  # none the candidate scored
 
 
+def test_separation_difference_draws_each_class_from_itself(monkeypatch):
+    """The bootstrap keeps each class's count: accepted rows are drawn from the accepted ones, failures from
+    the failures (the gap is a difference of class means; drawing across classes varies the counts, and a
+    resample with no accepted answer says nothing). Percentile intervals sit on the same extremes for the
+    small samples above either way, so the draws themselves are checked."""
+    import numpy as np
+
+    calls, real = [], np.random.default_rng
+
+    class Recording:
+        def __init__(self, seed):
+            self.rng = real(seed)
+
+        def integers(self, low, high, size):
+            calls.append((low, high, size))
+            return self.rng.integers(low, high, size)
+
+    monkeypatch.setattr(np.random, "default_rng", Recording)
+    pairs = [(0.9, 0.8, True), (0.7, 0.8, True), (0.1, 0.2, False), (0.0, 0.3, False), (0.4, 0.1, False)]
+    manager_rl.separation_difference(pairs, n_boot=5)
+    assert sorted(set(calls)) == [(0, 2, 2), (0, 3, 3)] and len(calls) == 10
+
+
 def test_best_of_n_picks_each_failures_best_hint_and_class_balanced_accurate_scores():
     """By hand. Failure A: hints worth σ(1) = 0.731 and σ(2) = 0.881 and a trivial one (0): the second is
     the demonstration; its exact score is the third review's. Failure B: its best hint is worth σ(-0.5) =
