@@ -322,7 +322,7 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
     assert sorted(r["rollout_id"] for r in cand_rows) == sorted(f.rollout_id for f in held)
     assert all(r["rescued"] == 2 for r in cand_rows) and all(r["rescue_k"] == 0 for r in base_rows)
     # By default the gate will not decide without accepted answers to check the score on, and says how to get them.
-    with pytest.raises(GateNotReady, match=r"only 0 held-out accepted answers.*at least 20.*--accepted-per-task"):
+    with pytest.raises(GateNotReady, match=r"only 0 held-out accepted answers.*at least 40.*--accepted-per-task"):
         mt.decide_manager_gate(lake, cid, ManagerRLConfig(heldout_fraction=0.5))
     assert not lake.exists("gate_decisions")
     incumbent, d, err_c, err_i = mt.decide_manager_gate(lake, cid, cfg)

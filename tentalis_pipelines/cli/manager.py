@@ -109,7 +109,7 @@ def evaluate(
     checkpoint: str = typer.Option("base", help="A manager checkpoint id, or 'base' (the untrained manager)."),
     limit: int | None = typer.Option(None, min=1, help="Held-out failures to use (default: all)."),
     eval_rescue_samples: int = typer.Option(8, min=1, help="Worker samples per hint."),
-    eval_accepted: int = typer.Option(40, min=0, help="Held-out accepted answers reviewed for the score alone (the gate "
+    eval_accepted: int = typer.Option(60, min=0, help="Held-out accepted answers reviewed for the score alone (the gate "
                                       "needs --min-accepted of them)."),
     accepted_per_task: int = AcceptedPerTaskOpt,
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature."),
@@ -147,7 +147,7 @@ def gate(
     checkpoint: str = typer.Argument(..., help="The candidate manager checkpoint."),
     margin: float = typer.Option(0.0, min=0.0, help="Rejected when the rescue difference's interval lies below -margin."),
     score_tolerance: float = typer.Option(0.05, min=0.0, help="Rejected when its score error exceeds the incumbent's by more."),
-    min_accepted: int = typer.Option(20, min=0, help="Accepted answers both managers must have reviewed before the gate "
+    min_accepted: int = typer.Option(40, min=0, help="Accepted answers both managers must have reviewed before the gate "
                                      "decides (0: decide anyway, the score's discrimination unchecked)."),
     home: str | None = HomeOpt,
 ):

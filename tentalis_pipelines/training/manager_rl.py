@@ -74,9 +74,9 @@ class ManagerRLConfig:
     accepted_per_task: int = config_field(1, "accepted rollouts taken per task (lowest group index first), in training and on "
                                           "the held-out side: a worker that succeeds on a few tasks gives the score more "
                                           "accepted answers to learn and to be checked on")
-    eval_accepted: int = config_field(40, "accepted rollouts reviewed on the held-out side (one greedy review each, for the "
+    eval_accepted: int = config_field(60, "accepted rollouts reviewed on the held-out side (one greedy review each, for the "
                                       "score alone; no rescue is drawn)")
-    gate_min_accepted: int = config_field(20, "the gate decides only with at least this many accepted answers reviewed by both "
+    gate_min_accepted: int = config_field(40, "the gate decides only with at least this many accepted answers reviewed by both "
                                           "managers: fewer cannot tell a discriminating score from a lucky one (0: decide "
                                           "anyway)")
     heldout_fraction: float = config_field(0.25, "share of failed tasks kept for the manager's gate, by task id hash")
