@@ -488,3 +488,45 @@ def test_best_of_n_trains_each_failures_best_hint_as_a_demonstration(lake_with_f
         mt.train_manager(lake, paths, policy, strict, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                          grpo={"device": "cpu"})
     assert lake.read("manager_checkpoints").num_rows == 1
+
+
+def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failures_as_accepted_answers(
+        lake_with_failures, tiny_model_dir, monkeypatch):
+    """``score_targets = "verifier"``: no sampled score is taught (the scripted scores, 0.9 and 0.2, are both
+    within 0.5 of a failure's verifier score, and 0.9 of an accepted answer's); instead the verifier's
+    score, written as the manager writes it after the pre-filled prompt, for the first two failures and
+    the two accepted answers; hints are chosen as before."""
+    paths, lake, batch_id = lake_with_failures
+    made = mt.collect_failures(lake, heldout=False, config=CONFIG)[:2]
+    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
+    for r in ro:  # two training-side tasks' first samples now answer right
+        for f in made:
+            if r["rollout_id"] == f.rollout_id:
+                r["completion"], r["steps"], r["finish_reason"] = (f"<step>sum {f.reference}</step><answer>{f.reference}</answer>",
+                                                                  [f"sum {f.reference}"], "stop")
+    lake.write_batch("rollouts", batch_id, ro)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
+    seen = _record_trained_samples(monkeypatch)
+    cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "score_targets": "verifier", "success_share": 1.0})
+    row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
+                           grpo={"device": "cpu"})
+    failures = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    accepted = mt.collect_failures(lake, heldout=False, config=CONFIG, correct=True)
+    assert sorted(a.rollout_id for a in accepted) == sorted(f.rollout_id for f in made) and len(failures) > 2
+    taught = failures[:2] + accepted
+    targets = [s for s in seen if s.old_logps is None]  # not sampled: no sampling log-probs
+    want = [(tok(p, add_special_tokens=False)["input_ids"], tok(text, add_special_tokens=False)["input_ids"])
+            for p, text in zip(mt.manager_prompts(manager, taught),
+                               [f"{round(10 * f.verifier_score)}," for f in failures[:2]] + ["10,", "10,"])]
+    assert [(s.prompt_ids, s.completion_ids) for s in targets] == want
+    assert all(failures[i].verifier_score < 0.5 for i in range(2))  # a failure is taught a low score, an accepted one 10
+    assert all(s.advantage == 1.0 and s.token_advantages == [1.0] * len(s.completion_ids) for s in targets)
+    # the sampled reviews: each failure's rescuing hint, its score tokens untrained
+    good_ids = tok(GOOD, add_special_tokens=False)["input_ids"]
+    n = manager_rl.score_token_count(tok.decode, good_ids)
+    sampled = [s for s in seen if s.old_logps is not None]
+    assert len(sampled) == len(failures) and all(s.token_advantages == [0.0] * n + [1.0] * (len(good_ids) - n) for s in sampled)
+    assert all(r["score_advantage"] == 0.0 for r in lake.read("manager_samples").to_pylist())
+    m = json.loads(row["metrics"])
+    assert (m["hint_demonstrations"], m["score_demonstrations"], m["score_targets"]) == (len(failures), 4, "verifier")

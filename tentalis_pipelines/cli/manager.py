@@ -59,6 +59,8 @@ def train(
     accepted_per_task: int = AcceptedPerTaskOpt,
     update: str = typer.Option("grpo", help="grpo: group-relative advantages | best_of_n: rejection-sampling fine-tuning on "
                                "each failure's best hint (above --best-min-value) and on class-balanced accurate scores."),
+    score_targets: str = typer.Option("sampled", help="best_of_n: what teaches the score: sampled (the sampled score nearest "
+                                      "the verifier's) | verifier (the verifier's score itself, as many failures as accepted answers)."),
     best_min_value: float = typer.Option(0.5, help="best_of_n: a hint is trained on only when its value exceeds this "
                                          "(0.5: a positive dense gain)."),
     num_iterations: int = typer.Option(1, min=1, help="Passes over an update's sampled reviews."),
@@ -85,7 +87,8 @@ def train(
                                rescue_samples=rescue_samples, accuracy_weight=accuracy_weight, reward=reward, learning_rate=learning_rate,
                                credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
                                update=update, best_min_value=best_min_value, num_iterations=num_iterations,
-                               per_step_rows=per_step_rows, accepted_per_task=accepted_per_task)
+                               per_step_rows=per_step_rows, accepted_per_task=accepted_per_task,
+                               score_targets=score_targets)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)

@@ -264,6 +264,10 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     else:
         score_adv, _ = group_advantages(keys, rewards, scale_rewards=scale)
         hint_adv = score_adv
+    targets = (manager_rl.balanced_indices([f.correct for f in failures])
+               if best_of_n and config.score_targets == "verifier" else [])
+    if best_of_n and config.score_targets == "verifier":  # the sampled scores teach nothing: the verifier's do
+        score_adv = [0.0] * len(score_adv)
     tok = manager_backend.tokenizer
     flat = [(f, j, g, o) for f, group, outs in zip(failures, sampled, outcomes) for j, (g, o) in enumerate(zip(group, outs))]
     prompt_ids = {f.rollout_id: tok(p, add_special_tokens=False)["input_ids"] for f, p in zip(failures, prompts)}
@@ -282,6 +286,11 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
             samples.append(TrainSample(tok(r.hint_prompt, add_special_tokens=False)["input_ids"], list(r.hint_reply.token_ids), h_adv,
                                        old_logps=list(r.hint_reply.logprobs) if r.hint_reply.logprobs else None,
                                        temperature=config.temperature))
+    for i in targets:  # the verifier's score after the pre-filled prompt, every token a demonstration; no sampling
+        f = failures[i]  # log-probs (it was not sampled): the trainer takes the old log-probs in a no-grad pass
+        ids = tok(manager_rl.score_target_text(f.verifier_score), add_special_tokens=False)["input_ids"]
+        samples.append(TrainSample(prompt_ids[f.rollout_id], ids, 1.0, token_advantages=[1.0] * len(ids),
+                                   temperature=config.temperature))
     checkpoint_id = manager_rl.manager_checkpoint_id(None if parent_id == serving.BASE else parent_id,
                                                      [f.rollout_id for f in failures], config.seed, nonce=ckpt.new_checkpoint_id())
     if not samples:
@@ -307,7 +316,8 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     used = [o for o in on_failures if o.hint_decision == opd.USED]
     metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples), "update": config.update,
                "hint_demonstrations": sum(1 for a in hint_adv if a > 0) if best_of_n else None,
-               "score_demonstrations": sum(1 for a in score_adv if a > 0) if best_of_n else None,
+               "score_demonstrations": sum(1 for a in score_adv if a > 0) + len(targets) if best_of_n else None,
+               "score_targets": config.score_targets if best_of_n else None,
                "failures": len(on_failures) // config.num_generations, "accepted": len(failures) - len(on_failures) // config.num_generations,
                "accepted_wanted": accepted_wanted,
                "usable_hint_share": len(used) / len(on_failures),

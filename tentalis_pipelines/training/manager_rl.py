@@ -45,6 +45,7 @@ from tentalis_pipelines.training import opd
 REWARDS = ("rescue", "dense")
 CREDITS = ("fields", "review")
 UPDATES = ("grpo", "best_of_n")
+SCORE_TARGETS = ("sampled", "verifier")
 MAX_DEMO_SCORE_ERROR = 0.5  # a score demonstration must at least be on the verifier's side of the scale
 
 
@@ -62,6 +63,10 @@ class ManagerRLConfig:
                                "ReST-EM: per failure the review whose hint is worth most, above best_min_value, is trained as a "
                                "demonstration; scores within 0.5 of the verifier's, as many of failures as of accepted answers, "
                                "train the score; CISPO's capped weight, so a sampled plan's tokens keep their gradient)")
+    score_targets: str = config_field("sampled", "best_of_n: what teaches the score: sampled (the sampled score nearest the "
+                                      "verifier's, within 0.5) | verifier (the verifier's own score written in the reply's "
+                                      "format, as many failures as accepted answers: a manager whose sampled scores "
+                                      "collapsed to one value has none to pick)")
     best_min_value: float = config_field(0.5, "best_of_n: a hint is a demonstration only when its value exceeds this "
                                          "(0.5 = the dense gain is positive)")
     temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
@@ -95,6 +100,11 @@ class ManagerRLConfig:
             raise ValueError(f"manager credit {self.credit!r} is unknown: choose one of {', '.join(CREDITS)}")
         if self.update not in UPDATES:
             raise ValueError(f"manager update {self.update!r} is unknown: choose one of {', '.join(UPDATES)}")
+        if self.score_targets not in SCORE_TARGETS:
+            raise ValueError(f"manager score_targets {self.score_targets!r} is unknown: choose one of {', '.join(SCORE_TARGETS)}")
+        if self.score_targets == "verifier" and self.update != "best_of_n":
+            raise ValueError("score_targets = 'verifier' trains the verifier's scores as demonstrations: use it with "
+                             "update = 'best_of_n'")
         if self.per_step_rows < 0 or self.num_iterations < 1:
             raise ValueError(f"per_step_rows = {self.per_step_rows}, num_iterations = {self.num_iterations}: "
                              "per_step_rows must be >= 0 (0: one step) and num_iterations >= 1")
@@ -222,6 +232,29 @@ def best_of_n_selection(groups: Sequence[Sequence[ReviewOutcome]], correct: Sequ
                 score_pick[i] = None
     return [[(1.0 if j == score_pick[i] else 0.0, 1.0 if j == hint_pick[i] else 0.0) for j in range(len(group))]
             for i, group in enumerate(groups)]
+
+
+def score_target_text(verifier_score: float) -> str:
+    """The verifier's score as the manager writes it after the pre-filled ``{"score": ``: an integer out of
+    10 (``llm_manager.parse_review`` divides by 10) and the comma that ends the field."""
+    v = float(verifier_score)
+    if not 0.0 <= v <= 1.0:
+        raise ValueError(f"verifier score {v} is outside [0, 1]")
+    return f"{round(10 * v)},"
+
+
+def balanced_indices(correct: Sequence[bool]) -> list[int]:
+    """The rollouts whose verifier scores are taught (``score_targets = "verifier"``): the first k failures
+    and the first k accepted answers, k the smaller class's count, in their order. One class alone: none
+    (taught only failures, a small manager's score collapses to 0; experiments/manager_rl, rounds 4-5)."""
+    k = min(sum(1 for c in correct if c), sum(1 for c in correct if not c))
+    taken = {True: 0, False: 0}
+    out = []
+    for i, c in enumerate(correct):
+        if taken[bool(c)] < k:
+            taken[bool(c)] += 1
+            out.append(i)
+    return out
 
 
 def separation_difference(pairs: Sequence[tuple[float | None, float | None, bool]], *, n_boot: int = 2000,

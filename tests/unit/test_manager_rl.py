@@ -152,7 +152,8 @@ def test_checkpoint_ids_name_parent_failures_and_seed():
                                                 ("accuracy_weight", -0.1, ">= 0"), ("credit", "tokens", "manager credit"),
                                                 ("update", "sft", "manager update"), ("per_step_rows", -1, "per_step_rows"),
                                                 ("num_iterations", 0, "num_iterations"), ("accepted_per_task", 0, "accepted_per_task"),
-                                                ("eval_accepted", -1, "eval_accepted"), ("gate_min_accepted", -1, "gate_min_accepted")])
+                                                ("eval_accepted", -1, "eval_accepted"), ("gate_min_accepted", -1, "gate_min_accepted"),
+                                                ("score_targets", "gold", "score_targets"), ("score_targets", "verifier", "best_of_n")])
 def test_bad_settings_are_refused_by_name(field, value, needle):
     with pytest.raises(ValueError, match=needle):
         ManagerRLConfig(**{field: value})
@@ -172,6 +173,22 @@ def test_score_separation_by_hand():
     assert manager_rl.score_separation(rows) == pytest.approx(0.9 - 0.2)
     assert manager_rl.score_separation([(0.0, 0.0, False), (0.0, 1.0, True)]) == 0.0  # one score for all: no gap
     assert manager_rl.score_separation([(0.5, 0.0, False)]) is None
+
+
+def test_the_verifiers_score_as_the_manager_writes_it():
+    assert [manager_rl.score_target_text(v) for v in (1.0, 0.0, 0.34, 0.36, 0.05)] == ["10,", "0,", "3,", "4,", "0,"]
+    from tentalis_pipelines.rewards.llm_manager import PREFILL, parse_review
+
+    assert parse_review(PREFILL + manager_rl.score_target_text(0.7) + ' "critique": "", "hint": ""}')[0] == pytest.approx(0.7)
+    with pytest.raises(ValueError, match="outside"):
+        manager_rl.score_target_text(1.5)
+    assert ManagerRLConfig(update="best_of_n", score_targets="verifier").score_targets == "verifier"
+
+
+def test_balanced_indices_take_the_first_of_each_class_alike():
+    assert manager_rl.balanced_indices([False, True, False, False, True]) == [0, 1, 2, 4]
+    assert manager_rl.balanced_indices([True, True, True, False]) == [0, 3]
+    assert manager_rl.balanced_indices([False, False]) == [] == manager_rl.balanced_indices([])
 
 
 def test_separation_difference_by_hand():
