@@ -6,7 +6,7 @@
 # promoted to review the next cycle (a lab decision: no held-out gate fits 8 tasks a cycle; the update is
 # refused, and the manager kept, when no hint clears the bar).
 # Usage: cotrain.sh SEED   (homes $RUNS/$PREFIX-cotrain-sSEED; settings: CYCLES, FAILURES, BAR, ITERATIONS, MANAGER,
-# SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1; round 8: 4))
+# SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1), TARGETS (score targets, sampled))
 set -euo pipefail
 SEED=$1
 RUNS=${RUNS:-/work/runs}
@@ -32,7 +32,7 @@ for k in $(seq 1 "$CYCLES"); do
   # an update holds the manager, the worker and the trainer (about 6.5 GB): several seeds at once on 24 GB wait their turn
   while [ "$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)" -lt "${MIN_FREE_GB:-8}" ]; do sleep 30; done
   if $T manager train --updates 1 --failures ${FAILURES:-16} --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
-       --reward dense --success-share ${SHARE:-0.5} --accepted-per-task ${PER_TASK:-1} --hint-prefix "First compute" --manager-temperature 0.8 --seed "$k" \
+       --reward dense --success-share ${SHARE:-0.5} --accepted-per-task ${PER_TASK:-1} --score-targets ${TARGETS:-sampled} --hint-prefix "First compute" --manager-temperature 0.8 --seed "$k" \
        --update best_of_n --best-min-value ${BAR:-0.881} --num-iterations ${ITERATIONS:-4} --per-step-rows 8; then
     AFTER=$(newest)
     [ "$AFTER" = "$BEFORE" ] || $T promote "$AFTER" --role manager --reason "round 7: trained on cycle $k's failures of the worker it serves"
