@@ -35,6 +35,7 @@ def main() -> None:
     ap.add_argument("--draws", type=int, default=2000)
     ap.add_argument("--sizes", default="10,20,40,60")
     ap.add_argument("--csv", type=Path, default=None)
+    ap.add_argument("--figure", type=Path, default=None, help="the pass rates against K, as a PNG")
     ap.add_argument("candidates", nargs="+")
     args = ap.parse_args()
     lake = Lakehouse(args.home / "lakehouse")
@@ -75,6 +76,23 @@ def main() -> None:
             row[f"pass_share_{k}"] = passed / args.draws
             print(f"  score rules pass on {k} accepted answers drawn with replacement (and every failure): {passed / args.draws:.1%} of {args.draws} draws")
         out.append(row)
+    if args.figure:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        sizes = list(map(int, args.sizes.split(",")))
+        fig, ax = plt.subplots(figsize=(5.5, 3.5))
+        for r in out:
+            ax.plot(sizes, [100 * r[f"pass_share_{k}"] for k in sizes], marker="o",
+                    label=f"{r['checkpoint_id']} (gap {r['gap']:+.3f} vs {r['base_gap']:+.3f})")
+        ax.set_xlabel("accepted answers the gate sees (drawn with replacement)")
+        ax.set_ylabel("score rules pass (%)")
+        ax.set_title("Gate score rules vs. managers that separate less", fontsize=10)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        fig.savefig(args.figure, dpi=120)
     if args.csv:
         keys = sorted({k for r in out for k in r}, key=lambda k: list(out[0]).index(k) if k in out[0] else 99)
         with args.csv.open("w", newline="") as fh:
