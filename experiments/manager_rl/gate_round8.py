@@ -89,7 +89,7 @@ def main() -> None:
                     label=f"{r['checkpoint_id']} (gap {r['gap']:+.3f} vs {r['base_gap']:+.3f})")
         ax.set_xlabel("accepted answers the gate sees (drawn with replacement)")
         ax.set_ylabel("score rules pass (%)")
-        ax.set_title("Gate score rules vs. managers that separate less", fontsize=10)
+        ax.set_title("The gate's score rules against the untrained manager", fontsize=10)
         ax.legend(fontsize=7)
         fig.tight_layout()
         fig.savefig(args.figure, dpi=120)
