@@ -264,9 +264,9 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     else:
         score_adv, _ = group_advantages(keys, rewards, scale_rewards=scale)
         hint_adv = score_adv
-    targets = (manager_rl.balanced_indices([f.correct for f in failures])
-               if best_of_n and config.score_targets == "verifier" else [])
+    targets: list[int] = []
     if best_of_n and config.score_targets == "verifier":  # the sampled scores teach nothing: the verifier's do
+        targets = manager_rl.balanced_indices([f.correct for f in failures])
         score_adv = [0.0] * len(score_adv)
     tok = manager_backend.tokenizer
     flat = [(f, j, g, o) for f, group, outs in zip(failures, sampled, outcomes) for j, (g, o) in enumerate(zip(group, outs))]

@@ -222,14 +222,9 @@ def best_of_n_selection(groups: Sequence[Sequence[ReviewOutcome]], correct: Sequ
         errors = [score_error(o.score, o.verifier_score) for o in group]
         nearest = min(range(len(group)), key=lambda j: (errors[j], j), default=None)
         score_pick.append(nearest if nearest is not None and errors[nearest] <= MAX_DEMO_SCORE_ERROR else None)
-    per_class = min(sum(p is not None for p, ok in zip(score_pick, correct) if ok == flag) for flag in (False, True))
-    taken = {False: 0, True: 0}
-    for i, ok in enumerate(correct):
-        if score_pick[i] is not None:
-            if taken[bool(ok)] < per_class:
-                taken[bool(ok)] += 1
-            else:
-                score_pick[i] = None
+    picked = [i for i, p in enumerate(score_pick) if p is not None]
+    keep = {picked[j] for j in balanced_indices([correct[i] for i in picked])}
+    score_pick = [p if i in keep else None for i, p in enumerate(score_pick)]
     return [[(1.0 if j == score_pick[i] else 0.0, 1.0 if j == hint_pick[i] else 0.0) for j in range(len(group))]
             for i, group in enumerate(groups)]
 

@@ -144,7 +144,7 @@ MUTANTS = [
      "replace": "        best = min(range(len(group)), key=lambda j: (values[j], j), default=None)\n", "tests": TU,
      "why": "the worst hint of the group is the demonstration"},
     {"id": "manager-best-score-unbalanced", "file": M,
-     "find": "            if taken[bool(ok)] < per_class:\n", "replace": "            if True:\n", "tests": TU,
+     "find": "    keep = {picked[j] for j in balanced_indices([correct[i] for i in picked])}\n", "replace": "    keep = set(picked)\n", "tests": TU,
      "why": "every accurate score is taught: failures outnumber accepted answers and the score collapses to 0"},
     {"id": "manager-best-score-no-bar", "file": M,
      "find": "        score_pick.append(nearest if nearest is not None and errors[nearest] <= MAX_DEMO_SCORE_ERROR else None)\n",
