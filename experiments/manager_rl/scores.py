@@ -7,7 +7,8 @@ class-balanced score error (``manager_rl.balanced_score_error``) and the score g
 and failures (``manager_rl.score_separation``), each with a 95% bootstrap interval that draws rollouts
 within each class.
 
-Usage: python -m experiments.manager_rl.scores [--runs /work/runs] [--seeds 0,1,2,3] [--cycles 2,3,4] mgr5-base mgr7-cotrain ...
+Usage: python -m experiments.manager_rl.scores [--runs /work/runs] [--seeds 0,1,2,3] [--cycles 2,3,4] [--against mgr5-base]
+       mgr5-base mgr7-cotrain ...
 """
 
 from __future__ import annotations
@@ -44,16 +45,28 @@ def arm_rows(runs: Path, arm: str, seeds, cycles) -> list[tuple[float | None, fl
     return rows
 
 
+def draw_within_class(rows, rng):
+    """One bootstrap draw of ``rows``: rollouts with replacement within each class (failures, accepted answers)."""
+    classes = [[r for r in rows if r[2] == flag] for flag in (False, True)]
+    return [c[i] for c in classes if c for i in rng.integers(0, len(c), len(c))]
+
+
 def interval(rows, stat, *, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
     """95% bootstrap interval of ``stat`` drawing rollouts with replacement within each class."""
     rng = np.random.default_rng(seed)
-    classes = [[r for r in rows if r[2] == flag] for flag in (False, True)]
+    reps = [v for v in (stat(draw_within_class(rows, rng)) for _ in range(n_boot)) if v is not None]
+    return float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
+
+
+def difference_interval(rows, other, stat, *, n_boot: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of ``stat(rows) - stat(other)`` for two arms' reviews of different rollouts: each arm drawn
+    independently, within class (the arms' workers wrote different rollouts, so nothing pairs them)."""
+    rng = np.random.default_rng(seed)
     reps = []
     for _ in range(n_boot):
-        drawn = [c[i] for c in classes if c for i in rng.integers(0, len(c), len(c))]
-        v = stat(drawn)
-        if v is not None:
-            reps.append(v)
+        a, b = stat(draw_within_class(rows, rng)), stat(draw_within_class(other, rng))
+        if a is not None and b is not None:
+            reps.append(a - b)
     return float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
 
 
@@ -62,6 +75,7 @@ def main() -> None:
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("--cycles", default="2,3,4")
+    ap.add_argument("--against", default=None, help="also each arm's difference from this arm (e.g. mgr5-base)")
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
@@ -74,6 +88,12 @@ def main() -> None:
         glo, ghi = interval(rows, score_separation)
         print(f"{arm} cycles {args.cycles}: {len(rows)} reviews ({acc} accepted); class-balanced score error {err:.3f} "
               f"[{lo:.3f}, {hi:.3f}]; score gap {gap:+.3f} [{glo:+.3f}, {ghi:+.3f}]")
+        if args.against and arm != args.against:
+            ref = arm_rows(Path(args.runs), args.against, seeds, cycles)
+            dlo, dhi = difference_interval(rows, ref, balanced_score_error)
+            glo, ghi = difference_interval(rows, ref, score_separation)
+            print(f"  minus {args.against}: score error {err - balanced_score_error(ref):+.3f} [{dlo:+.3f}, {dhi:+.3f}]; "
+                  f"score gap {gap - score_separation(ref):+.3f} [{glo:+.3f}, {ghi:+.3f}]")
 
 
 if __name__ == "__main__":
