@@ -128,6 +128,7 @@ class TrainerResource(ConfigurableResource):
     guide_importance: str = mirrored(GRPOConfig, "guide_importance")
     guide_shaping_gamma: float = mirrored(GRPOConfig, "guide_shaping_gamma")
     guide_with_hint: bool = mirrored(GRPOConfig, "guide_with_hint")
+    guide_answer_format: str = mirrored(GRPOConfig, "guide_answer_format")
     max_policy_lag: int = mirrored(GRPOConfig, "max_policy_lag")
     grounding_policy: str = mirrored(GRPOConfig, "grounding_policy")
     grounding_penalty: float = mirrored(GRPOConfig, "grounding_penalty")

@@ -58,23 +58,28 @@ class ForcedBackend:
     name = "forced"
     model_name = "tiny"
 
-    def __init__(self, model_dir, tokenizer):
+    def __init__(self, model_dir, tokenizer, forced=None):
         from transformers import AutoModelForCausalLM
 
         self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
         self.tokenizer = tokenizer
         self.prompts: list[str] = []
+        self.forced = forced or FORCED  # reference -> a completion, or a list cycled over the generations
 
     def generate(self, prompts, params):
         out = []
         for p in prompts:
             self.prompts.append(p)
-            text = FORCED["5"] if "pens" in p else FORCED["42"]
-            ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-            item = opd.OPDItem(self.tokenizer(p, add_special_tokens=False)["input_ids"], [], ids, params.temperature)
-            lp = opd.side_logprobs(self.model, self.tokenizer, [item], "student", dtype="float32")[0]
-            out.append([Generation(text, ids, "stop", len(item.student_prompt_ids), 0.0, logprobs=lp)
-                        for _ in range(params.num_generations)])
+            texts = self.forced["5"] if "pens" in p else self.forced["42"]
+            texts = [texts] if isinstance(texts, str) else texts
+            gens = []
+            for i in range(params.num_generations):
+                text = texts[i % len(texts)]
+                ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+                item = opd.OPDItem(self.tokenizer(p, add_special_tokens=False)["input_ids"], [], ids, params.temperature)
+                lp = opd.side_logprobs(self.model, self.tokenizer, [item], "student", dtype="float32")[0]
+                gens.append(Generation(text, ids, "stop", len(item.student_prompt_ids), 0.0, logprobs=lp))
+            out.append(gens)
         return out
 
 
@@ -255,6 +260,50 @@ def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, ti
     assert sorted(backend.prompts) == sorted({g["prompt_text"] for g in guided})
     assert not any(opd.HINT_PREFIX in p for p in backend.prompts)
     assert all(g["hint"] for g in guided)  # the row still names the hint the group would have had
+
+
+@pytest.mark.parametrize("answer_format, joined", [("lenient", 2), ("tagged", 1)])
+def test_only_tagged_hinted_successes_join_their_group_when_asked(batch, home, tiny_model_dir, monkeypatch, answer_format, joined):
+    """Both hinted samples of the pens task are right, one with the answer in tags and one untagged (its
+    last number is the answer, which the verifier accepts): ``guide_answer_format='tagged'`` trains only
+    the first, and the group's advantages are over its 3 failures and that one success."""
+    from transformers import AutoTokenizer
+
+    paths, batch_id, instance = batch
+    forced = {"5": ["<step>2 + 3 = 5</step><answer>5</answer>", "2 + 3 = 5"], "42": FORCED["42"]}
+    backend = ForcedBackend(tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir), forced)
+    real_build = guided_stage.build_guided_rollouts
+    monkeypatch.setattr("assets.batch_assets.build_guided_rollouts",
+                        lambda *a, **kw: real_build(*a, **kw, backends={"base": backend}))
+    res = _resources(home, tiny_model_dir, guide=True, guide_generations=2, guide_answer_format=answer_format)
+    assert materialize([tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts, trajectories],
+                       partition_key=batch_id, instance=instance, resources=res).success
+    lake = Lakehouse(paths.lakehouse)
+    guided = lake.read("guided_rollouts", batch_id=batch_id).to_pylist()
+    pens = [g for g in guided if g["correct"]]
+    assert len(pens) == 2  # the verifier accepts both: the table keeps every sample whatever the format setting
+    tagged = [g["rollout_id"] for g in pens if "<answer>" in g["completion"]]
+    traj = lake.read("trajectories", batch_id=batch_id).to_pylist()
+    joined_ids = sorted(t["rollout_id"] for t in traj if t["guide_hint_id"])
+    assert joined_ids == (sorted(g["rollout_id"] for g in pens) if answer_format == "lenient" else tagged)
+    assert len(joined_ids) == joined
+    group = [t for t in traj if t["task_id"] == pens[0]["task_id"]]
+    assert len(group) == 3 + joined
+    rewards = [t["reward"] for t in group]
+    mean = sum(rewards) / len(rewards)
+    std = (sum((r - mean) ** 2 for r in rewards) / (len(rewards) - 1)) ** 0.5
+    for t in group:
+        assert t["advantage"] == pytest.approx((t["reward"] - mean) / (std + 1e-4), rel=1e-3, abs=1e-4)
+    assert all(t["advantage"] > 0 for t in group if t["guide_hint_id"])
+
+
+def test_the_guided_answer_format_is_validated(home):
+    from tentalis_pipelines.stages.trajectories import guided_successes
+
+    with pytest.raises(ValueError, match="guide_answer_format must be one of"):
+        guided_successes(Lakehouse(Paths.from_env(home).ensure().lakehouse), "b", "strict")
+    with pytest.raises(ValueError, match="guide_answer_format must be one of"):
+        GRPOConfig(guide_answer_format="strict")
 
 
 @pytest.mark.parametrize("importance", ["clip", "shaping"])

@@ -6,7 +6,8 @@
 # promoted to review the next cycle (a lab decision: no held-out gate fits 8 tasks a cycle; the update is
 # refused, and the manager kept, when no hint clears the bar).
 # Usage: cotrain.sh SEED   (homes $RUNS/$PREFIX-cotrain-sSEED; settings: CYCLES, FAILURES, BAR, ITERATIONS, MANAGER,
-# SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1), TARGETS (score targets, sampled))
+# SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1), TARGETS (score targets, sampled),
+# GUIDE_FORMAT (the worker's --guide-answer-format, round 10: tagged))
 set -euo pipefail
 SEED=$1
 RUNS=${RUNS:-/work/runs}
@@ -26,7 +27,7 @@ rows = Lakehouse('$H/lakehouse').read('manager_checkpoints').to_pylist()
 print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])"; }
 CYCLES=${CYCLES:-4}
 for k in $(seq 1 "$CYCLES"); do
-  $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute"
+  $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute" ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT}
   [ "$k" -lt "$CYCLES" ] || break
   BEFORE=$(newest)
   # an update holds the manager, the worker and the trainer (about 6.5 GB): several seeds at once on 24 GB wait their turn

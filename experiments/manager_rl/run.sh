@@ -5,7 +5,7 @@
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
 # Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
 # Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
-# failure), GENERATIONS (reviews per failure), MANAGER_TEMPERATURE (its sampling temperature in training), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, HINT_PREFIX (review.hint_prefix,
+# failure), GENERATIONS (reviews per failure), MANAGER_TEMPERATURE (its sampling temperature in training), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, GUIDE_FORMAT (round 10: tagged), HINT_PREFIX (review.hint_prefix,
 # the same in the manager's training, its evaluation and the worker's runs).
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
@@ -42,6 +42,7 @@ print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
     if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/${PREFIX:-mgr}-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
     # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
     if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
-    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" --hint-prefix "${HINT_PREFIX:-}" ;;
+    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" --hint-prefix "${HINT_PREFIX:-}" \
+      ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT} ;;
   *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
 esac

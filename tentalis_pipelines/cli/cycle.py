@@ -247,6 +247,9 @@ def learn(
                                               "their defaults); default: the review resource's (review.reward_weights)."),
     scale_rewards: str | None = typer.Option(None, help="group (divide by the group's std, outcome and step rewards alike) | none "
                                              "(only centre them, Dr. GRPO); default: none for dr_grpo, else group."),
+    guide_answer_format: str | None = typer.Option(None, help="With --method guide: lenient (every hinted success the verifier "
+                                                   "accepts joins its group) | tagged (only those with the answer in <answer> tags, "
+                                                   "the held-out benchmark's format); default: the trainer resource's, lenient."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -261,7 +264,8 @@ def learn(
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
-               "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, "scale_rewards": scale_rewards, **METHODS[method]}
+               "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, "scale_rewards": scale_rewards,
+               "guide_answer_format": guide_answer_format, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
     try:  # validated once, by GRPOConfig, before any model loads
         TrainerResource(**trainer).config()

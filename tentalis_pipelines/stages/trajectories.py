@@ -15,18 +15,20 @@ from tentalis_pipelines.rewards.scoring import (
     overlong_penalty,
     process_credit,
 )
+from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
 from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.policy_lag import with_policy_lag
+from tentalis_pipelines.training.trainer import GUIDE_ANSWER_FORMATS
 
 
 def build_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
     overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
-    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None,
+    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None, guide_answer_format: str = "lenient",
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
@@ -40,16 +42,18 @@ def build_trajectories(
     has a weight: a group with equal rewards still teaches through its hints.
 
     The batch's kind builds the rows (``tasks/kinds.py``): :func:`single_turn_trajectories` for a task
-    batch, ``sessions.build_session_trajectories`` for a sessions batch."""
+    batch, ``sessions.build_session_trajectories`` for a sessions batch. ``guide_answer_format`` says which
+    hint-guided successes join their group (:func:`guided_successes`)."""
     return batch_kind(lake, batch_id).trajectories(
         lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling, overlong_buffer=overlong_buffer,
-        max_completion_length=max_completion_length, advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights)
+        max_completion_length=max_completion_length, advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights,
+        guide_answer_format=guide_answer_format)
 
 
 def single_turn_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
     overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
-    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None,
+    w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None, guide_answer_format: str = "lenient",
 ) -> StageResult:
     """A task batch's trajectories: one ``single`` row per rollout (see :func:`build_trajectories`)."""
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
@@ -93,7 +97,7 @@ def single_turn_trajectories(
         )
     # Hint-guided resampling (training/guide.py): a failed group's hinted successes join it, so the group
     # that had no signal now has one; they are trained without the hint (trainer: the guided ratio).
-    for g in guided_successes(lake, batch_id):
+    for g in guided_successes(lake, batch_id, guide_answer_format):
         env = tasks[g["task_id"]]["environment"]
         w = weights or (weights_for(overrides, env, None) if overrides else DEFAULT_WEIGHTS.get(env, DEFAULT_WEIGHTS["math"]))
         process = process_credit(g["step_rewards"] or [], g["answer"])
@@ -138,8 +142,18 @@ def single_turn_trajectories(
     )
 
 
-def guided_successes(lake: Lakehouse, batch_id: str) -> list[dict]:
-    """The batch's guided samples that the verifier accepted (none when the table does not exist yet)."""
+def guided_successes(lake: Lakehouse, batch_id: str, answer_format: str = "lenient") -> list[dict]:
+    """The batch's guided samples that the verifier accepted (none when the table does not exist yet).
+
+    ``answer_format='tagged'`` keeps only those whose answer is inside ``<answer>`` tags. The verifier also
+    accepts an untagged completion's last number, and a hinted sample often answers that way (the hint's
+    words pull it out of the worker's format); trained as the all-fail group's only success, such a sample
+    teaches the student to drop the tag that the held-out benchmark requires."""
+    if answer_format not in GUIDE_ANSWER_FORMATS:
+        raise ValueError(f"guide_answer_format must be one of {GUIDE_ANSWER_FORMATS}, got {answer_format!r}")
     if not lake.exists("guided_rollouts"):
         return []
-    return [g for g in lake.read("guided_rollouts", batch_id=batch_id).to_pylist() if g["correct"]]
+    rows = [g for g in lake.read("guided_rollouts", batch_id=batch_id).to_pylist() if g["correct"]]
+    if answer_format == "tagged":
+        rows = [g for g in rows if parse_completion(g["completion"]).has_answer_tag]
+    return rows

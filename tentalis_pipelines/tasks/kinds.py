@@ -120,8 +120,9 @@ class BatchKind(ABC):
     @abstractmethod
     def trajectories(self, lake: Lakehouse, batch_id: str, *, scale_rewards: str, dynamic_sampling: bool,
                      overlong_buffer: int, max_completion_length: int, advantage_mode: str, w_rl: float, w_opd: float,
-                     weights: RewardWeights | None) -> StageResult:
-        """Write the batch's ``trajectories``."""
+                     weights: RewardWeights | None, guide_answer_format: str = "lenient") -> StageResult:
+        """Write the batch's ``trajectories`` (``guide_answer_format``: which hint-guided successes join
+        their group; only task batches have guided samples)."""
 
     @abstractmethod
     def check_rollouts(self, lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
@@ -159,12 +160,13 @@ class TaskBatch(BatchKind):
         return task_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
         from tentalis_pipelines.stages.trajectories import single_turn_trajectories
 
         return single_turn_trajectories(lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling,
                                         overlong_buffer=overlong_buffer, max_completion_length=max_completion_length,
-                                        advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights)
+                                        advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights,
+                                        guide_answer_format=guide_answer_format)
 
     def check_rollouts(self, lake, batch_id, num_generations):
         from tentalis_pipelines.quality import rollouts_cover_tasks
@@ -204,7 +206,7 @@ class SessionsBatch(BatchKind):
         return session_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
         from tentalis_pipelines import sessions
 
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
@@ -260,7 +262,7 @@ class EnvironmentBatch(BatchKind):
         return StageResult(n, {"opd": "not built for environment batches yet: no teacher pass"})
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
         from tentalis_pipelines import env_batches
 
         return StageResult(*env_batches.build_environment_trajectories(lake, batch_id, scale_rewards=scale_rewards,

@@ -48,6 +48,7 @@ OLD_LOGPROBS = ("recompute", "sampling")
 SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
 GUIDE_IMPORTANCE = ("clip", "shaping")
+GUIDE_ANSWER_FORMATS = ("lenient", "tagged")
 GROUNDING_POLICIES = ("off", "penalize", "block")  # reviewers/grounding_policy.py
 
 
@@ -119,6 +120,9 @@ class GRPOConfig:
     guide_shaping_gamma: float = config_field(0.1, "gamma of LUFFY's policy shaping r / (r + gamma) (guide_importance = shaping)")
     guide_with_hint: bool = config_field(True, "false: resample all-fail groups without the hint (the ablation that tells the "
                                          "hint's words from more samples for the hard tasks)")
+    guide_answer_format: str = config_field("lenient", "which hinted successes join their group: lenient (every one the verifier "
+                                            "accepts, a tagged answer or an ended completion's last number) | tagged (only those "
+                                            "with the answer in <answer> tags, the format the held-out benchmark grades)")
     # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
     max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
                                        "(0: only the serving policy's own; older rows are refused and counted)")
@@ -171,6 +175,8 @@ class GRPOConfig:
             raise ValueError(f"guide_generations must be >= 1, got {self.guide_generations}")
         if self.guide_importance not in GUIDE_IMPORTANCE:
             raise ValueError(f"guide_importance must be one of {GUIDE_IMPORTANCE}, got {self.guide_importance!r}")
+        if self.guide_answer_format not in GUIDE_ANSWER_FORMATS:
+            raise ValueError(f"guide_answer_format must be one of {GUIDE_ANSWER_FORMATS}, got {self.guide_answer_format!r}")
         if not self.guide_shaping_gamma > 0:
             raise ValueError(f"guide_shaping_gamma must be above 0, got {self.guide_shaping_gamma}")
         if self.grounding_policy not in GROUNDING_POLICIES:
@@ -196,6 +202,7 @@ class GRPOConfig:
             "advantage_mode": self.advantage_mode,
             "w_rl": self.w_rl,
             "w_opd": self.w_opd,
+            "guide_answer_format": self.guide_answer_format,
         }
 
 
