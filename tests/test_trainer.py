@@ -14,6 +14,7 @@ from tentalis_pipelines.training.trainer import (
     pack,
     pack_samples,
     prefix_micro_batches,
+    step_sizes,
     train_grpo,
 )
 
@@ -161,6 +162,28 @@ def test_later_steps_of_a_batch_see_the_pre_update_policy_as_old(tiny_model_dir)
     assert len(drift) == 2 and drift[0] == 0.0 and res.history[0]["clip_fraction"] == 0.0
     assert drift[1] > 0.05, drift
     assert res.history[1]["clip_fraction"] > 0.0, res.history
+
+
+def test_step_sizes_by_hand():
+    assert step_sizes(70, 64) == [35, 35] and step_sizes(65, 64) == [33, 32] and step_sizes(128, 64) == [64, 64]
+    assert step_sizes(7, 3) == [3, 2, 2] and step_sizes(3, 64) == [3] and step_sizes(64, 64) == [64] and step_sizes(0, 4) == []
+    for n in range(1, 200):
+        for per in (1, 3, 8, 64):
+            sizes = step_sizes(n, per)
+            assert sum(sizes) == n and len(sizes) == -(-n // per) and max(sizes) <= per and max(sizes) - min(sizes) <= 1
+    with pytest.raises(ValueError, match="per_step_rows"):
+        step_sizes(5, 0)
+
+
+def test_a_batch_is_split_into_steps_of_equal_size_not_a_remainder(tiny_model_dir):
+    """7 rows at per_step_rows = 4: two steps of 4 and 3 rows, never a full step and a remainder of one
+    (whose AdamW step would move the adapter as far on one row as the first did on all)."""
+    tok = _tok(tiny_model_dir)
+    _, samples = _group(tok, 7)
+    for per, rows in ((4, [4, 3]), (3, [3, 2, 2]), (6, [4, 3])):
+        res = train_grpo(_perturbed_policy(tiny_model_dir), tok, samples, GRPOConfig(beta=0.0, per_step_rows=per, **F32))
+        assert [h["rows"] for h in res.history] == rows, per
+        assert res.metrics["optimizer_steps"] == len(rows)
 
 
 def test_num_iterations_reuses_the_pre_update_log_probs(tiny_model_dir):

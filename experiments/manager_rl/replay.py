@@ -15,6 +15,12 @@ arithmetic set, without writing to the home. Rules:
 * ``tagged``: only the guided samples in the worker's answer format (an ``<answer>`` tag) kept, the rest
   left out as in ``noguide``: a rescue counts only when the student is shown the format it is graded on.
 
+A row a rule leaves out (an advantage of exactly 0 from ``outcome``'s filter, ``verifier``'s equal groups,
+``noguide``/``tagged``'s guided rows) is dropped from the training set, as the pipeline's ``kept = False``
+or absent row would be: it would otherwise still count in the loss's token normalisation and the step split.
+``--even-steps`` splits the rows into optimizer steps of equal size (70 rows: 35 + 35) instead of the
+trainer's ``per_step_rows`` chunks (64 + 6).
+
 Each rule also prints where the stored update put its weight: the positive advantage on wrong samples
 against that on right ones.
 
@@ -91,7 +97,7 @@ def cycle_rows(lake: Lakehouse, checkpoint_id: str) -> tuple[dict, list[dict]]:
     return manifest, order_trajectories(rows)
 
 
-def replay(home: Path, cycle: int, rule: str, scratch: Path) -> dict:
+def replay(home: Path, cycle: int, rule: str, scratch: Path, even_steps: bool = False) -> dict:
     from transformers import AutoTokenizer
 
     lake = Lakehouse(home / "lakehouse")
@@ -102,7 +108,8 @@ def replay(home: Path, cycle: int, rule: str, scratch: Path) -> dict:
     untagged = frozenset(g["rollout_id"] for g in lake.read("guided_rollouts", columns=["rollout_id", "completion"]).to_pylist()
                          if "<answer>" not in g["completion"]) if lake.exists("guided_rollouts") else frozenset()
     adv = advantages(rows, rule, untagged)
-    rows = [{**r, "advantage": a, "advantage_mode": "outcome"} for r, a in zip(rows, adv)]
+    split = weight_split(rows, adv)
+    rows = [{**r, "advantage": a, "advantage_mode": "outcome"} for r, a in zip(rows, adv) if rule == "asis" or a != 0.0]
     paths = Paths(home)
     model_dir = resolve_model("embedded", paths.models)
     tok = AutoTokenizer.from_pretrained(model_dir)
@@ -110,20 +117,24 @@ def replay(home: Path, cycle: int, rule: str, scratch: Path) -> dict:
         tok.pad_token = tok.eos_token
     samples, _ = build_samples(lake, tok, rows, manifest["tables"])
     config = GRPOConfig(**manifest["config"])
+    if even_steps:  # ceil(n / per_step_rows) steps of (nearly) equal size
+        n_steps = -(-len(samples) // config.per_step_rows)
+        config = GRPOConfig(**{**config.to_dict(), "per_step_rows": -(-len(samples) // n_steps)})
     model = build_policy(model_dir, parent, config)
     state = load_trainer_state(parent, next(model.parameters()).device)
     t0 = time.perf_counter()
     result = train_grpo(model, tok, samples, config, state=state)
-    adapter = ckpt.save_adapter(model, scratch, f"{home.name}-c{cycle}-{rule}")
+    adapter = ckpt.save_adapter(model, scratch, f"{home.name}-c{cycle}-{rule}{'-even' if even_steps else ''}")
     del model
     backend = PolicySettings(model="embedded").make_backend(model_dir, str(adapter))
     summary, _ = run_benchmark(backend, "arithmetic")
     recorded = [r for r in lake.read("benchmark_results").to_pylist()
                 if r["checkpoint_id"] == target["checkpoint_id"] and r["benchmark"] == "arithmetic"]
-    return {"home": home.name, "cycle": cycle, "rule": rule, "checkpoint_id": target["checkpoint_id"],
+    return {"home": home.name, "cycle": cycle, "rule": rule, "even_steps": even_steps, "rows": len(samples),
+            "per_step_rows": config.per_step_rows, "checkpoint_id": target["checkpoint_id"],
             "recorded_accuracy": recorded[0]["accuracy"] if recorded else None,
             "accuracy": summary.accuracy, "lenient_accuracy": summary.lenient_accuracy, "format_rate": summary.format_rate,
-            **weight_split(rows, adv), "optimizer_steps": result.metrics.get("optimizer_steps"),
+            **split, "optimizer_steps": result.metrics.get("optimizer_steps"),
             "seconds": round(time.perf_counter() - t0, 1)}
 
 
@@ -133,10 +144,11 @@ def main() -> None:
     ap.add_argument("--cycle", type=int, required=True)
     ap.add_argument("--rules", default="asis,outcome")
     ap.add_argument("--out", default=None, help="append one CSV row per rule")
+    ap.add_argument("--even-steps", action="store_true", help="optimizer steps of equal size")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         for rule in args.rules.split(","):
-            row = replay(Path(args.home), args.cycle, rule, Path(scratch))
+            row = replay(Path(args.home), args.cycle, rule, Path(scratch), args.even_steps)
             print(json.dumps(row), flush=True)
             if args.out:
                 new = not Path(args.out).exists()

@@ -13,8 +13,11 @@
 * the optimizer (AdamW moments and step counts) and the global step of the LR schedule are returned
   in ``TrainResult.state`` and saved with each checkpoint (``trainer_state.pt``), so a chain of
   learning cycles trains like one long run instead of restarting Adam from zero every cycle;
-* rows are split into optimizer steps of ``per_step_rows``; each step is cut into micro-batches by a
-  token budget, with gradient accumulation and step-level loss normalisers.
+* rows are split into ``ceil(n / per_step_rows)`` optimizer steps of equal size (within one row:
+  :func:`step_sizes`), never a full step and a remainder: AdamW's step is about the learning rate
+  whatever the batch, so a remainder of a few rows (64 rollouts plus 3 guided samples: 64 + 3) would move
+  the adapter as far on those rows' gradient alone as the full step did on all of them. Each step is cut
+  into micro-batches by a token budget, with gradient accumulation and step-level loss normalisers.
 """
 
 from __future__ import annotations
@@ -79,7 +82,8 @@ class GRPOConfig:
     max_steps: int = config_field(0, "horizon of linear/cosine schedules across the whole chain of cycles (0: this call's steps)")
     weight_decay: float = config_field(0.0, "AdamW weight decay")
     max_grad_norm: float = config_field(1.0, "gradient clipping norm")
-    per_step_rows: int = config_field(64, "rows per optimizer step (a batch larger than this takes several steps)")
+    per_step_rows: int = config_field(64, "most rows per optimizer step (a batch of n rows takes ceil(n / per_step_rows) steps of "
+                                      "equal size, within one row)")
     micro_batch_tokens: int = config_field(4096, "token budget of one forward/backward micro-batch (gradient accumulation)")
     shuffle: bool = config_field(True, "shuffle rows (by seed) before cutting them into steps")
     # Rows that share a prompt (a group's samples) run the prompt once and branch from its KV cache:
@@ -543,6 +547,18 @@ def _make_optimizer(params: list[tuple[str, torch.nn.Parameter]], config: GRPOCo
     return optimizer
 
 
+def step_sizes(n: int, per_step_rows: int) -> list[int]:
+    """The rows of each optimizer step for a batch of ``n`` rows: ``ceil(n / per_step_rows)`` steps whose
+    sizes differ by at most one, the larger first (70 rows at 64: 35 + 35; 65: 33 + 32; 128: 64 + 64)."""
+    if per_step_rows < 1:
+        raise ValueError("per_step_rows must be >= 1")
+    if n <= 0:
+        return []
+    k = -(-n // per_step_rows)
+    base, extra = divmod(n, k)
+    return [base + 1] * extra + [base] * (k - extra)
+
+
 def train_grpo(
     model, tokenizer, samples: list[TrainSample], config: GRPOConfig, *, state: TrainerState | None = None, on_step=None,
     progress: Checkpointing | None = None,
@@ -568,7 +584,10 @@ def train_grpo(
     order = list(range(len(samples)))
     if config.shuffle:
         rng.shuffle(order)
-    steps = [[samples[i] for i in order[k : k + config.per_step_rows]] for k in range(0, len(order), config.per_step_rows)]
+    bounds = [0]
+    for size in step_sizes(len(order), config.per_step_rows):
+        bounds.append(bounds[-1] + size)
+    steps = [[samples[i] for i in order[a:b]] for a, b in zip(bounds, bounds[1:])]
     total_steps = len(steps) * config.num_iterations
     horizon = config.max_steps or (start_step + total_steps)
     shared = config.share_prompt_prefix and not config.gradient_checkpointing

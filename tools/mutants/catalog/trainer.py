@@ -100,4 +100,13 @@ MUTANTS += [
      "replace": "    state = None\n", "tests": TP, "why": "a cycle does not continue its parent's optimizer"},
     {"id": "pipeline-state-not-saved", "file": P, "find": "        save_trainer_state(folder, result.state)\n",
      "replace": "", "tests": TP, "why": "the optimizer state is not saved with the checkpoint"},
+    {"id": "trainer-remainder-step", "file": "tentalis_pipelines/training/trainer.py",
+     "find": "    return [base + 1] * extra + [base] * (k - extra)\n",
+     "replace": "    return [per_step_rows] * (n // per_step_rows) + ([n % per_step_rows] if n % per_step_rows else [])\n",
+     "tests": ["tests/test_trainer.py"],
+     "why": "a full step and a remainder of a few rows, whose AdamW step moves the adapter as far on them alone"},
+    {"id": "trainer-step-sizes-ignored", "file": "tentalis_pipelines/training/trainer.py",
+     "find": "    for size in step_sizes(len(order), config.per_step_rows):\n",
+     "replace": "    for size in [len(order)]:\n", "tests": ["tests/test_trainer.py"],
+     "why": "every batch takes one step whatever per_step_rows says"},
 ]
