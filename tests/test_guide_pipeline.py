@@ -244,18 +244,25 @@ def test_a_task_with_an_expression_has_its_hints_scored_on_its_solution(home, ti
     assert all(g["hint_reward"] == pytest.approx(expect[refs[g["task_id"]]], abs=2e-4) for g in guided)
 
 
-def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, tiny_model_dir, monkeypatch):
+def _guided_batch(batch, home, tiny_model_dir, monkeypatch, forced=None, **trainer):
+    """Materialise the batch through trajectories with guidance on (2 hinted samples a group) and the
+    forced sampler; returns (lakehouse, batch id, sampler)."""
     from transformers import AutoTokenizer
 
     paths, batch_id, instance = batch
-    backend = ForcedBackend(tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir))
+    backend = ForcedBackend(tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir), forced)
     real_build = guided_stage.build_guided_rollouts
     monkeypatch.setattr("assets.batch_assets.build_guided_rollouts",
                         lambda *a, **kw: real_build(*a, **kw, backends={"base": backend}))
-    res = _resources(home, tiny_model_dir, guide=True, guide_generations=2, guide_with_hint=False)
+    res = _resources(home, tiny_model_dir, guide=True, guide_generations=2, **trainer)
     assert materialize([tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts, trajectories],
                        partition_key=batch_id, instance=instance, resources=res).success
-    guided = Lakehouse(paths.lakehouse).read("guided_rollouts", batch_id=batch_id).to_pylist()
+    return Lakehouse(paths.lakehouse), batch_id, backend
+
+
+def test_the_ablation_resamples_the_same_groups_without_the_hint(batch, home, tiny_model_dir, monkeypatch):
+    lake, batch_id, backend = _guided_batch(batch, home, tiny_model_dir, monkeypatch, guide_with_hint=False)
+    guided = lake.read("guided_rollouts", batch_id=batch_id).to_pylist()
     assert len(guided) == 4 and all(g["behaviour_prompt_text"] == g["prompt_text"] for g in guided)
     assert sorted(backend.prompts) == sorted({g["prompt_text"] for g in guided})
     assert not any(opd.HINT_PREFIX in p for p in backend.prompts)
@@ -267,18 +274,8 @@ def test_only_tagged_hinted_successes_join_their_group_when_asked(batch, home, t
     """Both hinted samples of the pens task are right, one with the answer in tags and one untagged (its
     last number is the answer, which the verifier accepts): ``guide_answer_format='tagged'`` trains only
     the first, and the group's advantages are over its 3 failures and that one success."""
-    from transformers import AutoTokenizer
-
-    paths, batch_id, instance = batch
     forced = {"5": ["<step>2 + 3 = 5</step><answer>5</answer>", "2 + 3 = 5"], "42": FORCED["42"]}
-    backend = ForcedBackend(tiny_model_dir, AutoTokenizer.from_pretrained(tiny_model_dir), forced)
-    real_build = guided_stage.build_guided_rollouts
-    monkeypatch.setattr("assets.batch_assets.build_guided_rollouts",
-                        lambda *a, **kw: real_build(*a, **kw, backends={"base": backend}))
-    res = _resources(home, tiny_model_dir, guide=True, guide_generations=2, guide_answer_format=answer_format)
-    assert materialize([tasks, rollouts, step_scores, reviews, teacher_logprobs, guided_rollouts, trajectories],
-                       partition_key=batch_id, instance=instance, resources=res).success
-    lake = Lakehouse(paths.lakehouse)
+    lake, batch_id, _ = _guided_batch(batch, home, tiny_model_dir, monkeypatch, forced, guide_answer_format=answer_format)
     guided = lake.read("guided_rollouts", batch_id=batch_id).to_pylist()
     pens = [g for g in guided if g["correct"]]
     assert len(pens) == 2  # the verifier accepts both: the table keeps every sample whatever the format setting
