@@ -122,6 +122,30 @@ def test_a_progress_for_other_rows_is_refused(tiny_model_dir, tmp_path):
         train_grpo(build_policy(tiny_model_dir, None, cfg), tok, other, cfg, progress=Checkpointing(store=store, resume=store.load()))
 
 
+def test_a_progress_saved_under_another_step_split_is_refused(tiny_model_dir, tmp_path, monkeypatch):
+    """A run saved by code that cut the rows into other steps (before ``step_sizes``: a full step and a
+    remainder) must not resume: its saved step index points into other rows. 12 rows at 5 a step: the old
+    plan was 5 + 5 + 2, the equal one is 4 + 4 + 4; the same rows and config otherwise."""
+    from tentalis_pipelines.training import trainer
+
+    tok = _tok(tiny_model_dir)
+    cfg = GRPOConfig(**{**CFG, "per_step_rows": 5})
+    assert trainer.step_sizes(12, 5) == [4, 4, 4]
+    store = ProgressStore(tmp_path / "p.pt")
+    with monkeypatch.context() as m:
+        m.setattr(trainer, "step_sizes", lambda n, k: [k] * (n // k) + ([n % k] if n % k else []))
+        with pytest.raises(Preempted):
+            train_grpo(build_policy(tiny_model_dir, None, cfg), tok, _samples(tok), cfg,
+                       progress=Checkpointing(store=store, every=1, should_yield=_fires_at(50), poll_s=0.0))
+    with pytest.raises(ValueError, match="other rows, another config"):
+        train_grpo(build_policy(tiny_model_dir, None, cfg), tok, _samples(tok), cfg, progress=Checkpointing(store=store, resume=store.load()))
+    # The same split resumes (the refusal above is the plan's, not the store's).
+    with monkeypatch.context() as m:
+        m.setattr(trainer, "step_sizes", lambda n, k: [k] * (n // k) + ([n % k] if n % k else []))
+        done = train_grpo(build_policy(tiny_model_dir, None, cfg), tok, _samples(tok), cfg, progress=Checkpointing(store=store, resume=store.load()))
+    assert done.metrics["optimizer_steps"] == 6  # 3 steps (5 + 5 + 2) x 2 iterations
+
+
 # --------------------------------------------------------------------------- the stage: windows over a real lakehouse
 def _write_rows(lake, tok, batch_id: str, policy_version: str = "base") -> None:
     from tentalis_pipelines.lakehouse import now_utc

@@ -179,11 +179,15 @@ class Checkpointing:
         return handles
 
 
-def fingerprint(samples, config_dict: dict, start_step: int, param_names: list[str]) -> str:
+def fingerprint(samples, config_dict: dict, start_step: int, param_names: list[str], step_sizes: list[int]) -> str:
     """What a progress is valid for: the rows (tokens, advantages, old log-probs, temperatures, masks,
-    in order), the training config, the chain's starting step and the adapter's parameters."""
+    in order), the training config, the chain's starting step, the adapter's parameters and the rows per
+    optimizer step. The step plan is named apart from the config because code decides it: a progress
+    saved under another split of the same rows (before ``trainer.step_sizes``, a full step and a
+    remainder) points into other steps, so it must not resume."""
     h = hashlib.sha256()
-    h.update(json.dumps({"config": config_dict, "start_step": start_step, "params": param_names}, sort_keys=True, default=str).encode())
+    h.update(json.dumps({"config": config_dict, "start_step": start_step, "params": param_names, "step_sizes": step_sizes},
+                        sort_keys=True, default=str).encode())
     for s in samples:
         h.update(json.dumps([s.prompt_ids, s.completion_ids, s.advantage, s.token_advantages, s.old_logps, s.temperature, s.loss_mask],
                             default=str).encode())

@@ -584,8 +584,9 @@ def train_grpo(
     order = list(range(len(samples)))
     if config.shuffle:
         rng.shuffle(order)
+    sizes = step_sizes(len(order), config.per_step_rows)
     bounds = [0]
-    for size in step_sizes(len(order), config.per_step_rows):
+    for size in sizes:
         bounds.append(bounds[-1] + size)
     steps = [[samples[i] for i in order[a:b]] for a, b in zip(bounds, bounds[1:])]
     total_steps = len(steps) * config.num_iterations
@@ -601,7 +602,7 @@ def train_grpo(
     # More than one optimizer step per generation batch: every step after the first is off-policy, so
     # the behaviour policy's log-probs are fixed now, before any update (TRL does the same).
     needs_old = total_steps > 1
-    run = _ProgressRun(progress, model, optimizer, params, fingerprint(samples, config.to_dict(), start_step, [n for n, _ in params]))
+    run = _ProgressRun(progress, model, optimizer, params, fingerprint(samples, config.to_dict(), start_step, [n for n, _ in params], sizes))
     try:
         resume = run.start()
         if resume is not None:
@@ -655,7 +656,7 @@ class _ProgressRun:
         resume = self.cp.resume
         if resume is not None:
             if resume.fingerprint != self.fp:
-                raise StaleProgress("the saved training progress was made for other rows, another config or another parent "
+                raise StaleProgress("the saved training progress was made for other rows, another config, another split into steps or another parent "
                                  "checkpoint: delete it (or let the idle window discard it) and train again")
             with torch.no_grad():
                 for n, p in self.params:

@@ -86,19 +86,20 @@ def _row(**kw):
     return SimpleNamespace(**{**raw, **kw})
 
 
-def test_the_fingerprint_names_the_rows_config_starting_step_and_parameters():
+def test_the_fingerprint_names_the_rows_config_starting_step_parameters_and_step_plan():
     rows, config, names = [_row(), _row(advantage=-1.0)], {"beta": 0.0, "lr": 1e-5}, ["a.lora_A", "a.lora_B"]
-    base = fingerprint(rows, config, 4, names)
-    assert fingerprint([_row(), _row(advantage=-1.0)], dict(config), 4, list(names)) == base  # the same run: the same fingerprint
+    base = fingerprint(rows, config, 4, names, [1, 1])
+    assert fingerprint([_row(), _row(advantage=-1.0)], dict(config), 4, list(names), [1, 1]) == base  # the same run: the same fingerprint
     changed = {
-        "row order": fingerprint(rows[::-1], config, 4, names),
-        "advantage": fingerprint([_row(advantage=0.5), rows[1]], config, 4, names),
-        "old log-probs": fingerprint([_row(old_logps=[-0.5, -0.3]), rows[1]], config, 4, names),
-        "temperature": fingerprint([_row(temperature=0.7), rows[1]], config, 4, names),
-        "loss mask": fingerprint([_row(loss_mask=[1, 0]), rows[1]], config, 4, names),
-        "config": fingerprint(rows, {**config, "beta": 0.04}, 4, names),
-        "parent's step": fingerprint(rows, config, 5, names),
-        "parameters": fingerprint(rows, config, 4, names[:1]),
+        "row order": fingerprint(rows[::-1], config, 4, names, [1, 1]),
+        "advantage": fingerprint([_row(advantage=0.5), rows[1]], config, 4, names, [1, 1]),
+        "old log-probs": fingerprint([_row(old_logps=[-0.5, -0.3]), rows[1]], config, 4, names, [1, 1]),
+        "temperature": fingerprint([_row(temperature=0.7), rows[1]], config, 4, names, [1, 1]),
+        "loss mask": fingerprint([_row(loss_mask=[1, 0]), rows[1]], config, 4, names, [1, 1]),
+        "config": fingerprint(rows, {**config, "beta": 0.04}, 4, names, [1, 1]),
+        "parent's step": fingerprint(rows, config, 5, names, [1, 1]),
+        "parameters": fingerprint(rows, config, 4, names[:1], [1, 1]),
+        "step plan": fingerprint(rows, config, 4, names, [2]),
     }
     assert [k for k, v in changed.items() if v == base] == []
 

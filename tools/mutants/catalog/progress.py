@@ -8,6 +8,7 @@ TU = ["tests/unit/test_progress.py"]
 # The resume on the tiny model: a run preempted twice and resumed must end with the uninterrupted adapter.
 RESUME = ["tests/test_idle_training.py::test_preempted_twice_and_resumed_ends_with_the_uninterrupted_adapter"]
 STALE = ["tests/test_idle_training.py::test_a_progress_for_other_rows_is_refused"]
+SPLIT = ["tests/unit/test_progress.py", "tests/test_idle_training.py::test_a_progress_saved_under_another_step_split_is_refused"]
 PLAIN = ["tests/test_idle_training.py::test_checkpointing_without_a_yield_changes_nothing"]
 
 MUTANTS = [
@@ -39,6 +40,9 @@ MUTANTS = [
      "why": "the finished run's poll hooks stay on the model: a later forward (an evaluation) can raise Preempted"},
     {"id": "fingerprint-ignores-start-step", "file": PR, "find": "\"start_step\": start_step, ", "replace": "", "tests": TU,
      "why": "a progress made on another parent checkpoint (another chain position) is resumed onto this one"},
+    {"id": "fingerprint-ignores-step-plan", "file": PR, "find": ", \"step_sizes\": step_sizes}", "replace": "}", "tests": SPLIT,
+     "why": "a progress saved under another split of the same rows (a full step and a remainder) resumes at a step index that "
+            "points into other rows"},
     {"id": "fingerprint-ignores-old-logps", "file": PR, "find": "s.advantage, s.token_advantages, s.old_logps, s.temperature",
      "replace": "s.advantage, s.token_advantages, s.temperature", "tests": TU,
      "why": "rows re-sampled with other behaviour log-probs resume a progress computed for the old ones"},

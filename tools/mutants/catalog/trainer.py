@@ -106,7 +106,7 @@ MUTANTS += [
      "tests": ["tests/test_trainer.py"],
      "why": "a full step and a remainder of a few rows, whose AdamW step moves the adapter as far on them alone"},
     {"id": "trainer-step-sizes-ignored", "file": "tentalis_pipelines/training/trainer.py",
-     "find": "    for size in step_sizes(len(order), config.per_step_rows):\n",
-     "replace": "    for size in [len(order)]:\n", "tests": ["tests/test_trainer.py"],
+     "find": "    sizes = step_sizes(len(order), config.per_step_rows)\n",
+     "replace": "    sizes = [len(order)]\n", "tests": ["tests/test_trainer.py"],
      "why": "every batch takes one step whatever per_step_rows says"},
 ]
