@@ -7,7 +7,7 @@
 # refused, and the manager kept, when no hint clears the bar).
 # Usage: cotrain.sh SEED   (homes $RUNS/$PREFIX-cotrain-sSEED; settings: CYCLES, FAILURES, BAR, ITERATIONS, MANAGER,
 # SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1), TARGETS (score targets, sampled),
-# GUIDE_FORMAT (the worker's --guide-answer-format, round 10: tagged))
+# GUIDE_FORMAT (the worker's --guide-answer-format, round 10: tagged); SOURCE=base starts from the untrained manager (round 11))
 set -euo pipefail
 SEED=$1
 RUNS=${RUNS:-/work/runs}
@@ -20,24 +20,31 @@ H=$RUNS/${PREFIX:-mgr7}-cotrain-s$SEED
 export TENTALIS_HOME=$H
 cd "$CODE"
 rm -rf "$H"; $T init >/dev/null
-$PY -m experiments.manager_rl.register --source ${SOURCE:-$RUNS/mgr6b-exp} --target "$H" --checkpoint ${MANAGER:-m-7884511cb361}
+if [ "${SOURCE:-}" != base ]; then
+  $PY -m experiments.manager_rl.register --source ${SOURCE:-$RUNS/mgr6b-exp} --target "$H" --checkpoint ${MANAGER:-m-7884511cb361}
+fi
 newest() { $PY -c "
 from tentalis_pipelines.lakehouse import Lakehouse
-rows = Lakehouse('$H/lakehouse').read('manager_checkpoints').to_pylist()
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])"; }
+lake = Lakehouse('$H/lakehouse')
+rows = lake.read('manager_checkpoints').to_pylist() if lake.exists('manager_checkpoints') else []
+print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'] if rows else 'base')"; }
 CYCLES=${CYCLES:-4}
 for k in $(seq 1 "$CYCLES"); do
   $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute" ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT}
   [ "$k" -lt "$CYCLES" ] || break
   BEFORE=$(newest)
-  # an update holds the manager, the worker and the trainer (about 6.5 GB): several seeds at once on 24 GB wait their turn
+  # an update holds the manager, the worker and the trainer (up to 9 GB): several seeds at once on 24 GB wait their turn,
+  # one update at a time (round 11: two that passed the free-memory check together were OOM-killed, one of them)
   while [ "$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)" -lt "${MIN_FREE_GB:-8}" ]; do sleep 30; done
-  if $T manager train --updates 1 --failures ${FAILURES:-16} --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
+  if flock "$RUNS/.manager-update.lock" $T manager train --updates 1 --failures ${FAILURES:-16} --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
        --reward dense --success-share ${SHARE:-0.5} --accepted-per-task ${PER_TASK:-1} --score-targets ${TARGETS:-sampled} --hint-prefix "First compute" --manager-temperature 0.8 --seed "$k" \
        --update best_of_n --best-min-value ${BAR:-0.881} --num-iterations ${ITERATIONS:-4} --per-step-rows 8; then
     AFTER=$(newest)
     [ "$AFTER" = "$BEFORE" ] || $T promote "$AFTER" --role manager --reason "round 7: trained on cycle $k's failures of the worker it serves"
   else
+    rc=$?
+    # a signal (128 + n: the OOM killer's 137) is a crash, not the update's refusal: the arm would go on unreviewed
+    if [ "$rc" -ge 128 ]; then echo "cycle $k: manager update killed (exit $rc); the run stops" >&2; exit "$rc"; fi
     echo "cycle $k: manager update refused; the manager is kept"
   fi
 done

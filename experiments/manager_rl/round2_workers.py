@@ -13,13 +13,17 @@ Round 4 (``--runs-level``): with several seeds an arm, the last cycle's differen
 one configuration as identical, which round 3 showed they are not. ``--trained-prefix`` reads the compared arm
 from other homes (round 4's trained arm is ``mgr4-trained-sS`` beside round 3's ``mgr-base-sS``).
 
+Round 11 (``--csv F``): also each arm's held-out counts per seed and cycle, one row each (arm, seed, cycle, n, correct),
+and beside it (``F`` with ``.png``) each seed's two curves.
+
 Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0] [--prefix mgr2] [--arm trained]
-       [--against base] [--per-seed] [--runs-level] [--trained-prefix P]
+       [--against base] [--per-seed] [--runs-level] [--trained-prefix P] [--csv F]
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 
 import numpy as np
@@ -51,6 +55,27 @@ def two_level_bootstrap(pairs: dict[int, tuple[list[float], list[float]]], *, n_
     return point, float(np.quantile(reps, 0.025)), float(np.quantile(reps, 0.975))
 
 
+def plot(curves, seeds, path: Path, against: str, arm: str) -> None:
+    """Each seed's held-out accuracy per cycle, both arms (one panel a seed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(seeds), figsize=(4 * len(seeds), 3.2), sharey=True, squeeze=False)
+    for ax, s in zip(axes[0], seeds):
+        for key, label, style in (("base", against, "o-"), ("trained", arm, "s--")):
+            ys = [100 * float(np.mean(list(items.values()))) for items in curves[(key, s)]]
+            ax.plot(range(len(ys)), ys, style, label=label)
+        ax.set_title(f"seed {s}")
+        ax.set_xlabel("cycle")
+        ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out accuracy (%)")
+    axes[0][0].legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", default="/work/runs")
@@ -61,11 +86,20 @@ def main() -> None:
     ap.add_argument("--per-seed", action="store_true", help="also each seed's difference at the last cycle")
     ap.add_argument("--runs-level", action="store_true", help="also the last cycle's two-level (seed, item) bootstrap")
     ap.add_argument("--trained-prefix", default=None, help="the compared arm's home prefix (default: --prefix)")
+    ap.add_argument("--csv", default=None, help="write each arm's held-out counts per seed and cycle here")
     a = ap.parse_args()
     runs, seeds = Path(a.runs), [int(s) for s in a.seeds.split(",")]
     curves = {("base", s): curve(runs / f"{a.prefix}-{a.against}-s{s}") for s in seeds}
     curves |= {("trained", s): curve(runs / f"{a.trained_prefix or a.prefix}-{a.arm}-s{s}") for s in seeds}
     cycles = min(len(v) for v in curves.values())
+    if a.csv:
+        with open(a.csv, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["arm", "seed", "cycle", "n", "correct"])
+            for (arm, s), per_cycle in sorted(curves.items(), key=lambda kv: (kv[0][0] != "base", kv[0][1])):
+                for k, items in enumerate(per_cycle):
+                    w.writerow([a.against if arm == "base" else a.arm, s, k, len(items), sum(map(bool, items.values()))])
+        plot(curves, seeds, Path(a.csv).with_suffix(".png"), a.against, a.arm)
     print(f"| cycle | {a.against} | {a.arm} | {a.arm} - {a.against} (paired) |\n|---|---|---|---|")
     for k in range(cycles):
         xa, xb = [], []
