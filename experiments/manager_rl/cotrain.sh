@@ -7,7 +7,8 @@
 # refused, and the manager kept, when no hint clears the bar).
 # Usage: cotrain.sh SEED   (homes $RUNS/$PREFIX-cotrain-sSEED; settings: CYCLES, FAILURES, BAR, ITERATIONS, MANAGER,
 # SHARE (accepted answers per failure, 0.5), PER_TASK (accepted answers per task, 1), TARGETS (score targets, sampled),
-# GUIDE_FORMAT (the worker's --guide-answer-format, round 10: tagged); SOURCE=base starts from the untrained manager (round 11))
+# GUIDE_FORMAT (the worker's --guide-answer-format, round 10: tagged); SOURCE=base starts from the untrained manager (round 11);
+# FIRST_BAR (the first update's --best-min-value, default BAR; round 12: 0.5, as round 6's first update, then BAR))
 set -euo pipefail
 SEED=$1
 RUNS=${RUNS:-/work/runs}
@@ -33,12 +34,15 @@ for k in $(seq 1 "$CYCLES"); do
   $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute" ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT}
   [ "$k" -lt "$CYCLES" ] || break
   BEFORE=$(newest)
+  # an untrained manager rarely writes a hint that clears 2 nats (round 11: 0 demonstrations in its first update);
+  # FIRST_BAR lowers the first update's bar only
+  if [ "$k" -eq 1 ]; then BAR_K=${FIRST_BAR:-${BAR:-0.881}}; else BAR_K=${BAR:-0.881}; fi
   # an update holds the manager, the worker and the trainer (up to 9 GB): several seeds at once on 24 GB wait their turn,
   # one update at a time (round 11: two that passed the free-memory check together were OOM-killed, one of them)
   while [ "$(awk '/MemAvailable/ {print int($2 / 1048576)}' /proc/meminfo)" -lt "${MIN_FREE_GB:-8}" ]; do sleep 30; done
   if flock "$RUNS/.manager-update.lock" $T manager train --updates 1 --failures ${FAILURES:-16} --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
        --reward dense --success-share ${SHARE:-0.5} --accepted-per-task ${PER_TASK:-1} --score-targets ${TARGETS:-sampled} --hint-prefix "First compute" --manager-temperature 0.8 --seed "$k" \
-       --update best_of_n --best-min-value ${BAR:-0.881} --num-iterations ${ITERATIONS:-4} --per-step-rows 8; then
+       --update best_of_n --best-min-value $BAR_K --num-iterations ${ITERATIONS:-4} --per-step-rows 8; then
     AFTER=$(newest)
     [ "$AFTER" = "$BEFORE" ] || $T promote "$AFTER" --role manager --reason "round 7: trained on cycle $k's failures of the worker it serves"
   else
