@@ -24,11 +24,7 @@ rm -rf "$H"; $T init >/dev/null
 if [ "${SOURCE:-}" != base ]; then
   $PY -m experiments.manager_rl.register --source ${SOURCE:-$RUNS/mgr6b-exp} --target "$H" --checkpoint ${MANAGER:-m-7884511cb361}
 fi
-newest() { $PY -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-lake = Lakehouse('$H/lakehouse')
-rows = lake.read('manager_checkpoints').to_pylist() if lake.exists('manager_checkpoints') else []
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'] if rows else 'base')"; }
+newest() { $PY -m experiments.manager_rl.newest "$H" --role manager; }
 CYCLES=${CYCLES:-4}
 for k in $(seq 1 "$CYCLES"); do
   $T learn --cycles 1 --method guide --manager llm --seed "$SEED" --hint-prefix "First compute" ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT}

@@ -14,10 +14,7 @@ unset DAGSTER_HOME
 cd "$CODE"
 T="$PY -m tentalis_pipelines.cli"
 rm -rf "$H"; cp -r "$RUNS/mgr8-gate-s0" "$H"
-newest() { $PY -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-rows = Lakehouse('$1/lakehouse').read('manager_checkpoints').to_pylist()
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])"; }
+newest() { $PY -m experiments.manager_rl.newest "$1" --role manager; }
 MS=()
 for S in "$@"; do
   M=$(newest "$RUNS/${PREFIX:-mgr9}-cotrain-s$S")

@@ -10,10 +10,7 @@ T="/work/main/.venv/bin/python -m tentalis_pipelines.cli"
 $T manager train --updates 1 --failures 16 --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
   --reward dense --success-share 1.0 --hint-prefix "First compute" --manager-temperature 0.8 --seed 4 \
   --update best_of_n --best-min-value 0.881 --num-iterations 4 --per-step-rows 8
-M=$(/work/main/.venv/bin/python -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-rows = Lakehouse('$H/lakehouse').read('manager_checkpoints').to_pylist()
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
+M=$(/work/main/.venv/bin/python -m experiments.manager_rl.newest "$H" --role manager)
 echo M=$M
 E=/work/runs/mgr7r-eval-s0; rm -rf $E; cp -r /work/runs/mgr6b-exp $E
 export TENTALIS_HOME=$E

@@ -26,10 +26,7 @@ case "$1" in
     $T manager train --updates ${UPDATES:-4} --failures 32 --num-generations ${GENERATIONS:-4} --rescue-samples 4 --learning-rate 2e-4 \
       --reward ${REWARD:-rescue} --success-share ${SHARE:-0.25} --hint-prefix "${HINT_PREFIX:-}" \
       --manager-temperature ${MANAGER_TEMPERATURE:-1.0}
-    LAST=$($PY -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])")
+    LAST=$($PY -m experiments.manager_rl.newest "$TENTALIS_HOME" --role manager)
     # the chain promoted its own updates to sample from them: the gate compares the last with the untrained one
     $T rollback --role manager --to base --reason "gate the chain's last update against the untrained manager"
     $T manager evaluate --checkpoint $LAST --eval-rescue-samples 8 --hint-prefix "${HINT_PREFIX:-}"

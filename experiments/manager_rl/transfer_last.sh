@@ -5,10 +5,7 @@ cd "$(dirname "$0")/../.."  # the repository root
 RUNS=${RUNS:-/work/runs}
 for h in "$@"; do
   H=$RUNS/$h
-  cid=$(.venv/bin/python -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-lake = Lakehouse('$H/lakehouse')
-print(max(lake.read('checkpoints').to_pylist(), key=lambda r: r['created_at'])['checkpoint_id'])")
+  cid=$(PYTHONPATH=$PWD .venv/bin/python -m experiments.manager_rl.newest "$H" --role worker)
   for c in $cid $( [ "$h" = mgr-base-s0 ] && echo base ); do
     echo "$h $c"
     env -u DAGSTER_HOME TENTALIS_HOME=$H PYTHONPATH=$PWD OMP_NUM_THREADS=1 .venv/bin/python -m tentalis_pipelines.cli benchmark --checkpoint $c --benchmark arithmetic-transfer --format json 2>&1 | grep '^{'

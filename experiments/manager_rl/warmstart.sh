@@ -25,7 +25,4 @@ fi
 $T manager train --updates 1 --failures "${FAILURES:-48}" --num-generations 6 --rescue-samples 4 --learning-rate 2e-4 \
   --reward dense --success-share 1.0 --accepted-per-task 4 --score-targets verifier --hint-prefix "First compute" \
   --manager-temperature 0.8 --seed 1 --update best_of_n --best-min-value "${BAR:-0.5}" --num-iterations 4 --per-step-rows 8
-$PY -c "
-from tentalis_pipelines.lakehouse import Lakehouse
-rows = Lakehouse('$TENTALIS_HOME/lakehouse').read('manager_checkpoints').to_pylist()
-print(max(rows, key=lambda r: r['created_at'])['checkpoint_id'])"
+$PY -m experiments.manager_rl.newest "$TENTALIS_HOME" --role manager
