@@ -384,6 +384,41 @@ def test_several_accepted_answers_per_task_are_collected_and_reviewed_on_the_hel
     assert len(accepted(ManagerRLConfig(**{**cfg.as_dict(), "accepted_per_task": 2, "eval_accepted": 3}))) == 3
 
 
+def test_the_heldout_split_does_not_move_with_the_sampling_seed_and_evaluation_never_sees_a_trained_task(
+        lake_with_failures, tiny_model_dir):
+    """The split is keyed by ``split_seed``, not ``seed`` (round 8 trained at --seed 8 and evaluated at 0 in one
+    home: two splits); and ``evaluate_manager`` passes over every task a manager update of the home reviewed,
+    whatever split that update drew."""
+    paths, lake, _ = lake_with_failures
+
+    def side(heldout, **kw):
+        return [f.task_id for f in mt.collect_failures(lake, heldout=heldout, config=ManagerRLConfig(heldout_fraction=0.5, **kw))]
+
+    assert side(True) == side(True, seed=5) and side(False) == side(False, seed=5)  # another sampling seed, the same split
+    assert side(True, split_seed=1) != side(True)  # the key decides the split
+    # An update under another key trains on some tasks that key 0 holds out, not all (a key found on the fixture's 8 tasks).
+    held = set(side(True))
+    key = next(k for k in range(1, 50) if held & set(side(False, split_seed=k)) and held - set(side(False, split_seed=k)))
+    mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    evaluation = ManagerRLConfig(num_generations=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40)
+
+    def train_and_evaluate(split_seed):
+        mt.train_manager(lake, paths, policy, ManagerRLConfig(**{**evaluation.as_dict(), "split_seed": split_seed, "seed": 3}),
+                         manager_model=str(tiny_model_dir), manager_backend=mgr, worker=worker, grpo={"device": "cpu"})
+        return mt.evaluate_manager(lake, paths, policy, evaluation, "base", manager_model=str(tiny_model_dir),
+                                   manager_backend=mgr, worker=worker)
+
+    rows = train_and_evaluate(key)
+    trained = {r["task_id"] for r in lake.read("manager_samples").to_pylist()}
+    assert trained == set(side(False, split_seed=key)) == mt.trained_tasks(lake)
+    assert {r["task_id"] for r in rows} == held - trained  # the tasks trained on are not evaluated, the rest are
+    # A second update under the key whose training side holds every task key 0 holds out: nothing left to evaluate.
+    cover = next(k for k in range(1, 50) if held <= set(side(False, split_seed=k)) | trained)
+    with pytest.raises(ValueError, match="held-out side that no manager update trained on"):
+        train_and_evaluate(cover)
+
+
 def test_the_reviews_asset_uses_the_serving_manager_and_names_it(lake_with_failures, tiny_model_dir, home):
     paths, lake, batch_id = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")

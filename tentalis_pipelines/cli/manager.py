@@ -15,7 +15,9 @@ manager_app = typer.Typer(help="The manager that learns: GRPO on its reviews, re
 app.add_typer(manager_app, name="manager")
 
 RewardOpt = typer.Option("rescue", help="rescue (the worker's success with the hint) | dense (RLT's log-prob gain of the answer).")
-SeedOpt = typer.Option(0, help="Sampling and LoRA seed; also the held-out split's.")
+SeedOpt = typer.Option(0, help="Sampling and LoRA seed.")
+SplitSeedOpt = typer.Option(0, help="The held-out split's key (manager.split_seed): keep it fixed in a home, so every update "
+                            "and evaluation sees the same split whatever its --seed.")
 AcceptedPerTaskOpt = typer.Option(1, min=1, help="Accepted rollouts taken per task (a worker that succeeds on few tasks gives "
                                   "the score more accepted answers this way).")
 HintPrefixOpt = typer.Option("", help="The words every hint starts with, pre-filled (review.hint_prefix; serve the manager with "
@@ -73,6 +75,7 @@ def train(
     manager_model: str = typer.Option("embedded", help="The manager's base model (review.judge_model)."),
     hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
+    split_seed: int = SplitSeedOpt,
     home: str | None = HomeOpt,
 ):
     """Train the serving manager on failed rollouts of the lakehouse's task batches; each update writes a
@@ -88,7 +91,7 @@ def train(
                                credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
                                update=update, best_min_value=best_min_value, num_iterations=num_iterations,
                                per_step_rows=per_step_rows, accepted_per_task=accepted_per_task,
-                               score_targets=score_targets)
+                               score_targets=score_targets, split_seed=split_seed)
     for u in range(updates):
         try:
             row = train_manager(lake, paths, policy, config, manager_model=manager_model)
@@ -120,6 +123,7 @@ def evaluate(
     manager_model: str = typer.Option("embedded", help="The manager's base model."),
     hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
+    split_seed: int = SplitSeedOpt,
     home: str | None = HomeOpt,
 ):
     """One greedy review per held-out failure and what its hint does for the serving worker (`manager_evals`)."""
@@ -128,7 +132,7 @@ def evaluate(
 
     paths = home_paths(home)
     policy, config = _settings(temperature, max_new_tokens, seed, eval_rescue_samples=eval_rescue_samples, hint_prefix=hint_prefix,
-                               eval_accepted=eval_accepted, accepted_per_task=accepted_per_task)
+                               eval_accepted=eval_accepted, accepted_per_task=accepted_per_task, split_seed=split_seed)
     try:
         rows = evaluate_manager(Lakehouse(paths.lakehouse), paths, policy, config, checkpoint, manager_model=manager_model, limit=limit)
     except ValueError as exc:

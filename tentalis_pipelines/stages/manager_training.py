@@ -70,11 +70,12 @@ class Failure:
 
 def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, batch_ids: list[str] | None = None,
                      limit: int | None = None, correct: bool = False, exclude: set[str] | frozenset = frozenset(),
-                     per_task: int = 1) -> list[Failure]:
+                     per_task: int = 1, exclude_tasks: set[str] | frozenset = frozenset()) -> list[Failure]:
     """``per_task`` failed rollouts per task (lowest group index first), newest batches first, on one side
     of the held-out split; at most ``limit``. Only task batches with reviews count (a failure needs a
     verifier). ``correct``: the rollouts the verifier accepted instead (their reviews train and test the
-    score alone). ``exclude``: rollout ids to pass over (those earlier manager checkpoints trained on)."""
+    score alone). ``exclude``: rollout ids to pass over (those earlier manager checkpoints trained on);
+    ``exclude_tasks``: task ids to pass over."""
     from tentalis_pipelines.stages.reviews import review_inputs
 
     if not lake.exists("reviews"):
@@ -95,7 +96,7 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
         for r, x in sorted(review_inputs(lake, batch_id), key=lambda p: (p[0]["task_id"], p[0]["group_index"])):
             tid = r["task_id"]
             if (x.correct != correct or seen[tid] >= per_task or r["rollout_id"] in exclude
-                    or manager_rl.is_heldout(tid, config.heldout_fraction, config.seed) != heldout):
+                    or tid in exclude_tasks or manager_rl.is_heldout(tid, config.heldout_fraction, config.split_seed) != heldout):
                 continue
             seen[tid] += 1
             out.append(Failure(batch_id, r["rollout_id"], tid, tasks[tid]["prompt"], x.reference, r["prompt_text"],
@@ -106,11 +107,20 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
 
 
 def collect_accepted(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, limit: int | None,
-                     batch_ids: list[str] | None = None, exclude: set[str] | frozenset = frozenset()) -> list[Failure]:
+                     batch_ids: list[str] | None = None, exclude: set[str] | frozenset = frozenset(),
+                     exclude_tasks: set[str] | frozenset = frozenset()) -> list[Failure]:
     """The accepted rollouts a manager reviews for its score alone, in training and on the held-out side:
     ``config.accepted_per_task`` per task, at most ``limit``."""
     return collect_failures(lake, heldout=heldout, config=config, batch_ids=batch_ids, limit=limit, correct=True,
-                            exclude=exclude, per_task=config.accepted_per_task)
+                            exclude=exclude, per_task=config.accepted_per_task, exclude_tasks=exclude_tasks)
+
+
+def trained_tasks(lake: Lakehouse) -> set[str]:
+    """Every task a manager checkpoint of this home reviewed in training (``manager_samples``): never held out,
+    even when an update drew its split with another key (before ``split_seed``, the sampling seed keyed it)."""
+    if not lake.exists("manager_samples"):
+        return set()
+    return {r["task_id"] for r in lake.read("manager_samples", columns=["task_id"]).to_pylist()}
 
 
 def manager_prompts(backend, failures: list[Failure]) -> list[str]:
@@ -350,12 +360,16 @@ def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, conf
     """A manager (``checkpoint_id`` or 'base') on the held-out failures: one greedy review each (as the
     llm manager reviews in production), its hint's rescue of the serving worker with
     ``eval_rescue_samples`` samples at a seed shared by every manager compared; and on up to
-    ``eval_accepted`` held-out accepted answers, a greedy review for its score alone. Replaces the
-    manager's earlier ``manager_evals`` rows; returns the new ones."""
-    failures = collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, limit=limit)
+    ``eval_accepted`` held-out accepted answers, a greedy review for its score alone. A task any manager
+    update of this home trained on is never evaluated (``trained_tasks``). Replaces the manager's earlier
+    ``manager_evals`` rows; returns the new ones."""
+    seen = trained_tasks(lake)
+    failures = collect_failures(lake, heldout=True, config=config, batch_ids=batch_ids, limit=limit, exclude_tasks=seen)
     if not failures:
-        raise ValueError("no failed rollouts on the manager's held-out side: run more task batches first")
-    failures += collect_accepted(lake, heldout=True, config=config, batch_ids=batch_ids, limit=config.eval_accepted)
+        raise ValueError("no failed rollouts on the manager's held-out side that no manager update trained on: run more "
+                         "task batches first")
+    failures += collect_accepted(lake, heldout=True, config=config, batch_ids=batch_ids, limit=config.eval_accepted,
+                                 exclude_tasks=seen)
     worker_version, worker_adapter = serving.serving_policy(lake)
     if manager_backend is None:
         adapter = None

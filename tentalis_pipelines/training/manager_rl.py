@@ -85,6 +85,8 @@ class ManagerRLConfig:
                                           "managers: fewer cannot tell a discriminating score from a lucky one (0: decide "
                                           "anyway)")
     heldout_fraction: float = config_field(0.25, "share of failed tasks kept for the manager's gate, by task id hash")
+    split_seed: int = config_field(0, "the held-out split's hash key, apart from the sampling seed: every update and "
+                                      "evaluation of a home sees the same split, whatever seed it samples with")
     eval_rescue_samples: int = config_field(8, "worker samples per held-out failure when two managers are compared")
     gate_margin: float = config_field(0.0, "rejected when the rescue-rate difference's interval lies below -margin")
     score_tolerance: float = config_field(0.05, "rejected when its mean score error exceeds the incumbent's by more")
@@ -282,8 +284,9 @@ def separation_difference(pairs: Sequence[tuple[float | None, float | None, bool
 
 
 def is_heldout(task_id: str, fraction: float, seed: int = 0) -> bool:
-    """Whether a failed task belongs to the manager's held-out split (a stable hash of the task id, so a
-    task's failures are all on one side and the split never moves between runs)."""
+    """Whether a failed task belongs to the manager's held-out split (a stable hash of the task id and
+    ``seed``, the split's key: a task's failures are all on one side, and the split never moves between
+    runs that share the key)."""
     h = int(hashlib.sha1(f"{seed}\x1f{task_id}".encode()).hexdigest()[:8], 16)
     return h / 0xFFFFFFFF < fraction
 
