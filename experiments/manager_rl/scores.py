@@ -24,9 +24,14 @@ from tentalis_pipelines.rewards.managers import VerifierManager
 from tentalis_pipelines.stages.reviews import review_inputs
 from tentalis_pipelines.training.manager_rl import balanced_score_error, score_separation
 
+FALLBACK = "(manager reply unparseable; verifier review)"  # LLMManager.review_many's critique when it fell back
 
-def arm_rows(runs: Path, arm: str, seeds, cycles) -> list[tuple[float | None, float, bool]]:
-    """(manager score, verifier score, accepted) for every llm review of the arm's homes in the given cycles."""
+
+def arm_rows(runs: Path, arm: str, seeds, cycles, *, own: bool = False) -> list[tuple[float | None, float, bool]]:
+    """(manager score, verifier score, accepted) for every llm review of the arm's homes in the given cycles.
+    ``own``: a review whose reply did not parse, which the loop records with the verifier's own score, counts
+    as no score (error 1, left out of the gap, as the gate counts an unparseable score), so the verifier's
+    scores are not credited to the manager."""
     verifier = VerifierManager()
     rows = []
     for s in seeds:
@@ -41,7 +46,8 @@ def arm_rows(runs: Path, arm: str, seeds, cycles) -> list[tuple[float | None, fl
             for r, x in review_inputs(lake, batch_id):
                 rev = reviews.get(r["rollout_id"])
                 if rev is not None:
-                    rows.append((rev["score"], verifier.review(x).score, x.correct))
+                    fell_back = own and (rev["critique"] or "").startswith(FALLBACK)
+                    rows.append((None if fell_back else rev["score"], verifier.review(x).score, x.correct))
     return rows
 
 
@@ -76,12 +82,14 @@ def main() -> None:
     ap.add_argument("--seeds", default="0,1,2,3")
     ap.add_argument("--cycles", default="2,3,4")
     ap.add_argument("--against", default=None, help="also each arm's difference from this arm (e.g. mgr5-base)")
+    ap.add_argument("--own", action="store_true", help="the manager's own scores: a review that fell back to the "
+                    "verifier's (its reply did not parse) counts as no score")
     ap.add_argument("arms", nargs="+")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     cycles = {int(c) for c in args.cycles.split(",")}
     for arm in args.arms:
-        rows = arm_rows(Path(args.runs), arm, seeds, cycles)
+        rows = arm_rows(Path(args.runs), arm, seeds, cycles, own=args.own)
         acc = sum(r[2] for r in rows)
         err, gap = balanced_score_error(rows), score_separation(rows)
         lo, hi = interval(rows, balanced_score_error)
@@ -89,7 +97,7 @@ def main() -> None:
         print(f"{arm} cycles {args.cycles}: {len(rows)} reviews ({acc} accepted); class-balanced score error {err:.3f} "
               f"[{lo:.3f}, {hi:.3f}]; score gap {gap:+.3f} [{glo:+.3f}, {ghi:+.3f}]")
         if args.against and arm != args.against:
-            ref = arm_rows(Path(args.runs), args.against, seeds, cycles)
+            ref = arm_rows(Path(args.runs), args.against, seeds, cycles, own=args.own)
             dlo, dhi = difference_interval(rows, ref, balanced_score_error)
             glo, ghi = difference_interval(rows, ref, score_separation)
             print(f"  minus {args.against}: score error {err - balanced_score_error(ref):+.3f} [{dlo:+.3f}, {dhi:+.3f}]; "

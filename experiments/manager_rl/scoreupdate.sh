@@ -6,7 +6,9 @@
 # 8b/8c: two such updates made the scores separate): --best-min-value $BAR (1000: no hint clears it, so no hint is
 # trained), 32 failures and 32 accepted answers an update. Prints the new manager checkpoint.
 # Settings: FROM (mgr14), PREFIX (mgr15), PARENT (m-d6ed014e733e), WORKER_HOME (mgr14-trained-s0), HARVESTS (3),
-# UPDATES (2), BAR (1000)
+# UPDATES (2), BAR (1000), FIRST_SEED (11: the first harvest's seed), CONTINUE=1 (keep the home and its serving manager:
+# harvest and update on top of PARENT, promoted first: a chain's last update is not promoted, e.g. CONTINUE=1
+# PARENT=m-725aca102271 FIRST_SEED=14 HARVESTS=1 UPDATES=1 for a third update)
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
 CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -16,10 +18,15 @@ unset DAGSTER_HOME
 T="$PY -m tentalis_pipelines.cli"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr15}-exp
 cd "$CODE"
-rm -rf "$TENTALIS_HOME"; cp -a "$RUNS/${FROM:-mgr14}-exp" "$TENTALIS_HOME"
-$T promote "${PARENT:-m-d6ed014e733e}" --role manager --reason "round 15: the score updates start from round 14's manager"
-$PY -m experiments.manager_rl.register --role worker --source "$RUNS/${WORKER_HOME:-mgr14-trained-s0}" --target "$TENTALIS_HOME"
-for s in $(seq 11 $((10 + ${HARVESTS:-3}))); do
+if [ -z "${CONTINUE:-}" ]; then
+  rm -rf "$TENTALIS_HOME"; cp -a "$RUNS/${FROM:-mgr14}-exp" "$TENTALIS_HOME"
+  $T promote "${PARENT:-m-d6ed014e733e}" --role manager --reason "round 15: the score updates start from round 14's manager"
+  $PY -m experiments.manager_rl.register --role worker --source "$RUNS/${WORKER_HOME:-mgr14-trained-s0}" --target "$TENTALIS_HOME"
+else
+  $T promote "$PARENT" --role manager --reason "round 15: a further score update on top of $PARENT"
+fi
+F=${FIRST_SEED:-11}
+for s in $(seq "$F" $((F + ${HARVESTS:-3} - 1))); do
   $T run --no-train --num-tasks 64 --num-generations 4 --levels 1 --max-new-tokens 96 --seed "$s"
 done
 $T manager train --updates "${UPDATES:-2}" --failures 32 --num-generations 2 --rescue-samples 4 --learning-rate 2e-4 \
