@@ -23,29 +23,23 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.manager_rl.guided import cycle_of
+from experiments.manager_rl.scores import reviewed
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.resources import ReviewResource
 from tentalis_pipelines.rewards.llm_manager import bound_by_ground_truth, first_pass_stops, parse_reply
 from tentalis_pipelines.rewards.managers import VerifierManager
-from tentalis_pipelines.stages.reviews import review_inputs
 from tentalis_pipelines.training.manager_rl import balanced_score_error, score_separation
 
 
 def arm_items(runs: Path, arm: str, seeds, cycles):
     """(task prompt, completion, ReviewInput, stored llm score) for every llm-reviewed rollout of the arm's homes."""
+    prompts: dict[tuple[int, str], str] = {}  # (lake, task id): the task's prompt, read once a lake
     items = []
-    for s in seeds:
-        lake = Lakehouse(runs / f"{arm}-s{s}" / "lakehouse")
-        stored = {r["rollout_id"]: r["score"] for r in lake.read("reviews").to_pylist() if r["manager"] == "llm"}
-        for batch_id in sorted({b for b in lake.read("rollouts", columns=["batch_id"]).column("batch_id").to_pylist()}):
-            if cycle_of(batch_id) not in cycles:
-                continue
-            tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
-            for r, x in review_inputs(lake, batch_id):
-                if r["rollout_id"] in stored:
-                    items.append((tasks[r["task_id"]]["prompt"], r["completion"], x, stored[r["rollout_id"]]))
+    for lake, r, x, rev in reviewed(runs, arm, seeds, cycles):
+        if (id(lake), r["task_id"]) not in prompts:
+            prompts.update({(id(lake), t["task_id"]): t["prompt"] for t in lake.read("tasks").to_pylist()})
+        items.append((prompts[id(lake), r["task_id"]], r["completion"], x, rev["score"]))
     return items
 
 

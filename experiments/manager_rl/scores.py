@@ -27,13 +27,9 @@ from tentalis_pipelines.training.manager_rl import balanced_score_error, score_s
 FALLBACK = "(manager reply unparseable; verifier review)"  # LLMManager.review_many's critique when it fell back
 
 
-def arm_rows(runs: Path, arm: str, seeds, cycles, *, own: bool = False) -> list[tuple[float | None, float, bool]]:
-    """(manager score, verifier score, accepted) for every llm review of the arm's homes in the given cycles.
-    ``own``: a review whose reply did not parse, which the loop records with the verifier's own score, counts
-    as no score (error 1, left out of the gap, as the gate counts an unparseable score), so the verifier's
-    scores are not credited to the manager."""
-    verifier = VerifierManager()
-    rows = []
+def reviewed(runs: Path, arm: str, seeds, cycles):
+    """(lake, rollout row, ReviewInput, its llm review row) for every llm review of the arm's homes in the given
+    cycles, batch by batch in order."""
     for s in seeds:
         home = runs / f"{arm}-s{s}" / "lakehouse"
         if not home.exists():
@@ -44,11 +40,18 @@ def arm_rows(runs: Path, arm: str, seeds, cycles, *, own: bool = False) -> list[
             if cycle_of(batch_id) not in cycles:
                 continue
             for r, x in review_inputs(lake, batch_id):
-                rev = reviews.get(r["rollout_id"])
-                if rev is not None:
-                    fell_back = own and (rev["critique"] or "").startswith(FALLBACK)
-                    rows.append((None if fell_back else rev["score"], verifier.review(x).score, x.correct))
-    return rows
+                if r["rollout_id"] in reviews:
+                    yield lake, r, x, reviews[r["rollout_id"]]
+
+
+def arm_rows(runs: Path, arm: str, seeds, cycles, *, own: bool = False) -> list[tuple[float | None, float, bool]]:
+    """(manager score, verifier score, accepted) for every llm review of the arm's homes in the given cycles.
+    ``own``: a review whose reply did not parse, which the loop records with the verifier's own score, counts
+    as no score (error 1, left out of the gap, as the gate counts an unparseable score), so the verifier's
+    scores are not credited to the manager."""
+    verifier = VerifierManager()
+    return [(None if own and (rev["critique"] or "").startswith(FALLBACK) else rev["score"], verifier.review(x).score, x.correct)
+            for _, _, x, rev in reviewed(runs, arm, seeds, cycles)]
 
 
 def draw_within_class(rows, rng):
