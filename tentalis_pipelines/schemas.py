@@ -732,7 +732,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("manager", pa.string(),
                 "who gave manager_score: human, llm, verifier, or the stored review's manager"),
             col("judge_score", pa.float64(),
-                "the re-scoring manager's own score, also where a human's score was kept"),
+                "the re-scoring manager's own score, also where a human's score was kept (null: its reply did not parse)"),
             col("overlong_penalty", pa.float64(), "DAPO soft overlong punishment added to the reward"),
             col("reward", pa.float64(), "the reward under this version"),
             col("reward_weights", pa.string(), "JSON of the weights that combined the components"),

@@ -431,10 +431,15 @@ def test_the_reviews_asset_uses_the_serving_manager_and_names_it(lake_with_failu
         res = {"lakehouse": LakehouseResource(home=str(home)),
                "policy": PolicyResource(model=str(tiny_model_dir), num_generations=2, max_new_tokens=8, dtype="float32"),
                "review": ReviewResource(manager="llm", judge_model=str(tiny_model_dir), manager_max_new_tokens=8)}
-        assert materialize([reviews], partition_key=batch_id, instance=instance, resources=res,
-                           selection=[reviews]).success
+        result = materialize([reviews], partition_key=batch_id, instance=instance, resources=res, selection=[reviews])
+        assert result.success
+    name = f"llm-manager:{row['checkpoint_id']}"
+    meta = result.asset_materializations_for_node("reviews")[0].metadata
     revs = lake.read("reviews", batch_id=batch_id).to_pylist()
-    assert revs and {r["reviewer"] for r in revs} == {f"llm-manager:{row['checkpoint_id']}"}
+    # The tiny random manager rarely writes a parseable reply: those rows are the verifier's, under its name.
+    assert revs and meta["llm_manager"].value == name
+    assert {(r["manager"], r["reviewer"]) for r in revs} <= {("llm", name), ("verifier", None)}
+    assert meta["llm_unparseable"].value == sum(r["manager"] == "verifier" for r in revs)
     # A serving manager whose adapter is gone is an error naming the way back, never a silent base model.
     import shutil
 

@@ -20,11 +20,10 @@ import numpy as np
 
 from experiments.manager_rl.guided import cycle_of
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.rewards.llm_manager import FALLBACK_CRITIQUE as FALLBACK
 from tentalis_pipelines.rewards.managers import VerifierManager
 from tentalis_pipelines.stages.reviews import review_inputs
 from tentalis_pipelines.training.manager_rl import balanced_score_error, score_separation
-
-FALLBACK = "(manager reply unparseable; verifier review)"  # LLMManager.review_many's critique when it fell back
 
 
 def reviewed(runs: Path, arm: str, seeds, cycles):
@@ -35,7 +34,10 @@ def reviewed(runs: Path, arm: str, seeds, cycles):
         if not home.exists():
             continue
         lake = Lakehouse(home)
-        reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist() if r["manager"] == "llm"}
+        # the llm manager's reviews, and its unparseable replies (stored as manager 'llm' before the fallback
+        # was named the verifier's, as 'verifier' since: the critique marks both)
+        reviews = {r["rollout_id"]: r for r in lake.read("reviews").to_pylist()
+                   if r["manager"] == "llm" or (r["critique"] or "").startswith(FALLBACK)}
         for batch_id in sorted({r["batch_id"] for r in reviews.values()}):
             if cycle_of(batch_id) not in cycles:
                 continue

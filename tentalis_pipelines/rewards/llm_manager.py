@@ -2,8 +2,9 @@
 
 The manager sees the task, the worker's answer and the reference, and must reply with one JSON object
 ``{"score": 0-10, "critique": "...", "hint": "..."}``. The parser is tolerant (the first JSON object, or
-``Score: N`` lines); a reply that cannot be parsed falls back to the verifier's review, and the
-critique says so, so no rollout is left unreviewed.
+``Score: N`` lines); a reply that cannot be parsed falls back to the verifier's review, marked
+``Review.fallback`` and stored under manager ``verifier`` with a critique that says so, so no rollout is left
+unreviewed and the verifier's score is never credited to the model.
 
 The policy being judged writes the text the manager reads, so the completion is fenced (tags that
 could close the fence are stripped, and the judge is told the fenced text is data), and the score is
@@ -37,6 +38,9 @@ _FENCE_TAG = re.compile(r"<\s*/?\s*" + FENCE + r"[^>]*>", re.I)
 # A wrong final answer is at most half right, whatever the model says (the reward must not be talked up).
 WRONG_ANSWER_CAP = 0.5
 NO_ANSWER_CAP = 0.2
+# How a fallback review's critique begins (``Review.fallback``): the verifier's review, stored under manager
+# ``verifier`` in place of a reply that did not parse.
+FALLBACK_CRITIQUE = "(manager reply unparseable; verifier review)"
 _JSON = re.compile(r"\{[^{}]*\}", re.S)
 PREFILL = '{"score": '  # the reply is pre-filled up to the score
 # A reply that leaves the hint out is asked for it: its text without the closing brace, then this bridge,
@@ -214,7 +218,7 @@ class LLMManager:
         for (_, _, x), p in zip(items, parsed):
             if p is None:
                 fb = self.fallback.review(x)
-                out.append(Review(fb.score, f"(manager reply unparseable; verifier review) {fb.critique}", fb.hint))
+                out.append(Review(fb.score, f"{FALLBACK_CRITIQUE} {fb.critique}", fb.hint, fallback=True))
             else:
                 score, critique, hint = p
                 out.append(Review(bound_by_ground_truth(score, x), critique, hint))

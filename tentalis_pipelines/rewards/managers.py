@@ -15,6 +15,10 @@ class Review:
     score: float
     critique: str
     hint: str
+    # True when an LLM manager's reply did not parse and this is the verifier's review in its place: the
+    # stored row then names the verifier as its manager, so the verifier's score and hint are never credited
+    # to the model that failed to write one.
+    fallback: bool = False
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,12 @@ def judge_scores(lake: Lakehouse) -> list[dict[str, Any]]:
     score in ``reward_versions`` (judge = '<version>:<manager>', rubric = the version's rubric name)."""
     out = []
     if lake.exists("reviews"):
-        cols = ["batch_id", "rollout_id", "manager", "score", "created_at", "reviewer", "rubric"]
+        cols = ["batch_id", "rollout_id", "manager", "score", "created_at", "session_id", "rubric"]
         for r in lake.read("reviews", columns=cols).to_pylist():
-            # Live reviews and their copies in sessions batches carry a reviewer: they are the human side.
-            if r["batch_id"] == LIVE_BATCH or r["reviewer"] or r["manager"] in (None, "human"):
+            # Live reviews and their copies in sessions batches are the human side, and an episode's or a session's
+            # row belongs to its session: the judges are a task batch's reviews (no session), whatever their
+            # reviewer column says (the llm manager's names its checkpoint, ``llm-manager:<version>``).
+            if r["batch_id"] == LIVE_BATCH or r["session_id"] is not None or r["manager"] in (None, "human"):
                 continue
             out.append({"judge": r["manager"], "rubric": r["rubric"] or "default", "batch_id": r["batch_id"],
                         "rollout_id": r["rollout_id"], "score": r["score"], "created_at": r["created_at"]})

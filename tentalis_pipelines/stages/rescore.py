@@ -180,9 +180,10 @@ def rescore(
             if rid in new_steps:
                 row["step_rewards"], row["process_reward"] = new_steps[rid]
             if rid in new_scores:
-                row["judge_score"] = new_scores[rid]
+                score, by = new_scores[rid]
+                row["judge_score"] = score if by == spec.manager else None  # not the verifier's, in a fallback
                 if not (spec.keep_human and row["manager"] == "human"):  # a human manager's score is never overridden
-                    row["manager_score"], row["manager"] = new_scores[rid], spec.manager
+                    row["manager_score"], row["manager"] = score, by
             rows.append(row)
     finish_rows(rows, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling)
     summary = diff_summary(rows)
@@ -200,7 +201,7 @@ def rescore(
 
 def _rescore_batch(lake: Lakehouse, batch_id: str, spec: RescoreSpec, tasks: dict, judge, llm_manager):
     """New step rewards (rollout -> (step_rewards, process)) and new manager scores (rollout -> score)
-    of one batch, through the pipeline's own scorers: ``check_steps``, ``JudgePRM.score_steps``,
+    of one batch (rollout -> (score, the manager that wrote it: an llm reply that did not parse is the verifier's)), through the pipeline's own scorers: ``check_steps``, ``JudgePRM.score_steps``,
     ``VerifierManager`` and ``LLMManager.review_many``."""
     inputs = review_inputs(lake, batch_id)
     new_steps: dict[str, tuple[list[float | None], float | None]] = {}
@@ -226,14 +227,15 @@ def _rescore_batch(lake: Lakehouse, batch_id: str, spec: RescoreSpec, tasks: dic
             new_steps[r["rollout_id"]] = (scores, process_credit(scores, x.answer))
             updated.append((r, x))
         inputs = updated
-    new_scores: dict[str, float] = {}
+    new_scores: dict[str, tuple[float, str]] = {}
     if spec.manager == "verifier":
         verifier = VerifierManager()
-        new_scores = {r["rollout_id"]: verifier.review(x).score for r, x in inputs}
+        new_scores = {r["rollout_id"]: (verifier.review(x).score, "verifier") for r, x in inputs}
     elif spec.manager == "llm":
         prompts = {t: v["prompt"] for t, v in tasks.items()}
         reviews = llm_manager.review_many([(prompts[r["task_id"]], r["completion"], x) for r, x in inputs])
-        new_scores = {r["rollout_id"]: rev.score for (r, _), rev in zip(inputs, reviews)}
+        # a reply that did not parse scores as the verifier, and the row says so
+        new_scores = {r["rollout_id"]: (rev.score, "verifier" if rev.fallback else "llm") for (r, _), rev in zip(inputs, reviews)}
     return new_steps, new_scores
 
 

@@ -74,7 +74,8 @@ def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
                   llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
     """The batch's reviews, as its kind gathers them (``tasks/kinds.py``). A task batch: one review per
     rollout by the batch's manager (:func:`manager_reviews`): ``verifier`` (ground truth and step checks),
-    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``), ``human`` (imported reviews;
+    ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``; a reply that does not parse gets the
+    verifier's review, stored under manager ``verifier``), ``human`` (imported reviews;
     rollouts without one fall back to the verifier, and the ``manager`` column says which wrote it) or
     ``hackable`` (pays for the length of the shown work: the reward-hacking experiment's scorer).
 
@@ -110,10 +111,11 @@ def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
     human = {}
     if manager == "human":
         human = {r["rollout_id"]: r for r in lake.read("human_reviews").to_pylist() if r["batch_id"] == batch_id}
-    llm_reviews = {}
+    llm_reviews, llm_name = {}, None
     if manager == "llm":
         if llm_manager is None:
             raise ValueError("manager 'llm' needs a judge model: set the review resource's judge settings")
+        llm_name = f"llm-manager:{getattr(llm_manager, 'version', 'base')}"  # the checkpoint that writes the reviews
         tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
         llm_reviews = dict(zip([r["rollout_id"] for r, _ in inputs],
                                llm_manager.review_many([(tasks[r["task_id"]]["prompt"], r["completion"], x) for r, x in inputs])))
@@ -123,10 +125,12 @@ def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
         if rid in human:
             h = human[rid]
             row = {"manager": "human", "score": h["score"], "critique": h["critique"], "hint": h["hint"]}
+        elif rid in llm_reviews and llm_reviews[rid].fallback:  # the reply did not parse: the verifier's review, named so
+            rev = llm_reviews[rid]
+            row = {"manager": "verifier", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
         elif rid in llm_reviews:
             rev = llm_reviews[rid]
-            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint,
-                   "reviewer": f"llm-manager:{getattr(llm_manager, 'version', 'base')}"}
+            row = {"manager": "llm", "score": rev.score, "critique": rev.critique, "hint": rev.hint, "reviewer": llm_name}
         elif manager == "hackable":
             rev = hackable.review(x)
             row = {"manager": "hackable", "score": rev.score, "critique": rev.critique, "hint": rev.hint}
@@ -143,6 +147,9 @@ def manager_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
         {
             "num_reviews": n,
             "by_manager": json.dumps(by_manager),
+            # the llm manager asked, and its replies that did not parse (their rows are the verifier's, under its name)
+            "llm_manager": llm_name or "none",
+            "llm_unparseable": sum(rev.fallback for rev in llm_reviews.values()),
             "mean_score": round(sum(r["score"] for r in rows) / max(n, 1), 3),
             "preview": markdown_table([{"rollout_id": r["rollout_id"], "manager": r["manager"], "score": r["score"],
                                         "critique_chars": text_length(r["critique"]), "hint_chars": text_length(r.get("hint"))}

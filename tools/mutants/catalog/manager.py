@@ -8,6 +8,9 @@ LM = "tentalis_pipelines/rewards/llm_manager.py"
 RV = "tentalis_pipelines/stages/reviews.py"
 TU = ["tests/unit/test_manager_rl.py"]
 TP = ["tests/test_manager_training.py"]
+FB = ["tests/test_manager_fallback.py"]
+RS = "tentalis_pipelines/stages/rescore.py"
+JA = "tentalis_pipelines/stages/judge_agreement.py"
 
 MUTANTS = [
     {"id": "manager-accuracy-rewarded", "file": M,
@@ -89,8 +92,8 @@ MUTANTS = [
      "why": "the manager is not shown the task's solution expression, so its hints cannot name what to compute"},
     {"id": "manager-hint-pass-skipped", "file": LM, "find": "        ask = [i for i, p in enumerate(parsed) if needs_hint_pass(p, self.hint_prefix)]\n",
      "replace": "        ask = []\n", "tests": ["tests/unit/test_rewards.py"], "why": "a reply without a hint is never asked for one"},
-    {"id": "manager-reviewer-unnamed", "file": RV, "find": "                   \"reviewer\": f\"llm-manager:{getattr(llm_manager, 'version', 'base')}\"}\n",
-     "replace": "                   \"reviewer\": None}\n", "tests": TP, "why": "a review does not say which manager version wrote it"},
+    {"id": "manager-reviewer-unnamed", "file": RV, "find": "        llm_name = f\"llm-manager:{getattr(llm_manager, 'version', 'base')}\"",
+     "replace": "        llm_name = \"llm-manager:base\"", "tests": TP + FB, "why": "a review does not say which manager version wrote it"},
     {"id": "manager-fields-summed", "file": ST,
      "find": "        hint_adv, _ = group_advantages(keys, [p[1] for p in parts], scale_rewards=scale)\n",
      "replace": "        hint_adv, _ = group_advantages(keys, rewards, scale_rewards=scale)\n", "tests": TP,
@@ -223,4 +226,13 @@ MUTANTS = [
      "find": "    k = min(sum(1 for c in correct if c), sum(1 for c in correct if not c))\n",
      "replace": "    k = max(sum(1 for c in correct if c), sum(1 for c in correct if not c))\n", "tests": TU,
      "why": "the larger class sets the count: failures alone teach the score"},
+    {"id": "manager-fallback-unmarked", "file": LM, "find": "fb.hint, fallback=True))", "replace": "fb.hint))", "tests": FB,
+     "why": "an unparseable reply's verifier review is stored as the llm manager's: its score is credited to the model"},
+    {"id": "manager-fallback-named-llm", "file": RV, "find": "        elif rid in llm_reviews and llm_reviews[rid].fallback:",
+     "replace": "        elif rid in llm_reviews and False:", "tests": FB, "why": "the stored review of a fallback names the llm manager"},
+    {"id": "manager-fallback-judge-score", "file": RS, "find": "row[\"judge_score\"] = score if by == spec.manager else None",
+     "replace": "row[\"judge_score\"] = score", "tests": FB, "why": "a re-score credits the verifier's score to the llm judge"},
+    {"id": "manager-agreement-drops-llm", "file": JA, "find": "or r[\"session_id\"] is not None or",
+     "replace": "or r[\"manager\"] == \"llm\" or", "tests": FB,
+     "why": "the llm manager's task-batch reviews are left out of the judge agreement"},
 ]
