@@ -2,7 +2,7 @@
 (``manager_evals``) against a reference checkpoint, with the gate's own measures.
 
 Per checkpoint: held-out failures and accepted answers, usable hints, rescued worker samples, rescue per failure
-(an unusable hint rescues 0, the gate's ``_item_values``), class-balanced score error and score gap
+(an unusable hint rescues 0, the gate's ``rescue_by_failure``), class-balanced score error and score gap
 (``manager_rl``), unparseable scores. Against the reference, on the rollouts both reviewed: the rescue per failure
 (paired bootstrap over failures) and the score gap (``manager_rl.separation_difference``: paired, within class).
 Every checkpoint must have been measured with the same worker (the gate's rule).
@@ -16,7 +16,7 @@ import argparse
 from pathlib import Path
 
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.stages.manager_training import _item_values
+from tentalis_pipelines.stages.manager_training import rescue_by_failure
 from tentalis_pipelines.statistics import paired_bootstrap
 from tentalis_pipelines.training import manager_rl
 
@@ -26,7 +26,7 @@ def summary(rows: list[dict]) -> dict:
     triples = [(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows]
     return {"failures": len(fails), "accepted": len(rows) - len(fails), "usable": sum(r["hint_decision"] == "used" for r in fails),
             "rescued": sum(r["rescued"] or 0 for r in fails), "samples": sum(r["rescue_k"] or 0 for r in fails),
-            "rescue": sum(_item_values(rows).values()) / max(len(fails), 1),
+            "rescue": sum(rescue_by_failure(rows).values()) / max(len(fails), 1),
             "error": manager_rl.balanced_score_error(triples), "gap": manager_rl.score_separation(triples),
             "unparseable": sum(r["score"] is None for r in rows)}
 
@@ -50,7 +50,7 @@ def main() -> None:
           "score gap | unparseable | rescue − reference (paired) | gap − reference (paired) |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     ref = [by[args.reference][k] for k in sorted(common)]
-    ref_rescue = _item_values(ref)
+    ref_rescue = rescue_by_failure(ref)
     for c, rows_by in by.items():
         rows = [rows_by[k] for k in sorted(common)]
         s = summary(rows)
@@ -59,7 +59,7 @@ def main() -> None:
         if c == args.reference:
             print(line + " | |")
             continue
-        mine = _item_values(rows)
+        mine = rescue_by_failure(rows)
         keys = sorted(mine)
         d, lo, hi = paired_bootstrap([mine[k] for k in keys], [ref_rescue[k] for k in keys])
         sep = manager_rl.separation_difference([(r["score"], by[args.reference][r["rollout_id"]]["score"], r["worker_correct"])

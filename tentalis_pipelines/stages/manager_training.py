@@ -397,7 +397,7 @@ def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, conf
     return rows
 
 
-def _item_values(rows: list[dict]) -> dict[str, float]:
+def rescue_by_failure(rows: list[dict]) -> dict[str, float]:
     """{failed rollout_id: rescue rate} (0 for a hint that was not usable); accepted rollouts need no hint."""
     return {r["rollout_id"]: (r["rescued"] / r["rescue_k"] if r["rescue_k"] else 0.0) for r in rows if not r["worker_correct"]}
 
@@ -449,7 +449,7 @@ def decide_manager_gate(lake: Lakehouse, checkpoint_id: str, config: ManagerRLCo
             "worker (`tentalis run --no-train`), then evaluate both again with more accepted answers (`tentalis manager "
             "evaluate --accepted-per-task/--eval-accepted`); or lower --min-accepted, leaving the score's discrimination "
             "unchecked")
-    cv, iv = _item_values(cand), _item_values(inc)
+    cv, iv = rescue_by_failure(cand), rescue_by_failure(inc)
     decision = gate_decision(cv, iv, margin=config.gate_margin)
     err = {name: manager_rl.balanced_score_error([(r["score"], r["verifier_score"], r["worker_correct"]) for r in rows
                                                    if r["rollout_id"] in paired])
