@@ -218,14 +218,18 @@ class ReviewResource(ConfigurableResource):
     def llm_manager(self, models_dir, rubric: str | None = None, adapter_dir=None, version: str = "base"):
         """The llm manager on ``judge_model``; ``rubric`` replaces its default rubric (a re-score's);
         ``adapter_dir``/``version``: a trained manager's adapter and id (the serving one:
-        ``serving.serving_policy(lake, "manager")``), recorded in each review's ``reviewer``."""
+        ``serving.serving_policy(lake, "manager")``), recorded in each review's ``reviewer``; a checkpoint with a
+        score adapter (``llm_manager.SCORE_ADAPTER``) writes its scores with it."""
         from tentalis_pipelines.inference.factory import make_backend
         from tentalis_pipelines.inference.models import resolve_model
-        from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager
+        from tentalis_pipelines.rewards.llm_manager import RUBRIC, LLMManager, score_adapter_of
 
-        return LLMManager(make_backend("transformers", model_dir=resolve_model(self.judge_model, models_dir), adapter_dir=adapter_dir),
+        model_dir = resolve_model(self.judge_model, models_dir)
+        score_dir = score_adapter_of(adapter_dir)
+        return LLMManager(make_backend("transformers", model_dir=model_dir, adapter_dir=adapter_dir),
                           max_new_tokens=self.manager_max_new_tokens, rubric=rubric or RUBRIC, version=version,
-                          hint_prefix=self.hint_prefix)
+                          hint_prefix=self.hint_prefix,
+                          score_backend=make_backend("transformers", model_dir=model_dir, adapter_dir=score_dir) if score_dir else None)
 
 
 class BenchmarkResource(ConfigurableResource):

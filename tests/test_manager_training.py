@@ -83,14 +83,14 @@ def lake_with_failures(home, tiny_model_dir):
     return paths, Lakehouse(paths.lakehouse), batch_id
 
 
-def _backends(tiny_model_dir, manager_reply):
+def scripted_backends(tiny_model_dir, manager_reply):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(tiny_model_dir)
     return Scripted(tiny_model_dir, tok, manager_reply), Scripted(tiny_model_dir, tok, worker_reply), tok
 
 
-def _record_trained_samples(monkeypatch, configs: list | None = None) -> list:
+def record_trained_samples(monkeypatch, configs: list | None = None) -> list:
     """The samples every ``train_grpo`` call of the test trains on (the real trainer still runs); each call's
     config is appended to ``configs`` when given."""
     from tentalis_pipelines.training import trainer as trainer_mod
@@ -113,8 +113,8 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
     assert train_side and held_side  # 8 tasks, half held out by hash
     assert not {f.task_id for f in train_side} & {f.task_id for f in held_side}
     assert len({f.task_id for f in train_side}) == len(train_side)  # one failure per task
-    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
-    seen = _record_trained_samples(monkeypatch)
+    manager, worker, tok = scripted_backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    seen = record_trained_samples(monkeypatch)
     row = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
 
@@ -179,8 +179,8 @@ def test_the_manager_trains_on_what_its_hints_did_and_lands_with_lineage(lake_wi
 def test_credit_review_trains_every_token_with_the_summed_rewards_advantage(lake_with_failures, tiny_model_dir, monkeypatch):
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
-    seen = _record_trained_samples(monkeypatch)
+    manager, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    seen = record_trained_samples(monkeypatch)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "credit": "review"})
     mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
     rows = lake.read("manager_samples").to_pylist()
@@ -206,8 +206,8 @@ def test_a_hint_written_in_the_second_pass_is_trained_by_the_hints_advantage(lak
 
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, tok = _backends(tiny_model_dir, reply)
-    seen = _record_trained_samples(monkeypatch)
+    manager, worker, tok = scripted_backends(tiny_model_dir, reply)
+    seen = record_trained_samples(monkeypatch)
     mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker, grpo={"device": "cpu"})
     rows = [r for r in lake.read("manager_samples").to_pylist() if r["sample_index"] == 0]
     assert rows and all(r["hint"].startswith("Add the two numbers") and r["rescued"] == 3 for r in rows)
@@ -233,11 +233,11 @@ def test_a_hint_prefix_is_prefilled_in_every_hint_pass_and_only_the_rest_is_trai
 
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, tok = _backends(tiny_model_dir, reply)
+    manager, worker, tok = scripted_backends(tiny_model_dir, reply)
     stops = []
     real_generate = manager.generate
     monkeypatch.setattr(manager, "generate", lambda prompts, params: stops.append(params.stop) or real_generate(prompts, params))
-    seen = _record_trained_samples(monkeypatch)
+    seen = record_trained_samples(monkeypatch)
     config = replace(CONFIG, hint_prefix="Add")
     mt.train_manager(lake, paths, policy, config, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                      grpo={"device": "cpu"})
@@ -283,7 +283,7 @@ def test_accepted_answers_train_the_score_alone(lake_with_failures, tiny_model_d
     assert [a.rollout_id for a in accepted] == [f.rollout_id] and accepted[0].correct and accepted[0].verifier_score == 1.0
     assert f.rollout_id not in {x.rollout_id for x in mt.collect_failures(lake, heldout=False, config=CONFIG)}
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    manager, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "success_share": 1.0})
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
@@ -307,8 +307,8 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
     # every rollout failed: no accepted answer to check the score's discrimination on, so the check is waived here
     cfg = ManagerRLConfig(num_generations=2, rescue_samples=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40,
                           gate_min_accepted=0)
-    good_mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
-    generic_mgr, _, _ = _backends(tiny_model_dir, lambda p, j: GENERIC)
+    good_mgr, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD)
+    generic_mgr, _, _ = scripted_backends(tiny_model_dir, lambda p, j: GENERIC)
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=good_mgr, worker=worker,
                            grpo={"device": "cpu"})
     cid = row["checkpoint_id"]
@@ -339,7 +339,7 @@ def test_the_gate_promotes_a_manager_whose_hints_rescue_and_refuses_one_whose_sc
 
     # A candidate whose hints rescue as well but whose scores drift from the verifier's is refused.
     drift = lambda p, j: GOOD.replace(" 2,", " 10,")  # noqa: E731
-    drift_mgr, _, _ = _backends(tiny_model_dir, drift)
+    drift_mgr, _, _ = scripted_backends(tiny_model_dir, drift)
     mt.evaluate_manager(lake, paths, policy, cfg, cid, manager_model=str(tiny_model_dir), manager_backend=drift_mgr, worker=worker)
     _, d2, err_c2, _ = mt.decide_manager_gate(lake, cid, ManagerRLConfig(score_tolerance=0.05, heldout_fraction=0.5,
                                                                           gate_min_accepted=0))
@@ -370,7 +370,7 @@ def test_several_accepted_answers_per_task_are_collected_and_reviewed_on_the_hel
                                                               [f"sum {right[r['task_id']]}"], "stop")
     lake.write_batch("rollouts", batch_id, ro)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
+    mgr, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD)
 
     def accepted(config):
         rows = mt.evaluate_manager(lake, paths, policy, config, "base", manager_model=str(tiny_model_dir), manager_backend=mgr,
@@ -399,7 +399,7 @@ def test_the_heldout_split_does_not_move_with_the_sampling_seed_and_evaluation_n
     # An update under another key trains on some tasks that key 0 holds out, not all (a key found on the fixture's 8 tasks).
     held = set(side(True))
     key = next(k for k in range(1, 50) if held & set(side(False, split_seed=k)) and held - set(side(False, split_seed=k)))
-    mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD)
+    mgr, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     evaluation = ManagerRLConfig(num_generations=2, heldout_fraction=0.5, eval_rescue_samples=2, max_new_tokens=40)
 
@@ -422,7 +422,7 @@ def test_the_heldout_split_does_not_move_with_the_sampling_seed_and_evaluation_n
 def test_the_reviews_asset_uses_the_serving_manager_and_names_it(lake_with_failures, tiny_model_dir, home):
     paths, lake, batch_id = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    good_mgr, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
+    good_mgr, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD if j == 0 else GENERIC)
     row = mt.train_manager(lake, paths, policy, CONFIG, manager_model=str(tiny_model_dir), manager_backend=good_mgr, worker=worker,
                            grpo={"device": "cpu"})
     serving.promote(lake, row["checkpoint_id"], actor="test", reason="serve the trained manager", role="manager")
@@ -473,8 +473,8 @@ def test_the_gate_refuses_a_manager_that_scores_everything_alike(lake_with_failu
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     right = f"<answer>{held[0].reference}</answer>"
     # The incumbent scores the accepted answer 10 and failures 2; the candidate says 0 to everything, same hint.
-    discerning, worker, _ = _backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 10,") if right in p else GOOD)
-    flat, _, _ = _backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 0,"))
+    discerning, worker, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 10,") if right in p else GOOD)
+    flat, _, _ = scripted_backends(tiny_model_dir, lambda p, j: GOOD.replace(" 2,", " 0,"))
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=flat, worker=worker,
                            grpo={"device": "cpu"})
     cid = row["checkpoint_id"]
@@ -506,9 +506,9 @@ def test_best_of_n_trains_each_failures_best_hint_as_a_demonstration(lake_with_f
     well, so no score is taught); the generic review is not trained at all; the loss is CISPO's."""
     paths, lake, _ = lake_with_failures
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
+    manager, worker, tok = scripted_backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
     configs: list = []
-    seen = _record_trained_samples(monkeypatch, configs)
+    seen = record_trained_samples(monkeypatch, configs)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "num_iterations": 2, "per_step_rows": 1})
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
@@ -546,8 +546,8 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
                                                                   [f"sum {f.reference}"], "stop")
     lake.write_batch("rollouts", batch_id, ro)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
-    manager, worker, tok = _backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
-    seen = _record_trained_samples(monkeypatch)
+    manager, worker, tok = scripted_backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
+    seen = record_trained_samples(monkeypatch)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "score_targets": "verifier", "success_share": 1.0})
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})

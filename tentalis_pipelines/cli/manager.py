@@ -50,6 +50,9 @@ def accepted_shortfall(metrics: dict, success_share: float) -> str | None:
 @manager_app.command("train")
 def train(
     updates: int = typer.Option(1, min=1, help="GRPO updates (each its own checkpoint, chained from the last)."),
+    part: str = typer.Option("review", help="review: one adapter writes the whole review (GRPO or best-of-n) | score: the "
+                             "manager's own score adapter, taught the verifier's scores on --failures failures and as many "
+                             "accepted answers; the adapter that writes the critique and the hint is kept as it is."),
     failures: int = typer.Option(32, min=1, help="Failed rollouts per update."),
     num_generations: int = typer.Option(4, min=2, help="Reviews sampled per failure (the group)."),
     rescue_samples: int = typer.Option(4, min=1, help="Worker samples per hint."),
@@ -81,7 +84,7 @@ def train(
     """Train the serving manager on failed rollouts of the lakehouse's task batches; each update writes a
     `manager_checkpoints` row (not promoted: `tentalis manager evaluate` then `gate`, or `tentalis promote --role manager`)."""
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.stages.manager_training import train_manager
+    from tentalis_pipelines.stages.manager_training import train_manager, train_manager_score
     from tentalis_pipelines.training import serving
 
     paths = home_paths(home)
@@ -91,19 +94,27 @@ def train(
                                credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
                                update=update, best_min_value=best_min_value, num_iterations=num_iterations,
                                per_step_rows=per_step_rows, accepted_per_task=accepted_per_task,
-                               score_targets=score_targets, split_seed=split_seed)
+                               score_targets=score_targets, split_seed=split_seed, part=part)
     for u in range(updates):
         try:
-            row = train_manager(lake, paths, policy, config, manager_model=manager_model)
+            if config.part == "score":
+                row = train_manager_score(lake, paths, policy, config, manager_model=manager_model)
+            else:
+                row = train_manager(lake, paths, policy, config, manager_model=manager_model)
         except ValueError as exc:
             fail(str(exc))
         m = json.loads(row["metrics"])
-        console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent {row['parent_id'] or 'base'}): "
-                      f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
-                      f"score error {m['score_error']:.3f}"
-                      + (f", demonstrations {m['hint_demonstrations']} hints and {m['score_demonstrations']} scores"
-                         if m.get("update") == "best_of_n" else ""))
-        if (short := accepted_shortfall(m, success_share)) is not None:
+        if config.part == "score":
+            console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent "
+                          f"{row['parent_id'] or 'base'}): its score adapter taught {m['failures']} failures' and {m['accepted']} "
+                          f"accepted answers' verifier scores (loss {m['loss']}); the review adapter is the parent's")
+        else:
+            console.print(f"update {u + 1}/{updates}: manager checkpoint [bold]{row['checkpoint_id']}[/] (parent {row['parent_id'] or 'base'}): "
+                          f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
+                          f"score error {m['score_error']:.3f}"
+                          + (f", demonstrations {m['hint_demonstrations']} hints and {m['score_demonstrations']} scores"
+                             if m.get("update") == "best_of_n" else ""))
+        if config.part != "score" and (short := accepted_shortfall(m, success_share)) is not None:
             console.print(f"[yellow]warning[/]: {short}")
         if u + 1 < updates:  # chain: the next update samples from this one
             serving.promote(lake, row["checkpoint_id"], actor="manager-train", reason=f"chained update {u + 1} of {updates}",

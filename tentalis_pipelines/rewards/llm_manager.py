@@ -6,6 +6,11 @@ The manager sees the task, the worker's answer and the reference, and must reply
 ``Review.fallback`` and stored under manager ``verifier`` with a critique that says so, so no rollout is left
 unreviewed and the verifier's score is never credited to the model.
 
+A trained manager may carry **a score adapter of its own** (``SCORE_ADAPTER``, a subfolder of its checkpoint): then
+the score is written by that adapter alone (``score_backend``: a short pass that stops after the number) and the
+rest of the reply, critique and hint, by the manager's adapter, which reads the score as written. Score and hint
+then learn apart: on one adapter every score update took rescue from the hints (experiments/manager_rl, round 16).
+
 The policy being judged writes the text the manager reads, so the completion is fenced (tags that
 could close the fence are stripped, and the judge is told the fenced text is data), and the score is
 bounded by ground truth where there is one: a wrong final answer gets at most 0.5, no answer at most 0.2.
@@ -18,9 +23,11 @@ gives no review at all (there is no verifier to fall back on): the caller skips 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from tentalis_pipelines.inference.base import GenerationBackend, SamplingParams
 from tentalis_pipelines.rewards.managers import Review, ReviewInput, VerifierManager
@@ -53,6 +60,12 @@ HINT_MAX_NEW_TOKENS = 48
 HINT_KEY = '"hint"'
 _HINT_ON = re.compile(r',?\s*"hint"(?:\s*:.*)?$', re.S)  # the hint's key, and anything written after it
 _OPEN_HINT = re.compile(r',?\s*"hint"\s*$')  # the hint's key where the first pass stopped at it
+# A checkpoint's score adapter: this subfolder of its adapter folder (training/manager_rl.py, ``part = "score"``).
+SCORE_ADAPTER = "score"
+# The score pass (a score adapter's): the number and the comma that ends the field; the words pass goes on from there.
+SCORE_STOPS = (",", "}")
+SCORE_MAX_NEW_TOKENS = 8
+_SCORE_FIELD = re.compile(r"\s*\d+(?:\.\d+)?\s*,")
 
 SESSION_RUBRIC = (
     "You are a manager reviewing an AI assistant's work in one session with a user (it may call tools). Grade the "
@@ -164,6 +177,47 @@ def first_pass_stops(hint_prefix: str = "") -> tuple[str, ...]:
     return ("}", HINT_KEY) if hint_prefix else ("}",)
 
 
+def score_adapter_of(adapter_dir) -> Path | None:
+    """The score adapter of a manager checkpoint's adapter folder (its ``SCORE_ADAPTER`` subfolder), or None."""
+    if adapter_dir is None:
+        return None
+    path = Path(adapter_dir) / SCORE_ADAPTER
+    return path if path.is_dir() else None
+
+
+def through_stop(text: str, stops: Sequence[str]) -> str:
+    """``text`` up to and including its first stop string (a token may carry more text after it), or all of it."""
+    ends = [text.find(s) + len(s) for s in stops if s in text]
+    return text[:min(ends)] if ends else text
+
+
+def score_written(text: str) -> bool:
+    """Whether a score pass wrote a number and the comma that ends the field (else the words pass is not asked:
+    the reply is the score pass's text, and parses or falls back as it is)."""
+    return _SCORE_FIELD.fullmatch(text or "") is not None
+
+
+def first_pass(backend: GenerationBackend, prompts: Sequence[str], params: SamplingParams,
+               score_backend: GenerationBackend | None = None) -> list[str]:
+    """The first pass's reply per prompt (one generation each): the backend's continuation of the pre-filled
+    prompt; with a ``score_backend``, that backend writes the score (``SCORE_STOPS``, ``SCORE_MAX_NEW_TOKENS``),
+    and where it wrote a score field (``score_written``) the backend goes on from it under ``params``."""
+    if not prompts:
+        return []
+    if params.num_generations != 1:
+        raise ValueError(f"first_pass writes one reply per prompt, not {params.num_generations}")
+    if score_backend is None:
+        return [gens[0].text for gens in backend.generate(list(prompts), params)]
+    score_params = dataclasses.replace(params, max_new_tokens=SCORE_MAX_NEW_TOKENS, stop=SCORE_STOPS)
+    scores = [through_stop(gens[0].text, SCORE_STOPS) for gens in score_backend.generate(list(prompts), score_params)]
+    go_on = [i for i, text in enumerate(scores) if score_written(text)]
+    words = backend.generate([prompts[i] + scores[i] for i in go_on], params) if go_on else []
+    replies = list(scores)
+    for i, gens in zip(go_on, words):
+        replies[i] = scores[i] + gens[0].text
+    return replies
+
+
 def needs_hint_pass(parsed: tuple[float, str, str] | None, hint_prefix: str = "") -> bool:
     """Whether a parsed reply gets the hint pass: all of them with a hint prefix, else those that wrote no hint."""
     return parsed is not None and (bool(hint_prefix) or not parsed[2].strip())
@@ -173,15 +227,17 @@ class LLMManager:
     name = "llm"
 
     def __init__(self, backend: GenerationBackend, *, max_new_tokens: int = 96, seed: int = 0, rubric: str = RUBRIC,
-                 version: str = "base", hint_prefix: str = ""):
+                 version: str = "base", hint_prefix: str = "", score_backend: GenerationBackend | None = None):
         # ``rubric``: the system prompt the manager grades by (a re-score may try another one).
         # ``version``: the manager checkpoint whose adapter the backend carries ('base': untrained), see
         # training/manager_rl.py; each review names it in ``reviews.reviewer``.
         # ``hint_prefix``: the words every hint starts with, pre-filled ('Compute' steers a small manager to
         # name what to compute; experiments/manager_rl, round 5); '' lets the manager write the whole hint.
+        # ``score_backend``: the checkpoint's score adapter (``SCORE_ADAPTER``), which writes the score of a task
+        # review; None: ``backend`` writes the whole reply.
         check_hint_prefix(hint_prefix)
         self.backend, self.max_new_tokens, self.seed, self.rubric = backend, max_new_tokens, seed, rubric
-        self.version, self.hint_prefix = version, hint_prefix
+        self.version, self.hint_prefix, self.score_backend = version, hint_prefix, score_backend
         self.fallback = VerifierManager()
 
     def prompt(self, task: str, completion: str, x: ReviewInput) -> str:
@@ -199,13 +255,13 @@ class LLMManager:
         return self.rubric + "\n\n" + user + "\n" + PREFILL
 
     def review_many(self, items: Sequence[tuple[str, str, ReviewInput]]) -> list[Review]:
-        """One batched generate call for all rollouts (the reply is pre-filled up to the score), and one
-        more for the parsed replies that wrote no hint, or for all of them with a hint prefix
-        (``hint_prompt``: asked for the hint alone, the prefix pre-filled)."""
+        """One batched generate call for all rollouts (the reply is pre-filled up to the score; with a score
+        adapter, its score pass first, ``first_pass``), and one more for the parsed replies that wrote no hint,
+        or for all of them with a hint prefix (``hint_prompt``: asked for the hint alone, the prefix pre-filled)."""
         prompts = [self.prompt(t, c, x) for t, c, x in items]
         params = SamplingParams(num_generations=1, max_new_tokens=self.max_new_tokens, temperature=0.0, seed=self.seed,
                                 stop=first_pass_stops(self.hint_prefix))
-        replies = [gens[0].text for gens in (self.backend.generate(prompts, params) if prompts else [])]
+        replies = first_pass(self.backend, prompts, params, self.score_backend)
         parsed = [parse_reply(text) for text in replies]
         ask = [i for i, p in enumerate(parsed) if needs_hint_pass(p, self.hint_prefix)]
         if ask:

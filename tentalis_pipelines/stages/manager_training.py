@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines import audit, lineage
-from tentalis_pipelines.inference.base import SamplingParams
+from tentalis_pipelines.inference.base import Generation, SamplingParams
 from tentalis_pipelines.inference.models import resolve_model
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
@@ -28,12 +28,16 @@ from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards, solu
 from tentalis_pipelines.rewards.llm_manager import (
     HINT_MAX_NEW_TOKENS,
     PREFILL,
+    SCORE_ADAPTER,
+    SCORE_MAX_NEW_TOKENS,
     LLMManager,
+    first_pass,
     first_pass_stops,
     hint_prompt,
     needs_hint_pass,
     parse_reply,
     read_hint,
+    score_adapter_of,
 )
 from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
 from tentalis_pipelines.rewards.math_answers import answers_match
@@ -146,11 +150,18 @@ class SampledReview:
 
 
 def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int, seed: int,
-                   hint_prefix: str = "") -> list[list[SampledReview]]:
+                   hint_prefix: str = "", score_backend=None) -> list[list[SampledReview]]:
     """``n`` reviews per prompt, each completed by the hint pass when its reply parsed but wrote no hint, or
-    always with a ``hint_prefix`` (what ``LLMManager.review_many`` does, here at ``temperature``)."""
-    gens = backend.generate(prompts, SamplingParams(num_generations=n, max_new_tokens=max_new_tokens, temperature=temperature,
-                                                    seed=seed, stop=first_pass_stops(hint_prefix))) if prompts else []
+    always with a ``hint_prefix`` (what ``LLMManager.review_many`` does, here at ``temperature``). With a
+    ``score_backend`` (a checkpoint's score adapter) the score is its, as in ``LLMManager.review_many``; one
+    review per prompt then, and its reply keeps no token ids (it was written by two adapters: nothing trains on it)."""
+    params = SamplingParams(num_generations=n, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+                            stop=first_pass_stops(hint_prefix))
+    if score_backend is not None:
+        gens = [[Generation(text=text, token_ids=[], finish_reason="stop", prompt_tokens=0, seconds=0.0)]
+                for text in first_pass(backend, prompts, params, score_backend)]
+    else:
+        gens = backend.generate(prompts, params) if prompts else []
     parsed = [[parse_reply(g.text) for g in group] for group in gens]
     ask = [(i, j) for i, group in enumerate(parsed) for j, p in enumerate(group) if needs_hint_pass(p, hint_prefix)]
     hint_prompts = {(i, j): hint_prompt(prompts[i], gens[i][j].text, hint_prefix) for i, j in ask}
@@ -239,6 +250,11 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     failures += collect_accepted(lake, heldout=False, config=config, batch_ids=batch_ids, exclude=used, limit=accepted_wanted)
     versions = _versions(lake)
     parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
+    if score_adapter_of(parent_adapter) is not None:
+        raise ValueError(f"the serving manager {parent_id} writes its scores with a score adapter of its own, and a review "
+                         "update trains one adapter for the whole reply: train its score with `tentalis manager train --part "
+                         "score`, or serve a manager without a score adapter (`tentalis promote --role manager`) and train "
+                         "its review first")
     worker_version, worker_adapter = serving.serving_policy(lake)
     model_dir = resolve_model(manager_model, paths.models)
     if manager_backend is None:
@@ -354,11 +370,92 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     return row
 
 
+def score_trained_rollouts(lake: Lakehouse) -> set[str]:
+    """The rollouts an earlier score update of this home trained a score adapter on (``part = "score"``)."""
+    if not lake.exists("manager_checkpoints"):
+        return set()
+    return {i for r in lake.read("manager_checkpoints", columns=["trajectory_ids", "metrics"]).to_pylist()
+            if json.loads(r["metrics"] or "{}").get("part") == manager_rl.SCORE_PART for i in r["trajectory_ids"] or ()}
+
+
+def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, *, manager_model: str,
+                        batch_ids: list[str] | None = None, grpo: dict | None = None) -> dict[str, Any]:
+    """One update of the serving manager's **score adapter** (``part = "score"``): a LoRA of its own that writes
+    the score (``llm_manager.SCORE_ADAPTER``), trained on the verifier's scores written in the reply's format
+    after the manager's exact prompt, as many failures as accepted answers (``manager_rl.balanced_indices``),
+    from the training side, none an earlier score update of this home used. It starts from the serving
+    manager's score adapter, or a fresh one. The manager's own adapter, which writes the critique and the hint,
+    is saved unchanged beside it: nothing here moves the hints (on one adapter every score update cost them
+    rescue, experiments/manager_rl round 16). Nothing is sampled and no worker is asked. Returns the new
+    ``manager_checkpoints`` row (not promoted)."""
+    from transformers import AutoTokenizer
+
+    from tentalis_pipelines.training.trainer import GRPOConfig, TrainSample, build_policy, train_grpo
+
+    used = score_trained_rollouts(lake)
+    rows = collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, limit=config.max_failures, exclude=used)
+    rows += collect_accepted(lake, heldout=False, config=config, batch_ids=batch_ids, exclude=used, limit=len(rows))
+    chosen = [rows[i] for i in manager_rl.balanced_indices([f.correct for f in rows])]
+    if not chosen:
+        raise ValueError(f"the score adapter learns from failures and accepted answers alike, and the training side has "
+                         f"{sum(not f.correct for f in rows)} fresh failures and {sum(f.correct for f in rows)} fresh accepted "
+                         f"answers (earlier score updates used {len(used)}): run task batches under a worker that solves some "
+                         "tasks (`tentalis run --no-train`), then train the score")
+    versions = _versions(lake)
+    parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
+    worker_version, _ = serving.serving_policy(lake)
+    model_dir = resolve_model(manager_model, paths.models)
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    mgr = LLMManager(type("_Tokenizer", (), {"tokenizer": tok})())
+    samples = []
+    for f in chosen:  # the verifier's score after the pre-filled prompt, every token a demonstration
+        prompt_ids = tok(mgr.prompt(f.task_prompt, f.completion, f.review_input), add_special_tokens=False)["input_ids"]
+        ids = tok(manager_rl.score_target_text(f.verifier_score), add_special_tokens=False)["input_ids"]
+        samples.append(TrainSample(prompt_ids, ids, 1.0, token_advantages=[1.0] * len(ids), temperature=1.0))
+    gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
+                         "max_completion_length": SCORE_MAX_NEW_TOKENS, "temperature": 1.0, "dtype": policy.dtype,
+                         "per_step_rows": config.per_step_rows or len(samples), "loss_type": "cispo", **(grpo or {})})
+    parent_score = score_adapter_of(parent_adapter)
+    score_model = build_policy(model_dir, parent_score, gcfg)
+    result = train_grpo(score_model, tok, samples, gcfg)
+    # The review adapter as the parent has it (a fresh LoRA, whose B is zero, is the untrained manager itself).
+    review_model = build_policy(model_dir, Path(parent_adapter) if parent_adapter else None, gcfg)
+    checkpoint_id = manager_rl.manager_checkpoint_id(None if parent_id == serving.BASE else parent_id,
+                                                     [f.rollout_id for f in chosen], config.seed, nonce=ckpt.new_checkpoint_id())
+    created = now_utc()
+    accepted = sum(f.correct for f in chosen)
+    metrics = {"part": manager_rl.SCORE_PART, "update": "score", "score_targets": "verifier", "samples": len(samples),
+               "score_demonstrations": len(samples), "hint_demonstrations": 0, "failures": len(chosen) - accepted,
+               "accepted": accepted, "accepted_wanted": len(chosen) - accepted, "loss": result.metrics.get("loss"),
+               "score_adapter_parent": parent_id if parent_score is not None else None, "worker_version": worker_version}
+    manifest = {"manifest_version": lineage.MANIFEST_VERSION, "role": ROLE, "checkpoint_id": checkpoint_id,
+                "parent_id": None if parent_id == serving.BASE else parent_id, "base_model": manager_model, "part": manager_rl.SCORE_PART,
+                "worker_version": worker_version, "created_at": created.isoformat(), "code_version": lineage.code_version(),
+                "config": {"manager": config.as_dict(), "grpo": {k: v for k, v in vars(gcfg).items() if k != "lora_target_modules"}},
+                "tables": versions, "batches": sorted({f.batch_id for f in chosen}),
+                "failures": [{"batch_id": f.batch_id, "rollout_id": f.rollout_id} for f in chosen], "manager_samples": [],
+                "samples": len(samples), "samples_digest": lineage.samples_digest(samples)}
+    lake.append("lineage", lineage.manager_lineage_rows(manifest))  # before the checkpoint row, as for the worker
+
+    def extra(folder: Path) -> None:
+        score_model.save_pretrained(str(folder / SCORE_ADAPTER), safe_serialization=True)
+        lineage.write_manifest_file(folder, manifest)
+
+    path = ckpt.save_adapter(review_model, paths.checkpoints / "managers", checkpoint_id, extra=extra)
+    row = {"checkpoint_id": checkpoint_id, "parent_id": manifest["parent_id"], "base_model": manager_model,
+           "adapter_uri": path.as_posix(), "algorithm": gcfg.loss_type, "config": json.dumps(manifest["config"], default=str),
+           "trained_on": manifest["batches"], "trajectory_ids": sorted(f.rollout_id for f in chosen),
+           "trajectory_count": len(chosen), "metrics": json.dumps(metrics, default=str), "promoted": False, "created_at": created}
+    lake.append("manager_checkpoints", [row])
+    return row
+
+
 def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, checkpoint_id: str, *,
                      manager_model: str, batch_ids: list[str] | None = None, manager_backend=None, worker=None,
-                     limit: int | None = None) -> list[dict[str, Any]]:
+                     limit: int | None = None, score_backend=None) -> list[dict[str, Any]]:
     """A manager (``checkpoint_id`` or 'base') on the held-out failures: one greedy review each (as the
-    llm manager reviews in production), its hint's rescue of the serving worker with
+    llm manager reviews in production, the score by the checkpoint's score adapter when it has one;
+    ``score_backend``: that adapter's backend, for tests), its hint's rescue of the serving worker with
     ``eval_rescue_samples`` samples at a seed shared by every manager compared; and on up to
     ``eval_accepted`` held-out accepted answers, a greedy review for its score alone. A task any manager
     update of this home trained on is never evaluated (``trained_tasks``). Replaces the manager's earlier
@@ -378,12 +475,15 @@ def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, conf
             if row is None:
                 raise ValueError(f"no manager checkpoint {checkpoint_id!r} in manager_checkpoints: train one with `tentalis manager train`")
             adapter = ckpt.verify_adapter(row["adapter_uri"])
-        manager_backend = policy.make_backend(resolve_model(manager_model, paths.models), adapter)
+        model_dir = resolve_model(manager_model, paths.models)
+        manager_backend = policy.make_backend(model_dir, adapter)
+        if score_backend is None and (score_dir := score_adapter_of(adapter)) is not None:
+            score_backend = policy.make_backend(model_dir, score_dir)
     if worker is None:
         worker = policy.make_backend(resolve_model(policy.model, paths.models), worker_adapter)
     prompts = manager_prompts(manager_backend, failures)
     sampled = sample_reviews(manager_backend, prompts, n=1, temperature=0.0, max_new_tokens=config.max_new_tokens, seed=config.seed,
-                             hint_prefix=config.hint_prefix)
+                             hint_prefix=config.hint_prefix, score_backend=score_backend)
     reviews = [[(group[0].score, group[0].hint)] for group in sampled]
     seed = config.seed + 7919
     outcomes = outcomes_for(worker, policy, ManagerRLConfig(**{**config.as_dict(), "reward": "rescue"}), failures, reviews,

@@ -46,6 +46,8 @@ REWARDS = ("rescue", "dense")
 CREDITS = ("fields", "review")
 UPDATES = ("grpo", "best_of_n")
 SCORE_TARGETS = ("sampled", "verifier")
+REVIEW_PART, SCORE_PART = "review", "score"
+PARTS = (REVIEW_PART, SCORE_PART)
 MAX_DEMO_SCORE_ERROR = 0.5  # a score demonstration must at least be on the verifier's side of the scale
 
 
@@ -53,6 +55,8 @@ MAX_DEMO_SCORE_ERROR = 0.5  # a score demonstration must at least be on the veri
 class ManagerRLConfig:
     """How the manager is trained, evaluated and gated (one documented config for this concern)."""
 
+    part: str = config_field("review", "review (one adapter writes the whole review: GRPO or best-of-n) | score (the "
+                             "checkpoint's own score adapter, taught the verifier's scores; the review adapter kept as it is)")
     num_generations: int = config_field(4, "reviews sampled per failed rollout (the GRPO group)")
     rescue_samples: int = config_field(4, "worker samples drawn with each hint to measure its rescue rate")
     reward: str = config_field("rescue", "rescue (the worker's realised success with the hint) | dense (RLT's log-prob gain)")
@@ -96,6 +100,8 @@ class ManagerRLConfig:
     seed: int = config_field(0, "sampling and LoRA seed")
 
     def __post_init__(self) -> None:
+        if self.part not in PARTS:
+            raise ValueError(f"manager part {self.part!r} is unknown: choose one of {', '.join(PARTS)}")
         if self.reward not in REWARDS:
             raise ValueError(f"manager reward {self.reward!r} is unknown: choose one of {', '.join(REWARDS)}")
         if self.credit not in CREDITS:

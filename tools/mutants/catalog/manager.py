@@ -9,6 +9,8 @@ RV = "tentalis_pipelines/stages/reviews.py"
 TU = ["tests/unit/test_manager_rl.py"]
 TP = ["tests/test_manager_training.py"]
 FB = ["tests/test_manager_fallback.py"]
+SA = ["tests/test_manager_score_adapter.py"]
+RES = "tentalis_pipelines/resources.py"
 RS = "tentalis_pipelines/stages/rescore.py"
 JA = "tentalis_pipelines/stages/judge_agreement.py"
 
@@ -214,7 +216,8 @@ MUTANTS = [
     {"id": "manager-target-wrong-prompt", "file": ST, "find": "        samples.append(TrainSample(prompt_ids[f.rollout_id], ids, 1.0,",
      "replace": "        samples.append(TrainSample(prompt_ids[failures[0].rollout_id], ids, 1.0,", "tests": TP,
      "why": "every verifier score is taught after the first failure's prompt"},
-    {"id": "manager-target-untrained", "file": ST, "find": "token_advantages=[1.0] * len(ids),", "replace": "token_advantages=[0.0] * len(ids),",
+    {"id": "manager-target-untrained", "file": ST, "find": "TrainSample(prompt_ids[f.rollout_id], ids, 1.0, token_advantages=[1.0] * len(ids),",
+     "replace": "TrainSample(prompt_ids[f.rollout_id], ids, 1.0, token_advantages=[0.0] * len(ids),",
      "tests": TP, "why": "the verifier's score tokens carry no advantage: nothing is learned"},
     {"id": "manager-target-scale", "file": M, "find": "    return f\"{round(10 * v)},\"\n", "replace": "    return f\"{round(v)},\"\n",
      "tests": TU, "why": "the verifier's score is written out of 1, the manager reads it out of 10"},
@@ -235,4 +238,38 @@ MUTANTS = [
     {"id": "manager-agreement-drops-llm", "file": JA, "find": "or r[\"session_id\"] is not None or",
      "replace": "or r[\"manager\"] == \"llm\" or", "tests": FB,
      "why": "the llm manager's task-batch reviews are left out of the judge agreement"},
+    {"id": "manager-score-adapter-ignored", "file": LM, "find": "    if score_backend is None:\n        return [gens[0].text",
+     "replace": "    if True:\n        return [gens[0].text", "tests": SA,
+     "why": "the review adapter writes the score too: the score adapter is loaded and never asked"},
+    {"id": "manager-score-pass-uncut", "file": LM, "find": "scores = [through_stop(gens[0].text, SCORE_STOPS) for gens",
+     "replace": "scores = [gens[0].text for gens", "tests": SA,
+     "why": "what a token carried past the score's comma is kept, so the words pass starts inside the critique"},
+    {"id": "manager-score-words-always", "file": LM, "find": "go_on = [i for i, text in enumerate(scores) if score_written(text)]",
+     "replace": "go_on = [i for i, text in enumerate(scores)]", "tests": SA,
+     "why": "a score pass that wrote no score is continued as if it had"},
+    {"id": "manager-score-adapter-not-served", "file": RES,
+     "find": "score_backend=make_backend(\"transformers\", model_dir=model_dir, adapter_dir=score_dir) if score_dir else None)",
+     "replace": "score_backend=None)", "tests": SA, "why": "the reviews stage serves the manager without its score adapter"},
+    {"id": "manager-score-adapter-not-evaluated", "file": ST, "find": "if score_backend is None and (score_dir := score_adapter_of(adapter))",
+     "replace": "if False and (score_dir := score_adapter_of(adapter))", "tests": SA,
+     "why": "the gate's evaluation scores with the review adapter: it measures another manager than the one served"},
+    {"id": "manager-score-update-moves-review", "file": ST,
+     "find": "    review_model = build_policy(model_dir, Path(parent_adapter) if parent_adapter else None, gcfg)\n",
+     "replace": "    review_model = score_model\n", "tests": SA,
+     "why": "the score update saves its trained adapter as the review adapter: the hints move with the score"},
+    {"id": "manager-score-update-fresh", "file": ST, "find": "    score_model = build_policy(model_dir, parent_score, gcfg)\n",
+     "replace": "    score_model = build_policy(model_dir, None, gcfg)\n", "tests": SA,
+     "why": "each score update starts a fresh adapter: a chain of score updates forgets all but its last"},
+    {"id": "manager-score-update-reuses-rollouts", "file": ST,
+     "find": "            if json.loads(r[\"metrics\"] or \"{}\").get(\"part\") == manager_rl.SCORE_PART for i in",
+     "replace": "            if False for i in", "tests": SA, "why": "a score update trains again on what earlier ones used"},
+    {"id": "manager-score-update-unbalanced", "file": ST,
+     "find": "    chosen = [rows[i] for i in manager_rl.balanced_indices([f.correct for f in rows])]\n",
+     "replace": "    chosen = rows\n", "tests": SA, "why": "failures outnumber accepted answers in the score's lessons"},
+    {"id": "manager-score-target-untrained", "file": ST, "find": "TrainSample(prompt_ids, ids, 1.0, token_advantages=[1.0] * len(ids),",
+     "replace": "TrainSample(prompt_ids, ids, 1.0, token_advantages=[0.0] * len(ids),", "tests": SA,
+     "why": "the score adapter's demonstrations carry no advantage: it learns nothing"},
+    {"id": "manager-review-update-on-split-manager", "file": ST, "find": "    if score_adapter_of(parent_adapter) is not None:\n        raise",
+     "replace": "    if False:\n        raise", "tests": SA,
+     "why": "a review update trains one adapter for the whole reply of a manager that scores with another"},
 ]

@@ -1,0 +1,72 @@
+"""The score pass alone, on the held-out rollouts ``tentalis manager evaluate`` reviews: what a manager checkpoint's
+score adapter (or, without one, its review adapter) writes after the pre-filled ``{"score": ``, greedily, per class.
+No hint is written and no worker is asked, so it takes a minute where the evaluation takes six: a check of a score
+update before the full evaluation.
+
+Usage: python -m experiments.manager_rl.score_pass --home /work/runs/mgr17-exp m-… [base …]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from collections import Counter
+
+from tentalis_pipelines.inference.base import SamplingParams
+from tentalis_pipelines.inference.models import resolve_model
+from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.policy import PolicySettings
+from tentalis_pipelines.rewards.llm_manager import (
+    SCORE_MAX_NEW_TOKENS,
+    SCORE_STOPS,
+    score_adapter_of,
+    through_stop,
+)
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.stages import manager_training as mt
+from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training import manager_rl, serving
+from tentalis_pipelines.training.manager_rl import ManagerRLConfig
+
+_NUM = re.compile(r"\s*(\d+(?:\.\d+)?)")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--home", required=True)
+    ap.add_argument("--limit", type=int, default=48)
+    ap.add_argument("--eval-accepted", type=int, default=30)
+    ap.add_argument("checkpoints", nargs="+")
+    args = ap.parse_args()
+    paths = Paths.from_env(args.home)
+    lake = Lakehouse(paths.lakehouse)
+    config = ManagerRLConfig(eval_accepted=args.eval_accepted)
+    seen = mt.trained_tasks(lake)
+    rows = mt.collect_failures(lake, heldout=True, config=config, limit=args.limit, exclude_tasks=seen)
+    rows += mt.collect_accepted(lake, heldout=True, config=config, limit=config.eval_accepted, exclude_tasks=seen)
+    policy = PolicySettings(model=os.environ.get("TENTALIS_MODEL", "embedded"))
+    model_dir = resolve_model("embedded", paths.models)
+    for cid in args.checkpoints:
+        adapter = None
+        if cid != serving.BASE:
+            adapter = ckpt.verify_adapter(ckpt.checkpoint_row(lake, cid, table="manager_checkpoints")["adapter_uri"])
+        backend = policy.make_backend(model_dir, score_adapter_of(adapter) or adapter)
+        prompts = mt.manager_prompts(backend, rows)
+        gens = backend.generate(prompts, SamplingParams(num_generations=1, max_new_tokens=SCORE_MAX_NEW_TOKENS, temperature=0.0,
+                                                        stop=SCORE_STOPS))
+        scores = []
+        for g in gens:
+            m = _NUM.match(through_stop(g[0].text, SCORE_STOPS))
+            scores.append(float(m.group(1)) / 10 if m and float(m.group(1)) <= 10 else None)
+        triples = [(s, f.verifier_score, f.correct) for s, f in zip(scores, rows)]
+        by = {flag: Counter("unparseable" if s is None else f"{s:g}" for s, _, ok in triples if ok == flag) for flag in (True, False)}
+        gap = manager_rl.score_separation(triples)
+        print(f"{cid} ({'score adapter' if score_adapter_of(adapter) else 'review adapter'}): "
+              f"{sum(f.correct for f in rows)} accepted {dict(by[True].most_common())}; "
+              f"{sum(not f.correct for f in rows)} failures {dict(by[False].most_common())}; "
+              f"raw gap {'n/a' if gap is None else f'{gap:+.3f}'}, class-balanced error {manager_rl.balanced_score_error(triples):.3f}")
+
+
+if __name__ == "__main__":
+    main()
