@@ -140,7 +140,8 @@ def test_a_score_update_trains_the_score_adapter_on_the_verifiers_scores_and_kee
                               worker=worker, grpo={"device": "cpu"})
     serving.promote(lake, parent["checkpoint_id"], actor="test", reason="the review adapter", role="manager")
     assert score_adapter_of(parent["adapter_uri"]) is None
-    seen = tm.record_trained_samples(monkeypatch)
+    configs = []
+    seen = tm.record_trained_samples(monkeypatch, configs)
     cfg = ManagerRLConfig(**{**tm.CONFIG.as_dict(), "part": "score", "max_failures": 2})
     first = mt.train_manager_score(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), grpo={"device": "cpu"})
 
@@ -154,6 +155,7 @@ def test_a_score_update_trains_the_score_adapter_on_the_verifiers_scores_and_kee
         (tok(p, add_special_tokens=False)["input_ids"], tok(t, add_special_tokens=False)["input_ids"])
         for p, t in zip(prompts, [f"{round(10 * f.verifier_score)}," for f in fails] + ["10,", "10,"])]
     assert all(s.token_advantages == [1.0] * len(s.completion_ids) and s.old_logps is None for s in seen)
+    assert configs[0].old_logprobs == "current"  # demonstrations: every step against the policy as it is
     assert sorted(first["trajectory_ids"]) == sorted(f.rollout_id for f in taught) and first["parent_id"] == parent["checkpoint_id"]
     m = json.loads(first["metrics"])
     assert (m["part"], m["failures"], m["accepted"], m["score_adapter_parent"]) == ("score", 2, 2, None)

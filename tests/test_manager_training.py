@@ -547,7 +547,8 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
     lake.write_batch("rollouts", batch_id, ro)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, tok = scripted_backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
-    seen = record_trained_samples(monkeypatch)
+    configs = []
+    seen = record_trained_samples(monkeypatch, configs)
     cfg = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "score_targets": "verifier", "success_share": 1.0})
     row = mt.train_manager(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), manager_backend=manager, worker=worker,
                            grpo={"device": "cpu"})
@@ -570,3 +571,5 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
     assert all(r["score_advantage"] == 0.0 for r in lake.read("manager_samples").to_pylist())
     m = json.loads(row["metrics"])
     assert (m["hint_demonstrations"], m["score_demonstrations"], m["score_targets"]) == (len(failures), 4, "verifier")
+    # Demonstrations, at ratio 1 every step: against the pre-update policy the class that gains first takes all.
+    assert (configs[0].loss_type, configs[0].old_logprobs) == ("cispo", "current")

@@ -164,6 +164,30 @@ def test_later_steps_of_a_batch_see_the_pre_update_policy_as_old(tiny_model_dir)
     assert res.history[1]["clip_fraction"] > 0.0, res.history
 
 
+def test_current_old_logprobs_keep_every_step_on_policy(tiny_model_dir):
+    """``old_logprobs='current'``: the same two steps as above, each against the policy as it is then (drift 0,
+    nothing clipped), and the second step's loss is that policy's weighted log-likelihood: for CISPO at ratio 1,
+    -sum(A * log p) over the step's tokens / their count (checked by a forward pass after the first step)."""
+    tok = _tok(tiny_model_dir)
+    model = _perturbed_policy(tiny_model_dir)
+    _, samples = _group(tok)
+    seen = {}
+    cfg = GRPOConfig(loss_type="cispo", beta=0.0, learning_rate=1e-2, per_step_rows=4, old_logprobs="current", shuffle=False, **F32)
+
+    def on_step(rec):  # the policy after the first step: what the second step's ratio is against
+        if rec["step"] == 0:
+            with torch.inference_mode():
+                seen["lp"] = completion_logps(model, pack_samples(samples[4:], tok.pad_token_id, "cpu"))
+
+    res = train_grpo(model, tok, samples, cfg, on_step=on_step)
+    assert [h["policy_drift"] for h in res.history] == [0.0, 0.0] and res.history[1]["clip_fraction"] == 0.0
+    lp, rows = seen["lp"], samples[4:]
+    want = -sum(float(s.advantage * lp[i, : len(s.completion_ids)].sum()) for i, s in enumerate(rows)) / sum(len(s.completion_ids) for s in rows)
+    assert res.history[1]["loss"] == pytest.approx(want, rel=1e-4)
+    with pytest.raises(ValueError, match="old_logprobs"):
+        GRPOConfig(old_logprobs="stale")
+
+
 def test_step_sizes_by_hand():
     assert step_sizes(70, 64) == [35, 35] and step_sizes(65, 64) == [33, 32] and step_sizes(128, 64) == [64, 64]
     assert step_sizes(7, 3) == [3, 2, 2] and step_sizes(3, 64) == [3] and step_sizes(64, 64) == [64] and step_sizes(0, 4) == []

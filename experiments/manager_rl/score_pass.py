@@ -37,14 +37,17 @@ def main() -> None:
     ap.add_argument("--home", required=True)
     ap.add_argument("--limit", type=int, default=48)
     ap.add_argument("--eval-accepted", type=int, default=30)
+    ap.add_argument("--training-side", action="store_true", help="the training side's rollouts instead (what a score "
+                    "update learned from: memorised or learned?)")
     ap.add_argument("checkpoints", nargs="+")
     args = ap.parse_args()
     paths = Paths.from_env(args.home)
     lake = Lakehouse(paths.lakehouse)
     config = ManagerRLConfig(eval_accepted=args.eval_accepted)
-    seen = mt.trained_tasks(lake)
-    rows = mt.collect_failures(lake, heldout=True, config=config, limit=args.limit, exclude_tasks=seen)
-    rows += mt.collect_accepted(lake, heldout=True, config=config, limit=config.eval_accepted, exclude_tasks=seen)
+    held = not args.training_side
+    seen = mt.trained_tasks(lake) if held else set()
+    rows = mt.collect_failures(lake, heldout=held, config=config, limit=args.limit, exclude_tasks=seen)
+    rows += mt.collect_accepted(lake, heldout=held, config=config, limit=config.eval_accepted, exclude_tasks=seen)
     policy = PolicySettings(model=os.environ.get("TENTALIS_MODEL", "embedded"))
     model_dir = resolve_model("embedded", paths.models)
     for cid in args.checkpoints:

@@ -277,8 +277,9 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                          "max_completion_length": config.max_new_tokens, "temperature": config.temperature,
                          "per_step_rows": config.per_step_rows or len(rewards), "dtype": policy.dtype,
                          # CISPO caps the importance weight but keeps every token's gradient: a demonstration's
-                         # unlikely tokens (a sampled plan) are not clipped out after the first step.
-                         **({"loss_type": "cispo"} if best_of_n else {}), **(grpo or {})})
+                         # unlikely tokens (a sampled plan) are not clipped out after the first step; and each step at
+                         # ratio 1, so a demonstration the model moves away from keeps its weight (round 17).
+                         **({"loss_type": "cispo", "old_logprobs": "current"} if best_of_n else {}), **(grpo or {})})
     scale = gcfg.trajectory_settings()["scale_rewards"]
     if best_of_n:  # rejection-sampling fine-tuning: the chosen reviews' tokens, advantage 1; the rest untrained
         chosen = [w for group in manager_rl.best_of_n_selection(outcomes, [f.correct for f in failures], reward=config.reward,
@@ -414,7 +415,11 @@ def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, c
         samples.append(TrainSample(prompt_ids, ids, 1.0, token_advantages=[1.0] * len(ids), temperature=1.0))
     gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
                          "max_completion_length": SCORE_MAX_NEW_TOKENS, "temperature": 1.0, "dtype": policy.dtype,
-                         "per_step_rows": config.per_step_rows or len(samples), "loss_type": "cispo", **(grpo or {})})
+                         "per_step_rows": config.per_step_rows or len(samples), "loss_type": "cispo",
+                         # Demonstrations, never sampled: each step against the policy as it is (ratio 1). Against the
+                         # pre-update policy the weight of every target the model moves away from shrinks, and the
+                         # class that gains first takes all (round 17: `1,` for every rollout, 34 nats over `10,`).
+                         "old_logprobs": "current", **(grpo or {})})
     parent_score = score_adapter_of(parent_adapter)
     score_model = build_policy(model_dir, parent_score, gcfg)
     result = train_grpo(score_model, tok, samples, gcfg)

@@ -9,7 +9,11 @@
   it takes more (``per_step_rows`` smaller than the batch, or ``num_iterations > 1``) one no-grad pass
   *before the first update* fixes them, so later steps see a real importance ratio and the clip binds.
   ``old_logprobs='sampling'`` uses the per-token log-probs stored at sampling time instead (always,
-  also for a single step: it corrects any generation/training mismatch);
+  also for a single step: it corrects any generation/training mismatch); ``old_logprobs='current'`` takes the
+  policy's own at every step (ratio 1, nothing clipped or capped): for demonstrations that were never sampled
+  (the manager's score targets), where a ratio against the pre-update policy shrinks the weight of every
+  demonstration the model moves away from, so over many steps the class that gains first takes all
+  (experiments/manager_rl, round 17);
 * the optimizer (AdamW moments and step counts) and the global step of the LR schedule are returned
   in ``TrainResult.state`` and saved with each checkpoint (``trainer_state.pt``), so a chain of
   learning cycles trains like one long run instead of restarting Adam from zero every cycle;
@@ -47,7 +51,7 @@ warnings.filterwarnings("ignore", message=r".*is_gradient_checkpointing.*", cate
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 TRAINER_STATE_FILE = "trainer_state.pt"
-OLD_LOGPROBS = ("recompute", "sampling")
+OLD_LOGPROBS = ("recompute", "sampling", "current")
 SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
 GUIDE_IMPORTANCE = ("clip", "shaping")
@@ -74,7 +78,8 @@ class GRPOConfig:
     epsilon_high: float | None = config_field(None, "upper clip (default: epsilon, DAPO's 0.28, GSPO's 4e-4)")
     importance_sampling_level: str | None = config_field(None, "token | sequence (default: sequence for gspo, else token)")
     num_iterations: int = config_field(1, "updates per batch of rollouts (TRL's mu)")
-    old_logprobs: str = config_field("recompute", "recompute (one pre-update pass) | sampling (the per-token log-probs stored at sampling time)")
+    old_logprobs: str = config_field("recompute", "recompute (one pre-update pass) | sampling (the per-token log-probs stored at "
+                                     "sampling time) | current (the policy's own at each step: ratio 1, for demonstrations)")
     learning_rate: float = config_field(2e-4, "AdamW learning rate of the LoRA parameters")
     lr_scheduler_type: str = config_field("constant", "constant | linear | cosine")
     warmup_ratio: float = config_field(0.0, "warm-up as a fraction of max_steps")
@@ -506,6 +511,7 @@ def _fixed_logps(model, mb: list[TrainSample], config: GRPOConfig, pad_id: int, 
     out: dict = {"ref": None, "old": None, "behaviour": guided_behaviour_logps(mb, batch["completion_len"], device)}
     if config.old_logprobs == "sampling":
         out["old"] = _stored_old_logps(mb, batch["completion_len"], device)
+    needs_old = needs_old and config.old_logprobs != "current"  # current: the loop's own detached log-probs
     if config.beta == 0.0 and (out["old"] is not None or not needs_old):
         return out
     dtype = resolve_dtype(config.dtype, device)

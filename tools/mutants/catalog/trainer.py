@@ -109,4 +109,8 @@ MUTANTS += [
      "find": "    sizes = step_sizes(len(order), config.per_step_rows)\n",
      "replace": "    sizes = [len(order)]\n", "tests": ["tests/test_trainer.py"],
      "why": "every batch takes one step whatever per_step_rows says"},
+    {"id": "old-current-ignored", "file": T,
+     "find": "    needs_old = needs_old and config.old_logprobs != \"current\"  # current: the loop's own detached log-probs\n",
+     "replace": "", "tests": TT,
+     "why": "old_logprobs='current' still fixes the pre-update log-probs: demonstrations lose weight as the model leaves them"},
 ]
