@@ -229,6 +229,18 @@ def _versions(lake: Lakehouse) -> dict[str, int | None]:
     return {t: v for t, v in lineage.table_versions(lake).items() if t in ("rollouts", "reviews", "tasks", "step_scores")}
 
 
+def record_manager_checkpoint(lake: Lakehouse, manifest: dict, path: Path, algorithm: str, rollouts: list[Failure],
+                              metrics: dict, created) -> dict[str, Any]:
+    """Append and return the ``manager_checkpoints`` row of a saved manager checkpoint (its lineage already
+    written): the rollouts it learned from, its metrics, not promoted."""
+    row = {"checkpoint_id": manifest["checkpoint_id"], "parent_id": manifest["parent_id"], "base_model": manifest["base_model"],
+           "adapter_uri": path.as_posix(), "algorithm": algorithm, "config": json.dumps(manifest["config"], default=str),
+           "trained_on": manifest["batches"], "trajectory_ids": sorted(f.rollout_id for f in rollouts),
+           "trajectory_count": len(rollouts), "metrics": json.dumps(metrics, default=str), "promoted": False, "created_at": created}
+    lake.append("manager_checkpoints", [row])
+    return row
+
+
 def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, *, manager_model: str,
                   batch_ids: list[str] | None = None, manager_backend=None, worker=None, grpo: dict | None = None) -> dict[str, Any]:
     """One GRPO update of the serving manager on the training side's failures; returns the new
@@ -363,12 +375,7 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     lake.append("lineage", lineage.manager_lineage_rows(manifest))  # before the checkpoint row, as for the worker
     path = ckpt.save_adapter(model, paths.checkpoints / "managers", checkpoint_id,
                              extra=lambda folder: lineage.write_manifest_file(folder, manifest))
-    row = {"checkpoint_id": checkpoint_id, "parent_id": manifest["parent_id"], "base_model": manager_model,
-           "adapter_uri": path.as_posix(), "algorithm": gcfg.loss_type, "config": json.dumps(manifest["config"], default=str),
-           "trained_on": manifest["batches"], "trajectory_ids": sorted(f.rollout_id for f in failures),
-           "trajectory_count": len(failures), "metrics": json.dumps(metrics, default=str), "promoted": False, "created_at": created}
-    lake.append("manager_checkpoints", [row])
-    return row
+    return record_manager_checkpoint(lake, manifest, path, gcfg.loss_type, failures, metrics, created)
 
 
 def score_trained_rollouts(lake: Lakehouse) -> set[str]:
@@ -447,12 +454,7 @@ def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, c
         lineage.write_manifest_file(folder, manifest)
 
     path = ckpt.save_adapter(review_model, paths.checkpoints / "managers", checkpoint_id, extra=extra)
-    row = {"checkpoint_id": checkpoint_id, "parent_id": manifest["parent_id"], "base_model": manager_model,
-           "adapter_uri": path.as_posix(), "algorithm": gcfg.loss_type, "config": json.dumps(manifest["config"], default=str),
-           "trained_on": manifest["batches"], "trajectory_ids": sorted(f.rollout_id for f in chosen),
-           "trajectory_count": len(chosen), "metrics": json.dumps(metrics, default=str), "promoted": False, "created_at": created}
-    lake.append("manager_checkpoints", [row])
-    return row
+    return record_manager_checkpoint(lake, manifest, path, gcfg.loss_type, chosen, metrics, created)
 
 
 def evaluate_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config: ManagerRLConfig, checkpoint_id: str, *,
