@@ -17,6 +17,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from tentalis_pipelines import audit, lineage
@@ -414,10 +415,10 @@ def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, c
     worker_version, _ = serving.serving_policy(lake)
     model_dir = resolve_model(manager_model, paths.models)
     tok = AutoTokenizer.from_pretrained(model_dir)
-    mgr = LLMManager(type("_Tokenizer", (), {"tokenizer": tok})())
     samples = []
-    for f in chosen:  # the verifier's score after the pre-filled prompt, every token a demonstration
-        prompt_ids = tok(mgr.prompt(f.task_prompt, f.completion, f.review_input), add_special_tokens=False)["input_ids"]
+    # The verifier's score after the manager's exact prompt (pre-filled up to the score), every token a demonstration.
+    for f, prompt in zip(chosen, manager_prompts(SimpleNamespace(tokenizer=tok), chosen)):
+        prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
         ids = tok(manager_rl.score_target_text(f.verifier_score), add_special_tokens=False)["input_ids"]
         samples.append(TrainSample(prompt_ids, ids, 1.0, token_advantages=[1.0] * len(ids), temperature=1.0))
     gcfg = GRPOConfig(**{"learning_rate": config.learning_rate, "num_iterations": config.num_iterations, "seed": config.seed,
