@@ -16,8 +16,12 @@ from other homes (round 4's trained arm is ``mgr4-trained-sS`` beside round 3's 
 Round 11 (``--csv F``): also each arm's held-out counts per seed and cycle, one row each (arm, seed, cycle, n, correct),
 and beside it (``F`` with ``.png``) each seed's two curves.
 
+Round 18 (``--items F``): also every arm's held-out answers item by item (arm, seed, cycle, item, correct), so a
+later session can pair against a committed arm whose home is gone (``--from-items F``: an arm and seed found there is
+read from it instead of its home).
+
 Usage: python -m experiments.manager_rl.round2_workers [--runs /work/runs] [--seeds 0] [--prefix mgr2] [--arm trained]
-       [--against base] [--per-seed] [--runs-level] [--trained-prefix P] [--csv F]
+       [--against base] [--per-seed] [--runs-level] [--trained-prefix P] [--csv F] [--items F] [--from-items F]
 """
 
 from __future__ import annotations
@@ -37,6 +41,29 @@ def curve(home: Path) -> list[dict[str, bool]]:
     lake = Lakehouse(home / "lakehouse")
     ckpts = [c["checkpoint_id"] for c in sorted(lake.read("checkpoints").to_pylist(), key=lambda r: r["created_at"])]
     return [item_correctness(lake, c, "arithmetic") for c in ["base", *ckpts]]
+
+
+def read_items(path: Path) -> dict[tuple[str, int], list[dict[str, bool]]]:
+    """Curves written by ``--items``: (arm, seed) -> per cycle, item -> correct."""
+    out: dict[tuple[str, int], list[dict[str, bool]]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            per_cycle = out.setdefault((r["arm"], int(r["seed"])), [])
+            k = int(r["cycle"])
+            per_cycle.extend({} for _ in range(k + 1 - len(per_cycle)))
+            per_cycle[k][r["item"]] = r["correct"] == "1"
+    return out
+
+
+def write_items(path: Path, curves: dict[tuple[str, int], list[dict[str, bool]]]) -> None:
+    """Every (arm, seed, cycle, item, correct) of ``curves``, keyed by arm name."""
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["arm", "seed", "cycle", "item", "correct"])
+        for (arm, s), per_cycle in sorted(curves.items()):
+            for k, items in enumerate(per_cycle):
+                for item in sorted(items):
+                    w.writerow([arm, s, k, item, int(bool(items[item]))])
 
 
 def two_level_bootstrap(pairs: dict[int, tuple[list[float], list[float]]], *, n_boot: int = 4000,
@@ -87,10 +114,19 @@ def main() -> None:
     ap.add_argument("--runs-level", action="store_true", help="also the last cycle's two-level (seed, item) bootstrap")
     ap.add_argument("--trained-prefix", default=None, help="the compared arm's home prefix (default: --prefix)")
     ap.add_argument("--csv", default=None, help="write each arm's held-out counts per seed and cycle here")
+    ap.add_argument("--items", default=None, help="write each arm's held-out answers item by item here")
+    ap.add_argument("--from-items", default=None, help="read an arm and seed found in this --items file from it")
     a = ap.parse_args()
     runs, seeds = Path(a.runs), [int(s) for s in a.seeds.split(",")]
-    curves = {("base", s): curve(runs / f"{a.prefix}-{a.against}-s{s}") for s in seeds}
-    curves |= {("trained", s): curve(runs / f"{a.trained_prefix or a.prefix}-{a.arm}-s{s}") for s in seeds}
+    stored = read_items(Path(a.from_items)) if a.from_items else {}
+
+    def arm_curve(arm: str, prefix: str, s: int) -> list[dict[str, bool]]:
+        return stored[(arm, s)] if (arm, s) in stored else curve(runs / f"{prefix}-{arm}-s{s}")
+
+    curves = {("base", s): arm_curve(a.against, a.prefix, s) for s in seeds}
+    curves |= {("trained", s): arm_curve(a.arm, a.trained_prefix or a.prefix, s) for s in seeds}
+    if a.items:
+        write_items(Path(a.items), {((a.against if k == "base" else a.arm), s): v for (k, s), v in curves.items()})
     cycles = min(len(v) for v in curves.values())
     if a.csv:
         with open(a.csv, "w", newline="") as f:
