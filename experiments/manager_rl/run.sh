@@ -7,6 +7,8 @@
 # Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
 # failure), GENERATIONS (reviews per failure), MANAGER_TEMPERATURE (its sampling temperature in training), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, GUIDE_FORMAT (round 10: tagged), HINT_PREFIX (review.hint_prefix,
 # the same in the manager's training, its evaluation and the worker's runs).
+# GATE_LIMIT: held-out items per evaluation in the worker's runs (default 64; round 18: 512 separates item noise from
+# the run-to-run spread).
 set -euo pipefail
 RUNS=${RUNS:-/work/runs}
 CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
@@ -40,6 +42,6 @@ case "$1" in
     # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
     if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
     $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" --hint-prefix "${HINT_PREFIX:-}" \
-      ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT} ;;
+      ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT} ${GATE_LIMIT:+--gate-limit $GATE_LIMIT} ;;
   *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
 esac
