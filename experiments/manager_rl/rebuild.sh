@@ -10,12 +10,7 @@
 # SCORE_FAILURES (as many failures as accepted answers are found, at most this: 142, round 17's), FROM_STEP (1; 3 skips
 # the hint updates: the home's newest manager is the round-14 rebuild).
 set -euo pipefail
-RUNS=${RUNS:-/work/runs}
-CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-unset DAGSTER_HOME
-T="$PY -m tentalis_pipelines.cli"
+source "$(dirname "$0")/env.sh"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr18}-exp
 NEWEST="$PY -m experiments.manager_rl.newest $TENTALIS_HOME --role manager"
 cd "$CODE"

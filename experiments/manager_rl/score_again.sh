@@ -4,12 +4,7 @@
 # hint manager $PARENT served, then `tentalis manager train --part score` with $ITERATIONS passes at $LR. Prints the new
 # manager checkpoint. Settings: FROM (mgr18), PREFIX (mgr18b), DROP, PARENT, ITERATIONS (4), LR (5e-4)
 set -euo pipefail
-RUNS=${RUNS:-/work/runs}
-CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-unset DAGSTER_HOME
-T="$PY -m tentalis_pipelines.cli"
+source "$(dirname "$0")/env.sh"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr18b}-exp
 cd "$CODE"
 rm -rf "$TENTALIS_HOME"; cp -a "$RUNS/${FROM:-mgr18}-exp" "$TENTALIS_HOME"

@@ -10,12 +10,7 @@
 # harvest and update on top of PARENT, promoted first: a chain's last update is not promoted, e.g. CONTINUE=1
 # PARENT=m-725aca102271 FIRST_SEED=14 HARVESTS=1 UPDATES=1 for a third update)
 set -euo pipefail
-RUNS=${RUNS:-/work/runs}
-CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-unset DAGSTER_HOME
-T="$PY -m tentalis_pipelines.cli"
+source "$(dirname "$0")/env.sh"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr15}-exp
 cd "$CODE"
 if [ -z "${CONTINUE:-}" ]; then

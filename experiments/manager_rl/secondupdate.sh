@@ -7,12 +7,7 @@
 # score targets (round 8c: a second verifier-score update made the scores separate). Prints the new manager checkpoint.
 # Settings: FROM (mgr13), PREFIX (mgr14), PARENT (m-0934c0870c90), HARVEST_SEED (2), FAILURES (48), BAR (0.881)
 set -euo pipefail
-RUNS=${RUNS:-/work/runs}
-CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
-unset DAGSTER_HOME
-T="$PY -m tentalis_pipelines.cli"
+source "$(dirname "$0")/env.sh"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr14}-exp
 cd "$CODE"
 rm -rf "$TENTALIS_HOME"; cp -a "$RUNS/${FROM:-mgr13}-exp" "$TENTALIS_HOME"

@@ -8,12 +8,8 @@
 # Settings: PREFIX (mgr13), HARVESTS (harvest runs of 64 tasks, 1), FAILURES (48), BAR (0.5), SKIP_HARVEST=1 (the home's
 # harvest is kept: the update alone)
 set -euo pipefail
-RUNS=${RUNS:-/work/runs}
-CODE=${CODE:-$(cd "$(dirname "$0")/../.." && pwd)}
-PY=${PY:-/work/main/.venv/bin/python}
-export PYTHONPATH=$CODE TENTALIS_DATA_DIR=${TENTALIS_DATA_DIR:-/work/shared/data} MKL_NUM_THREADS=1 OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
-unset DAGSTER_HOME
-T="$PY -m tentalis_pipelines.cli"
+export OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+source "$(dirname "$0")/env.sh"
 export TENTALIS_HOME=$RUNS/${PREFIX:-mgr13}-exp
 cd "$CODE"
 if [ -z "${SKIP_HARVEST:-}" ]; then
