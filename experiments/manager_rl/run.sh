@@ -3,7 +3,7 @@
 # worker, gate it against the untrained one, then guided learning with each manager's hints.
 #   phase manager  : harvest failures (3 x 64 level-1 tasks x 4 samples), evaluate base, train, evaluate, gate
 #   phase worker   : tentalis learn --method guide --manager llm, seeds 0 and 1, untrained vs trained manager
-# Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore). Homes under $RUNS (default /work/runs).
+# Usage: run.sh manager | run.sh worker ARM SEED   (ARM = base | trained | noscore | verifier). Homes under $RUNS (default /work/runs).
 # Settings: PREFIX (homes $RUNS/$PREFIX-*, default mgr), UPDATES, REWARD (rescue | dense), SHARE (accepted rollouts per
 # failure), GENERATIONS (reviews per failure), MANAGER_TEMPERATURE (its sampling temperature in training), SKIP_BASE=1 (the home's untrained manager is already evaluated), MANAGER, CYCLES, GUIDE_FORMAT (round 10: tagged), HINT_PREFIX (review.hint_prefix,
 # the same in the manager's training, its evaluation and the worker's runs).
@@ -41,7 +41,10 @@ case "$1" in
     if [ "$ARM" = trained ]; then $PY -m experiments.manager_rl.register --source $RUNS/${PREFIX:-mgr}-exp --target $H ${MANAGER:+--checkpoint $MANAGER}; fi
     # noscore: the untrained manager's hints, its scores out of the worker's reward (round 3's control)
     if [ "$ARM" = noscore ]; then W='{"manager": 0}'; else W='{}'; fi
-    $T learn --cycles ${CYCLES:-6} --method guide --manager llm --seed $SEED --reward-weights "$W" --hint-prefix "${HINT_PREFIX:-}" \
+    # verifier: the rule-based manager (exact scores, the task's expression or the first wrong step as the hint), the
+    # best manager this task can have (round 19's ceiling); the hint prefix is the llm manager's only
+    if [ "$ARM" = verifier ]; then WHO=(--manager verifier); else WHO=(--manager llm --hint-prefix "${HINT_PREFIX:-}"); fi
+    $T learn --cycles ${CYCLES:-6} --method guide "${WHO[@]}" --seed $SEED --reward-weights "$W" \
       ${GUIDE_FORMAT:+--guide-answer-format $GUIDE_FORMAT} ${GATE_LIMIT:+--gate-limit $GATE_LIMIT} ;;
-  *) echo "usage: run.sh harvest | manager | worker base|trained SEED" >&2; exit 2 ;;
+  *) echo "usage: run.sh harvest | manager | worker base|trained|noscore|verifier SEED" >&2; exit 2 ;;
 esac
