@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 EMBEDDED = "embedded"
@@ -37,10 +38,36 @@ def embedded_gguf() -> Path:
     return path
 
 
+def _converted(folder: Path) -> bool:
+    return (folder / "config.json").exists() and any(folder.glob("*.safetensors"))
+
+
+def publish_folder(tmp: Path, target: Path, complete: Callable[[Path], bool]) -> Path:
+    """Move the freshly written folder ``tmp`` to ``target`` in one rename, so a reader sees the whole
+    folder or none of it. Two first uses at once (two Dagster steps, two CLI runs on a new home) both
+    write a copy: the one renamed first wins, and the later one drops its own copy and keeps the winner,
+    never deleting a folder another process may be loading. A ``target`` that is there but not
+    ``complete`` (left by an interrupted older write) is set aside first."""
+    try:
+        os.replace(tmp, target)
+        return target
+    except OSError:  # the target exists and is not empty
+        if not target.is_dir():
+            raise
+        if complete(target):
+            shutil.rmtree(tmp, ignore_errors=True)
+            return target
+    stale = target.with_name(f".{target.name}.stale-{os.getpid()}")
+    os.replace(target, stale)
+    shutil.rmtree(stale, ignore_errors=True)
+    os.replace(tmp, target)
+    return target
+
+
 def convert_embedded(models_dir: Path) -> Path:
     """Convert the embedded GGUF to a safetensors folder once; return the folder."""
     target = models_dir / EMBEDDED_NAME
-    if (target / "config.json").exists() and any(target.glob("*.safetensors")):
+    if _converted(target):
         return target
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -57,9 +84,7 @@ def convert_embedded(models_dir: Path) -> Path:
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
-    os.replace(tmp, target)
-    return target
+    return publish_folder(tmp, target, _converted)
 
 
 def resolve_model(name_or_path: str, models_dir: Path) -> Path:
@@ -102,5 +127,4 @@ def build_tiny_llama(tokenizer_dir: Path, target: Path, *, seed: int = 0, hidden
     shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
-    os.replace(tmp, target)
-    return target
+    return publish_folder(tmp, target, lambda f: (f / "config.json").exists())
