@@ -22,8 +22,8 @@ def instance():
 
 
 @pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+def tok(embedded_model_dir):
+    return AutoTokenizer.from_pretrained(embedded_model_dir)  # the tiny model's tokenizer is this one
 
 
 def _evaluate(instance, home, cursor=None, *, launch=True, review=None):
