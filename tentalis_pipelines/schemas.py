@@ -458,10 +458,13 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("batch_id", pa.string(), "the batch of the failed rollout"),
             col("rollout_id", pa.string(), "the failed rollout the manager reviewed (rollouts.rollout_id)"),
             col("task_id", pa.string(), "its task"),
-            col("sample_index", pa.int32(), "0..num_generations-1: which of the group's sampled reviews"),
+            col("sample_index", pa.int32(), "0..num_generations-1: which of the group's sampled reviews; num_generations: a proposal"),
             col("manager_version", pa.string(), "the manager checkpoint that sampled the review, or 'base'"),
+            col("proposer", pa.string(), "who wrote the hint: 'manager' (sampled by manager_version) or the reviewer whose "
+                "hint was offered beside the samples (ManagerRLConfig.hint_proposals, e.g. 'verifier'; its sample_index is "
+                "num_generations)"),
             col("worker_version", pa.string(), "the worker checkpoint whose rescue measured the hint, or 'base'"),
-            col("review_text", pa.string(), "the manager's reply as generated"),
+            col("review_text", pa.string(), "the manager's reply as generated (a proposal: written after its context reply)"),
             col("score", pa.float64(), "the score it gave, in [0, 1] (null: unparseable)"),
             col("hint", pa.string(), "the hint it wrote"),
             col("hint_decision", pa.string(), "the OPD hint screen: used | no_hint | trivial | leaks_answer"),

@@ -573,3 +573,79 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
     assert (m["hint_demonstrations"], m["score_demonstrations"], m["score_targets"]) == (len(failures), 4, "verifier")
     # Demonstrations, at ratio 1 every step: against the pre-update policy the class that gains first takes all.
     assert (configs[0].loss_type, configs[0].old_logprobs) == ("cispo", "current")
+
+
+
+def rescued_by(hints):
+    """A worker right when the plan hint or any of ``hints`` is in its context, wrong otherwise."""
+    def reply(prompt, j):
+        return worker_reply(prompt + " Add the two numbers" if any(h in prompt for h in hints) else prompt, j)
+    return reply
+
+
+def proposal_setup(lake, tiny_model_dir, manager_reply):
+    from transformers import AutoTokenizer
+
+    train_side = mt.collect_failures(lake, heldout=False, config=CONFIG)
+    proposals = {f.rollout_id: manager_rl.proposed_hint(f.review_input, "verifier") for f in train_side}
+    assert all(proposals.values())  # every failure has a verifier hint to propose
+    tok = AutoTokenizer.from_pretrained(tiny_model_dir)
+    manager = Scripted(tiny_model_dir, tok, manager_reply)
+    worker = Scripted(tiny_model_dir, tok, rescued_by(set(proposals.values())))
+    return train_side, proposals, manager, worker, tok
+
+
+PROPOSING = ManagerRLConfig(**{**CONFIG.as_dict(), "update": "best_of_n", "hint_proposals": "verifier"})
+
+
+def test_verifier_hint_proposals_train_the_proposal_where_it_alone_rescues(lake_with_failures, tiny_model_dir, monkeypatch):
+    """``hint_proposals = "verifier"``: each failure's group gains the verifier's hint (row ``proposer`` =
+    'verifier', index num_generations), measured like the sampled ones. Where only the proposal rescues
+    (3 of 3, value 1 against the generic hints' 0), it is the demonstration: its tokens and the closing
+    quote, after the manager's prompt, the first sampled reply that parsed up to its hint's key and the hint
+    bridge; every token advantage 1; no sampling log-probs."""
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    # the first sampled review does not parse: the proposal follows the second (GENERIC), the first that does
+    train_side, proposals, manager, worker, tok = proposal_setup(lake, tiny_model_dir, lambda p, j: GENERIC if j else "no review")
+    seen = record_trained_samples(monkeypatch)
+    row = mt.train_manager(lake, paths, policy, PROPOSING, manager_model=str(tiny_model_dir), manager_backend=manager,
+                           worker=worker, grpo={"device": "cpu"})
+    prompts = dict(zip([f.rollout_id for f in train_side], mt.manager_prompts(manager, train_side)))
+    body = ' 9, "critique": "Fine."'  # GENERIC up to its hint's key: where the manager writes a hint
+    want = sorted((tok(prompts[f.rollout_id] + body + ', "hint": "', add_special_tokens=False)["input_ids"],
+                   tok(proposals[f.rollout_id] + '"', add_special_tokens=False)["input_ids"]) for f in train_side)
+    assert sorted((s.prompt_ids, s.completion_ids) for s in seen) == want
+    assert all(s.old_logps is None and s.token_advantages == [1.0] * len(s.completion_ids) for s in seen)
+    rows = lake.read("manager_samples").to_pylist()
+    assert {(r["sample_index"], r["proposer"], r["advantage"], r["rescued"]) for r in rows} == {
+        (0, "manager", 0.0, 0), (1, "manager", 0.0, 0), (2, "verifier", 1.0, 3)}
+    assert {r["hint"] for r in rows if r["proposer"] == "verifier"} == set(proposals.values())
+    m = json.loads(row["metrics"])
+    assert (m["proposals_offered"], m["proposal_demonstrations"], m["hint_demonstrations"]) == (len(train_side),) * 3
+    # the manager's own reviews alone: every failure counted once, none of their hints usable
+    assert (m["failures"], m["usable_hint_share"], m["unparseable"]) == (len(train_side), 0.0, len(train_side))
+
+
+def test_a_tie_goes_to_the_managers_own_hint_and_the_proposal_trains_nothing(lake_with_failures, tiny_model_dir, monkeypatch):
+    paths, lake, _ = lake_with_failures
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    train_side, proposals, manager, worker, tok = proposal_setup(lake, tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
+    seen = record_trained_samples(monkeypatch)
+    row = mt.train_manager(lake, paths, policy, PROPOSING, manager_model=str(tiny_model_dir), manager_backend=manager,
+                           worker=worker, grpo={"device": "cpu"})
+    good_ids = tok(GOOD, add_special_tokens=False)["input_ids"]
+    assert len(seen) == len(train_side) and all(s.completion_ids == good_ids for s in seen)
+    rows = lake.read("manager_samples").to_pylist()
+    assert {(r["sample_index"], r["proposer"], r["advantage"], r["rescued"]) for r in rows} == {
+        (0, "manager", 0.0, 0), (1, "manager", 1.0, 3), (2, "verifier", 0.0, 3)}
+    m = json.loads(row["metrics"])
+    assert (m["proposals_offered"], m["proposal_demonstrations"], m["hint_demonstrations"]) == (len(train_side), 0, len(train_side))
+
+
+@pytest.mark.parametrize("change, match", [({"update": "grpo"}, "use it with update = 'best_of_n'"),
+                                            ({"hint_prefix": "First compute"}, "set hint_prefix to ''"),
+                                            ({"hint_proposals": "teacher"}, "hint_proposals 'teacher' is unknown")])
+def test_hint_proposals_refuse_settings_they_cannot_train_with(change, match):
+    with pytest.raises(ValueError, match=match):
+        ManagerRLConfig(**{**PROPOSING.as_dict(), **change})

@@ -66,6 +66,9 @@ def train(
                                "each failure's best hint (above --best-min-value) and on class-balanced accurate scores."),
     score_targets: str = typer.Option("sampled", help="best_of_n: what teaches the score: sampled (the sampled score nearest "
                                       "the verifier's) | verifier (the verifier's score itself, as many failures as accepted answers)."),
+    hint_proposals: str = typer.Option("none", help="best_of_n: none | verifier (the verifier's hint for each failure is "
+                                       "offered beside the sampled reviews and trained when the reward ranks it first; needs "
+                                       "--hint-prefix '')."),
     best_min_value: float = typer.Option(0.5, help="best_of_n: a hint is trained on only when its value exceeds this "
                                          "(0.5: a positive dense gain)."),
     num_iterations: int = typer.Option(1, min=1, help="Passes over an update's sampled reviews."),
@@ -94,7 +97,7 @@ def train(
                                credit=credit, success_share=success_share, hint_prefix=hint_prefix, temperature=manager_temperature,
                                update=update, best_min_value=best_min_value, num_iterations=num_iterations,
                                per_step_rows=per_step_rows, accepted_per_task=accepted_per_task,
-                               score_targets=score_targets, split_seed=split_seed, part=part)
+                               score_targets=score_targets, split_seed=split_seed, part=part, hint_proposals=hint_proposals)
     for u in range(updates):
         try:
             if config.part == "score":
@@ -113,7 +116,9 @@ def train(
                           f"reward {m['reward_mean']:+.3f}, usable hints {m['usable_hint_share']:.0%}, rescue {m['rescue_rate']}, "
                           f"score error {m['score_error']:.3f}"
                           + (f", demonstrations {m['hint_demonstrations']} hints and {m['score_demonstrations']} scores"
-                             if m.get("update") == "best_of_n" else ""))
+                             if m.get("update") == "best_of_n" else "")
+                          + (f" ({m['proposal_demonstrations']} of the hints the {m['hint_proposals']}'s, of "
+                             f"{m['proposals_offered']} it proposed)" if m.get("hint_proposals", "none") != "none" else ""))
         if config.part != "score" and (short := accepted_shortfall(m, success_share)) is not None:
             console.print(f"[yellow]warning[/]: {short}")
         if u + 1 < updates:  # chain: the next update samples from this one

@@ -27,6 +27,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.hint_reward import HintQuery, hint_rewards, solution_steps
 from tentalis_pipelines.rewards.llm_manager import (
+    HINT_BRIDGE,
     HINT_MAX_NEW_TOKENS,
     PREFILL,
     SCORE_ADAPTER,
@@ -38,6 +39,7 @@ from tentalis_pipelines.rewards.llm_manager import (
     needs_hint_pass,
     parse_reply,
     read_hint,
+    reply_body,
     score_adapter_of,
 )
 from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
@@ -148,6 +150,30 @@ class SampledReview:
     @property
     def text(self) -> str:
         return PREFILL + self.reply.text + ("" if self.hint_reply is None else f' [hint pass] {self.hint_reply.text}')
+
+
+@dataclass(frozen=True)
+class ProposedReview:
+    """A hint another reviewer proposes for a failure (``ManagerRLConfig.hint_proposals``), written where the
+    manager writes its hint: after ``context``'s reply (one of the manager's own sampled reviews of the same
+    failure, up to its hint) and ``HINT_BRIDGE``, as the hint pass asks for it."""
+
+    hint: str
+    proposer: str
+    context: SampledReview
+    score: float | None = None  # a proposal teaches the hint alone
+
+    def prompt(self, manager_prompt: str) -> str:
+        return hint_prompt(manager_prompt, self.context.reply.text)
+
+    @property
+    def text(self) -> str:
+        return PREFILL + reply_body(self.context.reply.text) + HINT_BRIDGE + self.hint + '"'
+
+
+def _context_review(group: list[SampledReview]) -> SampledReview:
+    """The sampled review a proposal is written after: the first whose score parsed, else the first."""
+    return next((r for r in group if r.score is not None), group[0])
 
 
 def sample_reviews(backend, prompts: list[str], *, n: int, temperature: float, max_new_tokens: int, seed: int,
@@ -277,7 +303,11 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     prompts = manager_prompts(manager_backend, failures)
     sampled = sample_reviews(manager_backend, prompts, n=config.num_generations, temperature=config.temperature,
                              max_new_tokens=config.max_new_tokens, seed=config.seed, hint_prefix=config.hint_prefix)
-    reviews = [[(r.score, r.hint) for r in group] for group in sampled]
+    # A proposer's hint (hint_proposals) joins each failure's group after the sampled reviews: measured by the same
+    # reward, trained only when it is worth most (ties go to the manager's own, which come first).
+    proposed = [[ProposedReview(h, config.hint_proposals, _context_review(group))] if h else []
+                for f, group in zip(failures, sampled) for h in [manager_rl.proposed_hint(f.review_input, config.hint_proposals)]]
+    reviews = [[(r.score, r.hint) for r in group + extra] for group, extra in zip(sampled, proposed)]
     outcomes = outcomes_for(worker, policy, config, failures, reviews, k=config.rescue_samples, seed=config.seed + 1)
     keys, rewards, parts = [], [], []
     for f, group in zip(failures, outcomes):
@@ -309,13 +339,21 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
         targets = manager_rl.balanced_indices([f.correct for f in failures])
         score_adv = [0.0] * len(score_adv)
     tok = manager_backend.tokenizer
-    flat = [(f, j, g, o) for f, group, outs in zip(failures, sampled, outcomes) for j, (g, o) in enumerate(zip(group, outs))]
-    prompt_ids = {f.rollout_id: tok(p, add_special_tokens=False)["input_ids"] for f, p in zip(failures, prompts)}
+    flat = [(f, j, g, o) for f, group, extra, outs in zip(failures, sampled, proposed, outcomes)
+            for j, (g, o) in enumerate(zip(group + extra, outs, strict=True))]
+    prompt_of = {f.rollout_id: p for f, p in zip(failures, prompts)}
+    prompt_ids = {r: tok(p, add_special_tokens=False)["input_ids"] for r, p in prompt_of.items()}
     # A review's tokens as sampled (the stop '}' included) with their group-relative advantages and sampling
     # log-probs: the score's tokens the score's advantage, the rest the hint's (one advantage under credit
     # "review"); a hint pass is a second sample (its own prompt: the reply and the bridge) with the hint's.
     samples = []
     for (f, _, r, _), s_adv, h_adv in zip(flat, score_adv, hint_adv):
+        if isinstance(r, ProposedReview):  # a proposer's hint, after its context reply's body: every token a
+            if h_adv:                      # demonstration; not sampled, so the trainer takes the old log-probs
+                ids = tok(r.hint + '"', add_special_tokens=False)["input_ids"]
+                samples.append(TrainSample(tok(r.prompt(prompt_of[f.rollout_id]), add_special_tokens=False)["input_ids"], ids, h_adv,
+                                           token_advantages=[h_adv] * len(ids), temperature=config.temperature))
+            continue
         reply_ids = list(r.reply.token_ids or ())
         if reply_ids and (not best_of_n or s_adv or h_adv):
             token_adv = (manager_rl.field_token_advantages(len(reply_ids), manager_rl.score_token_count(tok.decode, reply_ids),
@@ -343,7 +381,8 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
     created = now_utc()
     sample_rows = [{"checkpoint_id": checkpoint_id, "sample_id": manager_rl.sample_id(checkpoint_id, f.rollout_id, j),
                     "batch_id": f.batch_id, "rollout_id": f.rollout_id, "task_id": f.task_id, "sample_index": j,
-                    "manager_version": parent_id, "worker_version": worker_version, "review_text": g.text,
+                    "manager_version": parent_id, "proposer": g.proposer if isinstance(g, ProposedReview) else "manager",
+                    "worker_version": worker_version, "review_text": g.text,
                     "score": o.score, "hint": o.hint, "hint_decision": o.hint_decision, "rescue_k": o.rescue_k,
                     "rescued": o.rescued, "dense_reward": o.dense_reward, "verifier_score": o.verifier_score,
                     "worker_correct": f.correct, "reward": r, "advantage": a, "score_advantage": sa, "credit": config.credit,
@@ -351,13 +390,17 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
                    for (f, j, g, o), r, a, sa in zip(flat, rewards, hint_adv, score_adv)]
     lake.append("manager_samples", sample_rows)
     versions["manager_samples"] = lineage.table_versions(lake).get("manager_samples")
-    all_outcomes = [o for group in outcomes for o in group]
-    on_failures = [o for f, group in zip(failures, outcomes) if not f.correct for o in group]
+    # The manager's own reviews (a group's first num_generations): the proposals are reported on their own.
+    all_outcomes = [o for group in outcomes for o in group[:config.num_generations]]
+    on_failures = [o for f, group in zip(failures, outcomes) if not f.correct for o in group[:config.num_generations]]
     used = [o for o in on_failures if o.hint_decision == opd.USED]
     metrics = {"reward_mean": sum(rewards) / len(rewards), "samples": len(samples), "update": config.update,
                "hint_demonstrations": sum(1 for a in hint_adv if a > 0) if best_of_n else None,
                "score_demonstrations": sum(1 for a in score_adv if a > 0) + len(targets) if best_of_n else None,
                "score_targets": config.score_targets if best_of_n else None,
+               "hint_proposals": config.hint_proposals,
+               "proposals_offered": sum(len(extra) for extra in proposed),
+               "proposal_demonstrations": sum(1 for (_, _, g, _), a in zip(flat, hint_adv) if isinstance(g, ProposedReview) and a > 0),
                "failures": len(on_failures) // config.num_generations, "accepted": len(failures) - len(on_failures) // config.num_generations,
                "accepted_wanted": accepted_wanted,
                "usable_hint_share": len(used) / len(on_failures),

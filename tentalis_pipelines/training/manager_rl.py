@@ -40,12 +40,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from tentalis_pipelines.config_fields import config_field
+from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
 from tentalis_pipelines.training import opd
 
 REWARDS = ("rescue", "dense")
 CREDITS = ("fields", "review")
 UPDATES = ("grpo", "best_of_n")
 SCORE_TARGETS = ("sampled", "verifier")
+HINT_PROPOSERS = ("none", "verifier")
 REVIEW_PART, SCORE_PART = "review", "score"
 PARTS = (REVIEW_PART, SCORE_PART)
 MAX_DEMO_SCORE_ERROR = 0.5  # a score demonstration must at least be on the verifier's side of the scale
@@ -71,6 +73,10 @@ class ManagerRLConfig:
                                       "verifier's, within 0.5) | verifier (the verifier's own score written in the reply's "
                                       "format, as many failures as accepted answers: a manager whose sampled scores "
                                       "collapsed to one value has none to pick)")
+    hint_proposals: str = config_field("none", "best_of_n: none | verifier (the verifier's hint for each failure, its plan "
+                                       "or its first wrong step, is offered beside the sampled reviews, measured by the same "
+                                       "reward, and trained as the demonstration when it is worth most: off-policy guidance "
+                                       "for the manager, as LUFFY's for the worker; the manager's own hint wins ties)")
     best_min_value: float = config_field(0.5, "best_of_n: a hint is a demonstration only when its value exceeds this "
                                          "(0.5 = the dense gain is positive)")
     temperature: float = config_field(1.0, "sampling temperature of the manager's training reviews")
@@ -113,6 +119,15 @@ class ManagerRLConfig:
         if self.score_targets == "verifier" and self.update != "best_of_n":
             raise ValueError("score_targets = 'verifier' trains the verifier's scores as demonstrations: use it with "
                              "update = 'best_of_n'")
+        if self.hint_proposals not in HINT_PROPOSERS:
+            raise ValueError(f"manager hint_proposals {self.hint_proposals!r} is unknown: choose one of {', '.join(HINT_PROPOSERS)}")
+        if self.hint_proposals != "none" and self.update != "best_of_n":
+            raise ValueError(f"hint_proposals = {self.hint_proposals!r} trains a proposed hint as a demonstration: use it with "
+                             "update = 'best_of_n'")
+        if self.hint_proposals != "none" and self.hint_prefix:
+            raise ValueError(f"hint_proposals = {self.hint_proposals!r} trains the proposer's hints as written, and a hint prefix "
+                             f"({self.hint_prefix!r}) would make the manager start every hint with words they do not: set "
+                             "hint_prefix to '' (and serve the trained manager without one)")
         if self.per_step_rows < 0 or self.num_iterations < 1:
             raise ValueError(f"per_step_rows = {self.per_step_rows}, num_iterations = {self.num_iterations}: "
                              "per_step_rows must be >= 0 (0: one step) and num_iterations >= 1")
@@ -235,6 +250,16 @@ def best_of_n_selection(groups: Sequence[Sequence[ReviewOutcome]], correct: Sequ
     score_pick = [p if i in keep else None for i, p in enumerate(score_pick)]
     return [[(1.0 if j == score_pick[i] else 0.0, 1.0 if j == hint_pick[i] else 0.0) for j in range(len(group))]
             for i, group in enumerate(groups)]
+
+
+def proposed_hint(x: ReviewInput, proposer: str) -> str:
+    """The hint ``proposer`` offers for a reviewed rollout (``hint_proposals``): the verifier's (its plan or
+    its first wrong step, never the answer); "" for an accepted rollout or ``proposer = "none"``."""
+    if proposer not in HINT_PROPOSERS:
+        raise ValueError(f"hint proposer {proposer!r} is unknown: choose one of {', '.join(HINT_PROPOSERS)}")
+    if proposer == "none" or x.correct:
+        return ""
+    return VerifierManager().review(x).hint
 
 
 def score_target_text(verifier_score: float) -> str:

@@ -266,3 +266,25 @@ def test_best_of_n_bar_is_strict_ties_go_to_the_first_and_the_rescue_reward_is_r
     assert [w[1] for w in manager_rl.best_of_n_selection([rescue], [False], reward="rescue", min_value=0.75)[0]] == [0.0, 0.0]
     with pytest.raises(ValueError, match="2 groups of reviews for 1 correctness flags"):
         manager_rl.best_of_n_selection([tie, tie], [False])
+
+
+def _x(**kw):
+    from tentalis_pipelines.rewards.managers import ReviewInput
+
+    base = dict(reference="12", answer="16", correct=False, answer_tagged=True, format_score=1.0, steps=["14 + 2 = 16"],
+                step_scores=[1.0], step_rationales=["ok"], finish_reason="stop", expression="14 - 2")
+    return ReviewInput(**{**base, **kw})
+
+
+def test_the_verifier_proposes_its_plan_or_its_first_wrong_step_and_nothing_for_an_accepted_answer():
+    assert manager_rl.proposed_hint(_x(), "verifier") == (
+        "The question asks you to subtract 2 from 14: write that as one step (14 - 2 = ...) and put its result in "
+        "<answer></answer>.")
+    wrong = _x(steps=["14 - 2 = 11"], step_scores=[0.0], step_rationales=["14 - 2 = 11 is wrong (it is 12)"], answer="11")
+    assert manager_rl.proposed_hint(wrong, "verifier") == (
+        "Step 1 is wrong: 14 - 2 is not 11. Redo that calculation, then carry the corrected value to the answer.")
+    # accepted, even where the verifier would write a format hint (right number, steps not in the format)
+    assert manager_rl.proposed_hint(_x(correct=True, answer="12", format_score=0.5), "verifier") == ""
+    assert manager_rl.proposed_hint(_x(), "none") == ""
+    with pytest.raises(ValueError, match="hint proposer 'teacher' is unknown"):
+        manager_rl.proposed_hint(_x(), "teacher")

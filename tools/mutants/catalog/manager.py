@@ -10,6 +10,8 @@ TU = ["tests/unit/test_manager_rl.py"]
 TP = ["tests/test_manager_training.py"]
 FB = ["tests/test_manager_fallback.py"]
 SA = ["tests/test_manager_score_adapter.py"]
+PR = ["tests/test_manager_training.py::test_verifier_hint_proposals_train_the_proposal_where_it_alone_rescues",
+      "tests/test_manager_training.py::test_a_tie_goes_to_the_managers_own_hint_and_the_proposal_trains_nothing"]
 RES = "tentalis_pipelines/resources.py"
 RS = "tentalis_pipelines/stages/rescore.py"
 JA = "tentalis_pipelines/stages/judge_agreement.py"
@@ -278,4 +280,25 @@ MUTANTS = [
     {"id": "manager-review-update-on-split-manager", "file": ST, "find": "    if score_adapter_of(parent_adapter) is not None:\n        raise",
      "replace": "    if False:\n        raise", "tests": SA,
      "why": "a review update trains one adapter for the whole reply of a manager that scores with another"},
+    {"id": "manager-proposal-for-accepted-answer", "file": M, "find": '    if proposer == "none" or x.correct:\n',
+     "replace": '    if proposer == "none":\n', "tests": TU,
+     "why": "the verifier proposes its format hint for an answer it accepted: a failure's demonstration for a right answer"},
+    {"id": "manager-proposal-wins-ties", "file": ST,
+     "find": "    reviews = [[(r.score, r.hint) for r in group + extra] for group, extra in zip(sampled, proposed)]\n",
+     "replace": "    reviews = [[(r.score, r.hint) for r in extra + group] for group, extra in zip(sampled, proposed)]\n",
+     "tests": PR, "why": "the proposal goes first, so a sampled hint worth as much loses to it (and rows are misaligned)"},
+    {"id": "manager-proposal-trained-at-zero", "file": ST, "find": "            if h_adv:                      # demonstration;",
+     "replace": "            if True:                       # demonstration;", "tests": PR,
+     "why": "every proposal is trained, also where the reward ranked a sampled hint above it"},
+    {"id": "manager-proposal-counted-as-manager", "file": ST,
+     "find": "    all_outcomes = [o for group in outcomes for o in group[:config.num_generations]]\n",
+     "replace": "    all_outcomes = [o for group in outcomes for o in group]\n", "tests": PR,
+     "why": "a proposal (no score) counts as the manager's unparseable review in the update's metrics"},
+    {"id": "manager-proposal-context-unparsed", "file": ST,
+     "find": "    return next((r for r in group if r.score is not None), group[0])\n", "replace": "    return group[0]\n",
+     "tests": PR, "why": "the proposal is trained after a reply that did not parse, where the manager never writes a hint"},
+    {"id": "manager-proposal-without-closing-quote", "file": ST,
+     "find": "                ids = tok(r.hint + '\"', add_special_tokens=False)",
+     "replace": "                ids = tok(r.hint, add_special_tokens=False)", "tests": PR,
+     "why": "the demonstration never ends its hint: the manager learns to run on past the plan"},
 ]
