@@ -8,7 +8,7 @@ import os
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, app, console, fail, home_paths
+from tentalis_pipelines.cli.common import HomeOpt, add_column, app, console, fail, home_paths, print_table
 
 manager_app = typer.Typer(help="The manager that learns: GRPO on its reviews, rewarded by what its hints do for the worker.",
                           no_args_is_help=True)
@@ -190,6 +190,12 @@ def gate(
     console.print(f"{checkpoint} vs {incumbent}: {d.reason}; score error {err_c:.3f} vs {err_i:.3f}")
 
 
+def _metric(metrics: dict, key: str, fmt: str) -> str:
+    """One cell of ``manager status``: the metric formatted, or "-" where this kind of update does not record it."""
+    value = metrics.get(key)
+    return "-" if value is None else fmt.format(value)
+
+
 @manager_app.command("status")
 def status(home: str | None = HomeOpt):
     """The manager's checkpoints, what reviews now, and its serving history."""
@@ -200,12 +206,16 @@ def status(home: str | None = HomeOpt):
     console.print(f"the manager that reviews: [bold]{serving.serving_checkpoint(lake, 'manager')}[/]")
     if lake.exists("manager_checkpoints"):
         t = Table(title="manager checkpoints")
-        for c in ("checkpoint_id", "parent", "failures", "reward", "usable hints", "rescue", "score error", "created"):
-            t.add_column(c)
+        for c in ("checkpoint_id", "parent", "part", "rollouts", "reward", "usable hints", "rescue", "score error", "loss", "created"):
+            add_column(t, c)
         for r in sorted(lake.read("manager_checkpoints").to_pylist(), key=lambda r: r["created_at"]):
             m = json.loads(r["metrics"])
-            t.add_row(r["checkpoint_id"], r["parent_id"] or "base", str(r["trajectory_count"]), f"{m['reward_mean']:+.3f}",
-                      f"{m['usable_hint_share']:.0%}", str(m.get("rescue_rate")), f"{m['score_error']:.3f}", str(r["created_at"])[:19])
-        console.print(t)
+            # A score update (`--part score`) trains on the verifier's scores alone: it has no reward, hints or
+            # score error of its own, so those cells show "-" (they raised a KeyError before).
+            t.add_row(r["checkpoint_id"], r["parent_id"] or "base", m.get("part", "review"), str(r["trajectory_count"]),
+                      _metric(m, "reward_mean", "{:+.3f}"), _metric(m, "usable_hint_share", "{:.0%}"),
+                      _metric(m, "rescue_rate", "{:.3f}"), _metric(m, "score_error", "{:.3f}"), _metric(m, "loss", "{:.3f}"),
+                      str(r["created_at"])[:19])
+        print_table(t)
     for r in serving.serving_history(lake, "manager"):
         console.print(f"seq {r['seq']}: {r['from_checkpoint']} -> {r['to_checkpoint']} ({r['action']} by {r['actor']}: {r['reason']})")

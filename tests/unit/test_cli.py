@@ -104,3 +104,28 @@ def test_version():
 
     out = runner.invoke(app, ["--version"])
     assert out.exit_code == 0 and out.output.strip() == f"tentalis {version('tentalis')}"
+
+
+def test_manager_status_lists_a_score_update_beside_review_updates(home, monkeypatch):
+    """A score update (`--part score`) records no reward, hints or score error: `manager status` once raised KeyError
+    on its row. Both kinds print, each id whole, the missing cells as "-"."""
+    monkeypatch.setenv("COLUMNS", "60")
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    now = datetime.now(timezone.utc)
+
+    def row(cid, parent, metrics, n):
+        return {"checkpoint_id": cid, "parent_id": parent, "base_model": "m", "adapter_uri": "/x", "algorithm": "cispo",
+                "config": "{}", "trained_on": ["b1"], "trajectory_ids": [f"r{i}" for i in range(n)], "trajectory_count": n,
+                "metrics": json.dumps(metrics), "promoted": False, "created_at": now}
+
+    lake.append("manager_checkpoints", [
+        row("m-34e43b188fbf", None, {"reward_mean": 0.2861, "usable_hint_share": 0.92, "rescue_rate": None,
+                                     "score_error": 0.3614, "loss": 1.06}, 48),
+        row("m-13d4ae786f40", "m-34e43b188fbf", {"part": "score", "loss": 0.8265, "failures": 76, "accepted": 76}, 152)])
+    out = runner.invoke(app, ["manager", "status"])
+    assert out.exit_code == 0, out.output
+    cells = [[c.strip() for c in ln.strip("│ ").split("│")] for ln in out.output.splitlines() if ln.startswith("│ m-")]
+    day = now.isoformat(" ")[:10]
+    assert [c[:9] + [c[9][:10]] for c in cells] == [
+        ["m-34e43b188fbf", "base", "review", "48", "+0.286", "92%", "-", "0.361", "1.060", day],
+        ["m-13d4ae786f40", "m-34e43b188fbf", "score", "152", "-", "-", "-", "-", "0.827", day]]
