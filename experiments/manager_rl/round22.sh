@@ -8,10 +8,13 @@
 #               at most 142). E's review adapter is kept tensor for tensor. Prints the new manager checkpoint.
 #               Settings: HOME_NAME (mgr22: the home $RUNS/$HOME_NAME-exp; a score update takes only pairs no update of
 #               the home took, so a retry needs its own home), PASSES (2: --num-iterations), SCORE_LR (5e-4)
+#   gate        in $RUNS/$HOME_NAME-exp (E serving): E and the score adapter MANAGER evaluated (8 worker samples a hint),
+#               then `manager gate MANAGER`, and again at --min-accepted 0 when it refuses to decide for want of accepted
+#               answers (the candidate's hint check of round 22)
 #   scored:S    a worker run with that manager (`run.sh worker trained S`, 4 cycles, no hint prefix, homes
 #               $RUNS/$HOME_NAME-trained-sS) and its last checkpoint on the 512 held-out items, linked as
 #               $RUNS/wide/mgr18-scored-sS
-# Usage: [HOME_NAME=…] round22.sh manager | HOME_NAME=… MANAGER=<E_s> round22.sh jobs scored:0 scored:1 ...   (at most $SLOTS (2) jobs at a time,
+# Usage: [HOME_NAME=…] round22.sh manager | HOME_NAME=… MANAGER=<E_s> round22.sh gate | jobs scored:0 scored:1 ...   (at most $SLOTS (2) jobs at a time,
 # one thread each; logs in $LOGS, default /work/logs)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
@@ -31,6 +34,12 @@ case $1 in
     $T manager train --part score --failures "${SCORE_FAILURES:-142}" --accepted-per-task 4 --learning-rate "${SCORE_LR:-5e-4}" \
       --num-iterations "${PASSES:-2}" --per-step-rows 8 --seed 3
     $PY -m experiments.manager_rl.newest "$TENTALIS_HOME" --role manager ;;
+  gate)
+    export TENTALIS_HOME=$RUNS/${HOME_NAME:-mgr22}-exp OMP_NUM_THREADS=${OMP_NUM_THREADS:-2}
+    cd "$CODE"
+    $T manager evaluate --checkpoint "$E" --eval-rescue-samples 8
+    $T manager evaluate --checkpoint "$MANAGER" --eval-rescue-samples 8
+    $T manager gate "$MANAGER" || $T manager gate "$MANAGER" --min-accepted 0 ;;
   jobs)
     shift
     : "${MANAGER:?MANAGER: the checkpoint id of E with its score adapter, in \$RUNS/\$HOME_NAME-exp}"
