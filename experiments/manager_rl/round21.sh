@@ -31,12 +31,6 @@ case $1 in
       RUNS=$RUNS "$R/wide_heldout.sh" "mgr21-trained-s$s"
       ln -sfn "$RUNS/wide/mgr21-trained-s$s" "$RUNS/wide/mgr18-second-s$s"
     }
-    running=0
-    for x in "$@"; do
-      if [ "$running" -ge "${SLOTS:-2}" ]; then wait -n || true; running=$((running - 1)); fi
-      job "${x##*:}" > "$LOGS/r21-${x%%:*}-s${x##*:}.log" 2>&1 &
-      running=$((running + 1))
-    done
-    wait ;;
+    run_jobs r21 "$@" ;;
   *) echo "usage: MANAGER=<E> round21.sh jobs second:S ..." >&2; exit 2 ;;
 esac

@@ -50,12 +50,6 @@ case $1 in
       RUNS=$RUNS "$R/wide_heldout.sh" "$p-trained-s$s"
       ln -sfn "$RUNS/wide/$p-trained-s$s" "$RUNS/wide/mgr18-scored-s$s"
     }
-    running=0
-    for x in "$@"; do
-      if [ "$running" -ge "${SLOTS:-2}" ]; then wait -n || true; running=$((running - 1)); fi
-      job "${x##*:}" > "$LOGS/r22-${x%%:*}-s${x##*:}.log" 2>&1 &
-      running=$((running + 1))
-    done
-    wait ;;
-  *) echo "usage: round22.sh manager | MANAGER=<E_s> round22.sh jobs scored:S ..." >&2; exit 2 ;;
+    run_jobs r22 "$@" ;;
+  *) echo "usage: round22.sh manager | HOME_NAME=… MANAGER=<E_s> round22.sh gate | jobs scored:S ..." >&2; exit 2 ;;
 esac
