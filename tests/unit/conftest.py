@@ -43,6 +43,36 @@ def _guards():
     return guards
 
 
+# The shared cache's session fixtures (tests/conftest.py): on a fresh clone the first test that asks for one
+# converts the embedded GGUF (a model is built) once for the whole run; that is the cache being filled, not
+# the test's cost, so their setup runs unguarded. Any other fixture stays guarded, whatever its scope.
+CACHE_FIXTURES = frozenset({"embedded_model_dir", "tiny_model_dir"})
+_guarded: list[tuple[object, str, object]] = []  # (owner, name, original) while a test here runs
+
+
+class _CacheFixturesUnguarded:
+    """A plugin, not a conftest hook: pytest asks a session fixture's hooks of the session's conftests (the
+    root's), never of this folder's, so a hook here would not be called for them."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_fixture_setup(self, fixturedef, request):
+        if fixturedef.argname not in CACHE_FIXTURES or not _guarded:
+            yield
+            return
+        replaced = [(owner, name, owner.__dict__[name]) for owner, name, _ in _guarded]
+        for owner, name, original in _guarded:
+            setattr(owner, name, original)
+        try:
+            yield
+        finally:
+            for owner, name, replacement in replaced:
+                setattr(owner, name, replacement)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(_CacheFixturesUnguarded(), "tests-unit-cache-fixtures")
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Guard the whole protocol of each test here, its fixtures' setup and teardown included (a
@@ -51,12 +81,12 @@ def pytest_runtest_protocol(item, nextitem):
     if HERE not in Path(item.path).parents:
         yield
         return
-    saved = []
     for owner, name, replacement in _guards():
-        saved.append((owner, name, owner.__dict__[name]))
+        _guarded.append((owner, name, owner.__dict__[name]))
         setattr(owner, name, replacement)
     try:
         yield
     finally:
-        for owner, name, original in reversed(saved):
+        for owner, name, original in reversed(_guarded):
             setattr(owner, name, original)
+        _guarded.clear()
