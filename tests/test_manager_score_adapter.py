@@ -110,19 +110,6 @@ def test_with_a_hint_prefix_the_hint_pass_is_the_review_adapters(seeded):
     assert all(p.endswith('10, "critique": "c", "hint": "First compute') for p in words.calls[1][0])
 
 
-def _accept_first_samples(lake, batch_id, n, heldout=False):
-    """The first sample of ``n`` training-side (or held-out) tasks now answers right; their other sample stays a failure."""
-    tasks = [f.task_id for f in mt.collect_failures(lake, heldout=heldout, config=tm.CONFIG)][:n]
-    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
-    refs = {t["task_id"]: t["reference"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
-    for r in ro:
-        if r["task_id"] in tasks and r["group_index"] == 0:
-            ref = refs[r["task_id"]]
-            r["completion"], r["steps"], r["finish_reason"] = f"<step>sum {ref}</step><answer>{ref}</answer>", [f"sum {ref}"], "stop"
-    lake.write_batch("rollouts", batch_id, ro)
-    return tasks
-
-
 def _tensors(folder) -> dict[str, torch.Tensor]:
     return load_file(str(Path(folder) / "adapter_model.safetensors"))
 
@@ -132,7 +119,7 @@ def test_a_score_update_trains_the_score_adapter_on_the_verifiers_scores_and_kee
     from transformers import AutoTokenizer
 
     paths, lake, batch_id = lake_with_failures
-    tasks = _accept_first_samples(lake, batch_id, 4)
+    tasks = tm.accept_first_samples(lake, batch_id, 4)
     assert len(tasks) == 4
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, tok = tm.scripted_backends(tiny_model_dir, lambda p, j: tm.GOOD if j == 0 else tm.GENERIC)
@@ -149,11 +136,14 @@ def test_a_score_update_trains_the_score_adapter_on_the_verifiers_scores_and_kee
     fails = mt.collect_failures(lake, heldout=False, config=cfg)[:2]
     accepted = mt.collect_accepted(lake, heldout=False, config=cfg, limit=2)
     taught = fails + accepted
-    assert [f.task_id for f in accepted] == tasks[:2] and all(f.verifier_score < 0.5 for f in fails)
+    assert [f.task_id for f in accepted] == [f.task_id for f in fails] == tasks[:2]
+    # a pair in each form: the verifier's 0.1 / 1.0 for the tagged one, 0.0 / 0.7 for the untagged one
+    assert [(mt.answer_form(f), f.verifier_score) for f in taught] == [
+        ("tagged", 0.1), ("untagged", 0.0), ("tagged", 1.0), ("untagged", 0.7)]
     prompts = mt.manager_prompts(type("T", (), {"tokenizer": AutoTokenizer.from_pretrained(tiny_model_dir)})(), taught)
     assert [(s.prompt_ids, s.completion_ids) for s in seen] == [
         (tok(p, add_special_tokens=False)["input_ids"], tok(t, add_special_tokens=False)["input_ids"])
-        for p, t in zip(prompts, [f"{round(10 * f.verifier_score)}," for f in fails] + ["10,", "10,"])]
+        for p, t in zip(prompts, ["1,", "0,", "10,", "7,"])]
     assert all(s.token_advantages == [1.0] * len(s.completion_ids) and s.old_logps is None for s in seen)
     assert configs[0].old_logprobs == "current"  # demonstrations: every step against the policy as it is
     assert sorted(first["trajectory_ids"]) == sorted(f.rollout_id for f in taught) and first["parent_id"] == parent["checkpoint_id"]
@@ -206,7 +196,7 @@ def test_a_score_update_of_the_untrained_manager_teaches_as_many_failures_as_acc
     """One accepted answer and more fresh failures: one of each is taught. The untrained manager has no adapter: its
     review adapter is a fresh LoRA (B = 0, the base model's replies), saved beside the trained score adapter."""
     paths, lake, batch_id = lake_with_failures
-    [task] = _accept_first_samples(lake, batch_id, 1)
+    [task] = tm.accept_first_samples(lake, batch_id, 1)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     seen = tm.record_trained_samples(monkeypatch)
     row = mt.train_manager_score(lake, paths, policy, ManagerRLConfig(**{**tm.CONFIG.as_dict(), "part": "score", "max_failures": 3}),
@@ -221,9 +211,29 @@ def test_a_score_update_of_the_untrained_manager_teaches_as_many_failures_as_acc
     assert any(v.abs().sum() > 0 for k, v in _tensors(Path(row["adapter_uri"]) / SCORE_ADAPTER).items() if k.endswith("lora_B.weight"))
 
 
+def test_a_score_update_balances_within_each_form_so_the_form_does_not_stand_for_the_class(
+        lake_with_failures, tiny_model_dir, monkeypatch):
+    """Round 22 in small: the first failure is untagged (the tiny model's), the only accepted answer tagged. Balanced
+    over all rollouts, that pair would be taught and "tagged" would mean "accepted"; within each form only the tagged
+    failure and the tagged answer are, and the untagged failure, with no untagged answer to pair, is not."""
+    paths, lake, batch_id = lake_with_failures
+    [task] = tm.accept_first_samples(lake, batch_id, 1, skip=1)
+    policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
+    seen = tm.record_trained_samples(monkeypatch)
+    cfg = ManagerRLConfig(**{**tm.CONFIG.as_dict(), "part": "score", "max_failures": 2})
+    fails = mt.collect_failures(lake, heldout=False, config=cfg, limit=2)
+    [accepted] = mt.collect_accepted(lake, heldout=False, config=cfg, limit=None)
+    assert [(f.task_id == task, mt.answer_form(f)) for f in fails] == [(False, "untagged"), (True, "tagged")]
+    assert (accepted.task_id, mt.answer_form(accepted)) == (task, "tagged")
+    row = mt.train_manager_score(lake, paths, policy, cfg, manager_model=str(tiny_model_dir), grpo={"device": "cpu"})
+    assert sorted(row["trajectory_ids"]) == sorted([fails[1].rollout_id, accepted.rollout_id]) and len(seen) == 2
+    m = json.loads(row["metrics"])
+    assert (m["failures"], m["accepted"]) == (1, 1)
+
+
 def test_evaluation_records_the_score_adapters_score(lake_with_failures, tiny_model_dir):
     paths, lake, batch_id = lake_with_failures
-    _accept_first_samples(lake, batch_id, 1, heldout=True)
+    tm.accept_first_samples(lake, batch_id, 1, heldout=True)
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     _, worker, _ = tm.scripted_backends(tiny_model_dir, lambda p, j: tm.GOOD)
     score, words = Recorder(lambda p: "7,"), Recorder(lambda p: ' "critique": "c", "hint": "Add the two numbers in one step."}')

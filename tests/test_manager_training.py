@@ -90,6 +90,26 @@ def scripted_backends(tiny_model_dir, manager_reply):
     return Scripted(tiny_model_dir, tok, manager_reply), Scripted(tiny_model_dir, tok, worker_reply), tok
 
 
+def accept_first_samples(lake, batch_id, n, heldout=False, skip=0, forms=("tagged", "untagged")):
+    """The first sample of ``n`` training-side (or held-out) tasks, after the first ``skip``, now answers right, and
+    their second a wrong number in the same form: ``forms`` in turn (by default tagged for the first such task, the
+    third, …, untagged for the second, …; a score update balances within each form, ``mt.answer_form``). The tiny
+    model's own samples, the fixture's other failures, are untagged."""
+    tasks = [f.task_id for f in mt.collect_failures(lake, heldout=heldout, config=CONFIG)][skip:skip + n]
+    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
+    refs = {t["task_id"]: t["reference"] for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+    for r in ro:
+        if r["task_id"] in tasks and r["group_index"] in (0, 1):
+            value = int(refs[r["task_id"]]) + r["group_index"]  # the second sample one off
+            if forms[tasks.index(r["task_id"]) % len(forms)] == "tagged":
+                r["completion"], r["steps"] = f"<step>sum {value}</step><answer>{value}</answer>", [f"sum {value}"]
+            else:
+                r["completion"], r["steps"] = f"The pens add up to {value}.", []
+            r["finish_reason"] = "stop"
+    lake.write_batch("rollouts", batch_id, ro)
+    return tasks
+
+
 def record_trained_samples(monkeypatch, configs: list | None = None) -> list:
     """The samples every ``train_grpo`` call of the test trains on (the real trainer still runs); each call's
     config is appended to ``configs`` when given."""
@@ -534,17 +554,12 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
         lake_with_failures, tiny_model_dir, monkeypatch):
     """``score_targets = "verifier"``: no sampled score is taught (the scripted scores, 0.9 and 0.2, are both
     within 0.5 of a failure's verifier score, and 0.9 of an accepted answer's); instead the verifier's
-    score, written as the manager writes it after the pre-filled prompt, for the first two failures and
-    the two accepted answers; hints are chosen as before."""
+    score, written as the manager writes it after the pre-filled prompt, for as many failures as accepted
+    answers in each form of answer: the two tagged accepted answers and the two tagged failures, not the first
+    failure (the tiny model's, untagged), which balanced over all rollouts would be taught in place of one of
+    them; hints are chosen as before."""
     paths, lake, batch_id = lake_with_failures
-    made = mt.collect_failures(lake, heldout=False, config=CONFIG)[:2]
-    ro = lake.read("rollouts", batch_id=batch_id).to_pylist()
-    for r in ro:  # two training-side tasks' first samples now answer right
-        for f in made:
-            if r["rollout_id"] == f.rollout_id:
-                r["completion"], r["steps"], r["finish_reason"] = (f"<step>sum {f.reference}</step><answer>{f.reference}</answer>",
-                                                                  [f"sum {f.reference}"], "stop")
-    lake.write_batch("rollouts", batch_id, ro)
+    made = accept_first_samples(lake, batch_id, 2, skip=1, forms=("tagged",))
     policy = PolicySettings(model=str(tiny_model_dir), max_new_tokens=12, dtype="float32")
     manager, worker, tok = scripted_backends(tiny_model_dir, lambda p, j: GENERIC if j == 0 else GOOD)
     configs = []
@@ -554,14 +569,14 @@ def test_verifier_score_targets_teach_the_verifiers_own_score_for_as_many_failur
                            grpo={"device": "cpu"})
     failures = mt.collect_failures(lake, heldout=False, config=CONFIG)
     accepted = mt.collect_failures(lake, heldout=False, config=CONFIG, correct=True)
-    assert sorted(a.rollout_id for a in accepted) == sorted(f.rollout_id for f in made) and len(failures) > 2
-    taught = failures[:2] + accepted
+    assert [a.task_id for a in accepted] == [f.task_id for f in failures[1:3]] == made and len(failures) > 3
+    assert [mt.answer_form(f) for f in failures[:3] + accepted] == ["untagged"] + ["tagged"] * 4
+    taught = failures[1:3] + accepted
     targets = [s for s in seen if s.old_logps is None]  # not sampled: no sampling log-probs
+    # the verifier's scores by hand: a tagged wrong answer 0.1, a tagged right one 1.0
     want = [(tok(p, add_special_tokens=False)["input_ids"], tok(text, add_special_tokens=False)["input_ids"])
-            for p, text in zip(mt.manager_prompts(manager, taught),
-                               [f"{round(10 * f.verifier_score)}," for f in failures[:2]] + ["10,", "10,"])]
+            for p, text in zip(mt.manager_prompts(manager, taught), ["1,", "1,", "10,", "10,"])]
     assert [(s.prompt_ids, s.completion_ids) for s in targets] == want
-    assert all(failures[i].verifier_score < 0.5 for i in range(2))  # a failure is taught a low score, an accepted one 10
     assert all(s.advantage == 1.0 and s.token_advantages == [1.0] * len(s.completion_ids) for s in targets)
     # the sampled reviews: each failure's rescuing hint, its score tokens untrained
     good_ids = tok(GOOD, add_special_tokens=False)["input_ids"]

@@ -113,6 +113,13 @@ def collect_failures(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig,
     return out
 
 
+def answer_form(f: Failure) -> str:
+    """The stratum the score's demonstrations are balanced within (``manager_rl.balanced_indices``): whether the
+    answer is in the ``<answer>`` tags. The verifier scores the two forms apart (0.1 or 0.0 for a wrong answer,
+    1.0 or 0.7 for a right one); a sample in which one form is mostly accepted teaches the form, not the work."""
+    return "tagged" if f.review_input.answer_tagged else "untagged"
+
+
 def collect_accepted(lake: Lakehouse, *, heldout: bool, config: ManagerRLConfig, limit: int | None,
                      batch_ids: list[str] | None = None, exclude: set[str] | frozenset = frozenset(),
                      exclude_tasks: set[str] | frozenset = frozenset()) -> list[Failure]:
@@ -336,7 +343,7 @@ def train_manager(lake: Lakehouse, paths: Paths, policy: PolicySettings, config:
         hint_adv = score_adv
     targets: list[int] = []
     if best_of_n and config.score_targets == "verifier":  # the sampled scores teach nothing: the verifier's do
-        targets = manager_rl.balanced_indices([f.correct for f in failures])
+        targets = manager_rl.balanced_indices([f.correct for f in failures], strata=[answer_form(f) for f in failures])
         score_adv = [0.0] * len(score_adv)
     tok = manager_backend.tokenizer
     flat = [(f, j, g, o) for f, group, extra, outs in zip(failures, sampled, proposed, outcomes)
@@ -434,8 +441,8 @@ def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, c
                         batch_ids: list[str] | None = None, grpo: dict | None = None) -> dict[str, Any]:
     """One update of the serving manager's **score adapter** (``part = "score"``): a LoRA of its own that writes
     the score (``llm_manager.SCORE_ADAPTER``), trained on the verifier's scores written in the reply's format
-    after the manager's exact prompt, as many failures as accepted answers (``manager_rl.balanced_indices``),
-    from the training side, none an earlier score update of this home used. It starts from the serving
+    after the manager's exact prompt, as many failures as accepted answers in each form of answer, tagged or not
+    (``manager_rl.balanced_indices`` by :func:`answer_form`), from the training side, none an earlier score update of this home used. It starts from the serving
     manager's score adapter, or a fresh one. The manager's own adapter, which writes the critique and the hint,
     is saved unchanged beside it: nothing here moves the hints (on one adapter every score update cost them
     rescue, experiments/manager_rl round 16). Nothing is sampled and no worker is asked. Returns the new
@@ -447,12 +454,16 @@ def train_manager_score(lake: Lakehouse, paths: Paths, policy: PolicySettings, c
     used = score_trained_rollouts(lake)
     rows = collect_failures(lake, heldout=False, config=config, batch_ids=batch_ids, limit=config.max_failures, exclude=used)
     rows += collect_accepted(lake, heldout=False, config=config, batch_ids=batch_ids, exclude=used, limit=len(rows))
-    chosen = [rows[i] for i in manager_rl.balanced_indices([f.correct for f in rows])]
+    chosen = [rows[i] for i in manager_rl.balanced_indices([f.correct for f in rows], strata=[answer_form(f) for f in rows])]
     if not chosen:
-        raise ValueError(f"the score adapter learns from failures and accepted answers alike, and the training side has "
-                         f"{sum(not f.correct for f in rows)} fresh failures and {sum(f.correct for f in rows)} fresh accepted "
-                         f"answers (earlier score updates used {len(used)}): run task batches under a worker that solves some "
-                         "tasks (`tentalis run --no-train`), then train the score")
+        forms = ", ".join(f"{form}: {sum(not f.correct for f in rows if answer_form(f) == form)} failures and "
+                          f"{sum(f.correct for f in rows if answer_form(f) == form)} accepted"
+                          for form in sorted({answer_form(f) for f in rows}))
+        raise ValueError(f"the score adapter learns from failures and accepted answers alike, in each form of answer "
+                         f"(tagged or not), and the training side has {sum(not f.correct for f in rows)} fresh failures and "
+                         f"{sum(f.correct for f in rows)} fresh accepted answers ({forms or 'none'}; earlier score updates used "
+                         f"{len(used)}): run task batches under a worker that solves some tasks (`tentalis run --no-train`), "
+                         "then train the score")
     versions = _versions(lake)
     parent_id, parent_adapter = serving.serving_policy(lake, ROLE)
     worker_version, _ = serving.serving_policy(lake)

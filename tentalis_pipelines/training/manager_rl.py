@@ -36,7 +36,8 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Callable, Sequence
+from collections import Counter
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import asdict, dataclass
 
 from tentalis_pipelines.config_fields import config_field
@@ -271,16 +272,27 @@ def score_target_text(verifier_score: float) -> str:
     return f"{round(10 * v)},"
 
 
-def balanced_indices(correct: Sequence[bool]) -> list[int]:
-    """The rollouts whose verifier scores are taught (``score_targets = "verifier"``): the first k failures
-    and the first k accepted answers, k the smaller class's count, in their order. One class alone: none
-    (taught only failures, a small manager's score collapses to 0; experiments/manager_rl, rounds 4-5)."""
-    k = min(sum(1 for c in correct if c), sum(1 for c in correct if not c))
-    taken = {True: 0, False: 0}
+def balanced_indices(correct: Sequence[bool], strata: Sequence[Hashable] | None = None) -> list[int]:
+    """The rollouts whose verifier scores are taught (``score_targets = "verifier"``, the score update): the
+    first k failures and the first k accepted answers, k the smaller class's count, in their order. One class
+    alone: none (taught only failures, a small manager's score collapses to 0; experiments/manager_rl, rounds
+    4-5).
+
+    ``strata`` (one key per rollout, e.g. whether its answer is in the tags): balance within each stratum
+    instead (k per stratum), so the stratum says nothing about the class and the score must be learned from
+    the work. Balanced over all rollouts alone, a form that the topped-up accepted answers happen to share
+    becomes a proxy for "accepted": round 22's score adapter scored untagged failures 0.45 and tagged ones 0.2
+    (the verifier: 0.0 and 0.1), and the worker it rewarded dropped the tags (experiments/manager_rl)."""
+    keys = [None] * len(correct) if strata is None else list(strata)
+    if len(keys) != len(correct):
+        raise ValueError(f"balanced_indices: {len(correct)} classes but {len(keys)} strata; give one stratum per rollout")
+    counts = Counter((k, bool(c)) for k, c in zip(keys, correct))
+    quota = {k: min(counts[(k, True)], counts[(k, False)]) for k, _ in counts}
+    taken: Counter = Counter()
     out = []
-    for i, c in enumerate(correct):
-        if taken[bool(c)] < k:
-            taken[bool(c)] += 1
+    for i, (k, c) in enumerate(zip(keys, correct)):
+        if taken[(k, bool(c))] < quota[k]:
+            taken[(k, bool(c))] += 1
             out.append(i)
     return out
 

@@ -191,6 +191,20 @@ def test_balanced_indices_take_the_first_of_each_class_alike():
     assert manager_rl.balanced_indices([False, False]) == [] == manager_rl.balanced_indices([])
 
 
+def test_balanced_indices_balance_within_each_stratum_so_the_form_says_nothing_of_the_class():
+    # round 22's sample, in small: tagged rollouts mostly failures, untagged ones mostly accepted
+    correct = [False, False, True, False, True, True, True, False, True]
+    form = ["t", "t", "t", "t", "u", "u", "u", "u", "t"]
+    # tagged: failures 0, 1, 3 and accepted 2, 8 -> k 2: 0, 1, 2, 8; untagged: accepted 4, 5, 6 and failure 7 -> k 1: 4, 7
+    assert manager_rl.balanced_indices(correct, strata=form) == [0, 1, 2, 4, 7, 8]
+    # over all rollouts alone (k 4 of 5 accepted and 4 failures) the untagged ones are 2 of 3 accepted
+    assert manager_rl.balanced_indices(correct) == [0, 1, 2, 3, 4, 5, 6, 7]
+    # a stratum of one class gives nothing; the others still balance
+    assert manager_rl.balanced_indices([True, True, False, True], strata=["u", "u", "t", "t"]) == [2, 3]
+    with pytest.raises(ValueError, match="one stratum per rollout"):
+        manager_rl.balanced_indices([True, False], strata=["t"])
+
+
 def test_separation_difference_by_hand():
     """The candidate's gap minus the incumbent's, and a bootstrap that resamples within each class."""
     # one accepted answer (both score 1); failures: the candidate says 0, 0, 0.9, the incumbent 0 to all.
