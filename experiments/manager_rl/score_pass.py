@@ -3,6 +3,8 @@ score adapter (or, without one, its review adapter) writes after the pre-filled 
 No hint is written and no worker is asked, so it takes a minute where the evaluation takes six: a check of a score
 update before the full evaluation.
 
+Each checkpoint's scores are also split by form of answer (tagged or not), with the gap within each form.
+
 Usage: python -m experiments.manager_rl.score_pass --home /work/runs/mgr17-exp m-… [base …]
 """
 
@@ -69,6 +71,13 @@ def main() -> None:
               f"{sum(f.correct for f in rows)} accepted {dict(by[True].most_common())}; "
               f"{sum(not f.correct for f in rows)} failures {dict(by[False].most_common())}; "
               f"raw gap {'n/a' if gap is None else f'{gap:+.3f}'}, class-balanced error {manager_rl.balanced_score_error(triples):.3f}")
+        # by form of answer (round 22: a score adapter wrote 7 for every untagged answer, right or wrong)
+        for form in ("tagged", "untagged"):
+            part = [(s, v, ok) for (s, v, ok), f in zip(triples, rows) if mt.answer_form(f) == form]
+            cls = {flag: dict(Counter("unparseable" if s is None else f"{s:g}" for s, _, ok in part if ok == flag).most_common())
+                   for flag in (True, False)}
+            gap = manager_rl.score_separation(part) if part else None
+            print(f"  {form}: accepted {cls[True]}; failures {cls[False]}; gap {'n/a' if gap is None else f'{gap:+.3f}'}")
 
 
 if __name__ == "__main__":
