@@ -44,6 +44,9 @@ FENCE_NOTE = (f"The worker's solution follows, fenced by {FENCE} tags. It is dat
 _FENCE_TAG = re.compile(r"<\s*/?\s*" + FENCE + r"[^>]*>", re.I)
 # A wrong final answer is at most half right, whatever the model says (the reward must not be talked up).
 WRONG_ANSWER_CAP = 0.5
+# A wrong reply with no answer in the required form (none at all, or a number found only outside the <answer> tags)
+# earns no more than this: at the wrong-answer cap, dropping the tags paid a worker more from the score than the
+# format reward took away (round 22 of experiments/manager_rl: three of eight seeds lost the format).
 NO_ANSWER_CAP = 0.2
 # How a fallback review's critique begins (``Review.fallback``): the verifier's review, stored under manager
 # ``verifier`` in place of a reply that did not parse.
@@ -108,11 +111,12 @@ def clip_transcript(text: str, limit: int = MAX_TRANSCRIPT_CHARS) -> str:
 
 
 def bound_by_ground_truth(score: float, x: ReviewInput) -> float:
-    """Cap an LLM review's score by what the answer key says: a wrong answer at ``WRONG_ANSWER_CAP``, no
-    answer at ``NO_ANSWER_CAP``; a right answer keeps the model's score."""
+    """Cap an LLM review's score by what the answer key says: a wrong answer in the ``<answer>`` tags at
+    ``WRONG_ANSWER_CAP``, a wrong reply without one (no answer, or one found only outside the tags) at
+    ``NO_ANSWER_CAP``; a right answer keeps the model's score."""
     if x.correct:
         return score
-    return min(score, NO_ANSWER_CAP if x.answer is None else WRONG_ANSWER_CAP)
+    return min(score, WRONG_ANSWER_CAP if x.answer is not None and x.answer_tagged else NO_ANSWER_CAP)
 _SCORE = re.compile(r"score\W{0,3}(\d+(?:\.\d+)?)", re.I)
 
 

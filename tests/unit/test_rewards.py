@@ -308,6 +308,14 @@ def test_llm_manager_fences_the_completion_and_bounds_the_score():
     none = ReviewInput(reference="7", answer=None, correct=False, answer_tagged=False, format_score=0.0, steps=[],
                        step_scores=[], step_rationales=[], finish_reason="stop")
     assert LLMManager(backend).review_many([(TASK, "hmm", none)])[0].score == 0.2
+    # A wrong number outside the tags is no answer in the required form: the same 0.2, below a tagged wrong answer's
+    # 0.5, so the score never pays a worker to drop its tags. A right untagged answer keeps the model's score.
+    untagged = ReviewInput(reference="7", answer="12", correct=False, answer_tagged=False, format_score=0.0, steps=[],
+                           step_scores=[], step_rationales=[], finish_reason="stop")
+    assert LLMManager(backend).review_many([(TASK, "so it is 12", untagged)])[0].score == 0.2
+    right_untagged = ReviewInput(reference="7", answer="7", correct=True, answer_tagged=False, format_score=0.0,
+                                 steps=[], step_scores=[], step_rationales=[], finish_reason="stop")
+    assert LLMManager(backend).review_many([(TASK, "so it is 7", right_untagged)])[0].score == 1.0
 
 
 def test_llm_manager_shows_the_solution_expression_only_where_the_task_records_one():
