@@ -3,7 +3,9 @@ score adapter (or, without one, its review adapter) writes after the pre-filled 
 No hint is written and no worker is asked, so it takes a minute where the evaluation takes six: a check of a score
 update before the full evaluation.
 
-Each checkpoint's scores are also split by form of answer (tagged or not), with the gap within each form.
+Each checkpoint's scores are also split by form of answer (tagged or not), with the gap within each form and the
+failures' mean score as written and as served (``bound_by_ground_truth``'s cap; round 23's rule (b) compares the
+untagged failures' mean with the tagged ones').
 
 Usage: python -m experiments.manager_rl.score_pass --home /work/runs/mgr17-exp m-… [base …]
 """
@@ -22,6 +24,7 @@ from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.llm_manager import (
     SCORE_MAX_NEW_TOKENS,
     SCORE_STOPS,
+    bound_by_ground_truth,
     score_adapter_of,
     through_stop,
 )
@@ -32,6 +35,10 @@ from tentalis_pipelines.training import manager_rl, serving
 from tentalis_pipelines.training.manager_rl import ManagerRLConfig
 
 _NUM = re.compile(r"\s*(\d+(?:\.\d+)?)")
+
+
+def mean(xs: list[float]) -> str:
+    return f"{sum(xs) / len(xs):.3f}" if xs else "n/a"
 
 
 def main() -> None:
@@ -77,7 +84,10 @@ def main() -> None:
             cls = {flag: dict(Counter("unparseable" if s is None else f"{s:g}" for s, _, ok in part if ok == flag).most_common())
                    for flag in (True, False)}
             gap = manager_rl.score_separation(part) if part else None
-            print(f"  {form}: accepted {cls[True]}; failures {cls[False]}; gap {'n/a' if gap is None else f'{gap:+.3f}'}")
+            fails = [(s, f) for s, f in zip(scores, rows) if mt.answer_form(f) == form and not f.correct and s is not None]
+            print(f"  {form}: accepted {cls[True]}; failures {cls[False]}; gap {'n/a' if gap is None else f'{gap:+.3f}'}; "
+                  f"failures' mean score {mean([s for s, _ in fails])} as written, "
+                  f"{mean([bound_by_ground_truth(s, f.review_input) for s, f in fails])} as served")
 
 
 if __name__ == "__main__":
