@@ -20,7 +20,7 @@ set -euo pipefail
 source "$(dirname "$0")/env.sh"
 R=$CODE/experiments/manager_rl
 LOGS=${LOGS:-/work/logs}
-E=m-34e43b188fbf  # round 21's manager E
+E=${E:-m-34e43b188fbf}  # round 21's manager E (a rebuild sets its own id)
 case $1 in
   manager)
     export TENTALIS_HOME=$RUNS/${HOME_NAME:-mgr22}-exp

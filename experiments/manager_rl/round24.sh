@@ -12,8 +12,8 @@
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 R=$CODE/experiments/manager_rl
-MANAGER=m-81fc2b8eaf82
-[ -e "$RUNS/mgr24-exp" ] || ln -sfn "$RUNS/mgr23b-exp" "$RUNS/mgr24-exp"
+MANAGER=${MANAGER:-m-81fc2b8eaf82}  # a rebuild (rebuild24.sh) sets its own id and home
+[ -e "$RUNS/mgr24-exp" ] || ln -sfn "$RUNS/${CANDIDATE_HOME:-mgr23b}-exp" "$RUNS/mgr24-exp"
 job() {
   local s=$1 arm=$ARM
   case $arm in
