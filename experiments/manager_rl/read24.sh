@@ -3,7 +3,7 @@
 # the 512 items, seeds and items drawn), the score criteria on the worker's own rollouts, and what is reported beside
 # it (each seed's format rate and lenient accuracy, forms, guided samples, candidate − E and − verifier and the
 # untrained arm under the new cap − under the old one, from the committed item files of rounds 19 and 21).
-# Usage: SEEDS=0,1,2 experiments/manager_rl/read24.sh   (TRANSFER=1 also runs the transfer set, ~2 min a home)
+# Usage: SEEDS=0,1,2 experiments/manager_rl/read24.sh   (TRANSFER=1 also runs the transfer set, ~2 min a home, two at a time)
 set -euo pipefail
 source "$(dirname "$0")/env.sh"
 R=$CODE/experiments/manager_rl
@@ -40,7 +40,12 @@ echo "== guided samples"
 $PY -m experiments.manager_rl.guided --runs "$RUNS" --seeds "$SEEDS" mgr24-base mgr24-trained
 if [ -n "${TRANSFER:-}" ]; then
   homes=(); for s in ${SEEDS//,/ }; do homes+=("mgr24-base-s$s" "mgr24-trained-s$s"); done
-  RUNS=$RUNS "$R/transfer_last.sh" "${homes[@]}"
+  # two slots, one thread each: the even-numbered homes in one, the odd in the other
+  even=(); odd=(); for i in "${!homes[@]}"; do if (( i % 2 )); then odd+=("${homes[$i]}"); else even+=("${homes[$i]}"); fi; done
+  RUNS=$RUNS "$R/transfer_last.sh" "${even[@]}" > "$TMP/transfer-even.log" 2>&1 &
+  RUNS=$RUNS "$R/transfer_last.sh" "${odd[@]}" > "$TMP/transfer-odd.log" 2>&1 &
+  wait
+  cat "$TMP/transfer-even.log" "$TMP/transfer-odd.log"
   echo "== transfer set: candidate − untrained (transfer_pairs reads B − A)"
   $PY -m experiments.manager_rl.transfer_pairs --runs "$RUNS" --seeds "$SEEDS" mgr24-base mgr24-trained
 fi

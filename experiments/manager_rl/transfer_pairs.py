@@ -1,7 +1,9 @@
 """The transfer set, paired: each seed's last checkpoint of arm B against arm A's on ``arithmetic-transfer``
 (the benchmark rows ``transfer_last.sh`` wrote), items paired within a seed, the paired bootstrap of B - A.
 
-Usage: python -m experiments.manager_rl.transfer_pairs [--runs /work/runs] A_PREFIX B_PREFIX   (homes PREFIX-s0..3)
+Each seed's B - A is printed too, and with several seeds the two-level (seed, item) bootstrap of round 4.
+
+Usage: python -m experiments.manager_rl.transfer_pairs [--runs /work/runs] [--seeds 0,1,2,3] A_PREFIX B_PREFIX
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.promotion import item_correctness
+from experiments.manager_rl.round2_workers import two_level_bootstrap
 from tentalis_pipelines.statistics import paired_bootstrap
 
 
@@ -27,16 +30,24 @@ def main() -> None:
     ap.add_argument("a")
     ap.add_argument("b")
     args = ap.parse_args()
-    a_all, b_all = [], []
+    a_all, b_all, pairs = [], [], {}
     for s in map(int, args.seeds.split(",")):
         a = last_checkpoint_items(Path(args.runs) / f"{args.a}-s{s}")
         b = last_checkpoint_items(Path(args.runs) / f"{args.b}-s{s}")
         keys = sorted(set(a) & set(b))
-        a_all += [float(a[k]) for k in keys]
-        b_all += [float(b[k]) for k in keys]
+        pa, pb = [float(a[k]) for k in keys], [float(b[k]) for k in keys]
+        pairs[s] = (pb, pa)
+        a_all += pa
+        b_all += pb
+        m, lo, hi = paired_bootstrap(pb, pa)
+        print(f"seed {s}: {args.a} {100 * sum(pa) / len(pa):.1f}% {args.b} {100 * sum(pb) / len(pb):.1f}% "
+              f"(n = {len(keys)}): B - A {100 * m:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
     mean, lo, hi = paired_bootstrap(b_all, a_all)
     print(f"{args.b} {int(sum(b_all))}/{len(b_all)} vs {args.a} {int(sum(a_all))}/{len(a_all)}: "
           f"B - A {100 * mean:+.1f} points [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+    if len(pairs) > 1:
+        mean, lo, hi = two_level_bootstrap(pairs)
+        print(f"seeds and items drawn: B - A {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
 
 
 if __name__ == "__main__":
