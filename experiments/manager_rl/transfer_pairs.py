@@ -11,9 +11,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from experiments.manager_rl.round2_workers import two_level_bootstrap
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.promotion import item_correctness
-from experiments.manager_rl.round2_workers import two_level_bootstrap
 from tentalis_pipelines.statistics import paired_bootstrap
 
 
