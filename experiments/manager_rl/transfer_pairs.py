@@ -3,12 +3,17 @@
 
 Each seed's B - A is printed too, and with several seeds the two-level (seed, item) bootstrap of round 4.
 
-Usage: python -m experiments.manager_rl.transfer_pairs [--runs /work/runs] [--seeds 0,1,2,3] A_PREFIX B_PREFIX
+A home that is gone can be read from a committed item file (``--from-items F``: rows arm, seed, item, correct, the
+arm being the prefix's last part, ``mgr24-base`` -> ``base``); ``--items F`` writes every answer read that way.
+
+Usage: python -m experiments.manager_rl.transfer_pairs [--runs /work/runs] [--seeds 0,1,2,3] [--from-items F]
+       [--items F] A_PREFIX B_PREFIX
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 
 from experiments.manager_rl.round2_workers import two_level_bootstrap
@@ -23,17 +28,35 @@ def last_checkpoint_items(home: Path) -> dict[str, bool]:
     return item_correctness(lake, c, "arithmetic-transfer")
 
 
+def read_items(path: Path) -> dict[tuple[str, int], dict[str, bool]]:
+    """An item file's answers: (arm, seed) -> item -> correct."""
+    out: dict[tuple[str, int], dict[str, bool]] = {}
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            out.setdefault((r["arm"], int(r["seed"])), {})[r["item"]] = r["correct"] == "1"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", default="/work/runs")
     ap.add_argument("--seeds", default="0,1,2,3")
+    ap.add_argument("--from-items", default=None, help="read an arm and seed found in this item file from it")
+    ap.add_argument("--items", default=None, help="write every answer read (arm, seed, item, correct) here")
     ap.add_argument("a")
     ap.add_argument("b")
     args = ap.parse_args()
+    stored = read_items(Path(args.from_items)) if args.from_items else {}
+    read: dict[tuple[str, int], dict[str, bool]] = {}
+
+    def items(prefix: str, s: int) -> dict[str, bool]:
+        arm = prefix.rsplit("-", 1)[-1]
+        read[(arm, s)] = stored.get((arm, s)) or last_checkpoint_items(Path(args.runs) / f"{prefix}-s{s}")
+        return read[(arm, s)]
+
     a_all, b_all, pairs = [], [], {}
     for s in map(int, args.seeds.split(",")):
-        a = last_checkpoint_items(Path(args.runs) / f"{args.a}-s{s}")
-        b = last_checkpoint_items(Path(args.runs) / f"{args.b}-s{s}")
+        a, b = items(args.a, s), items(args.b, s)
         keys = sorted(set(a) & set(b))
         pa, pb = [float(a[k]) for k in keys], [float(b[k]) for k in keys]
         pairs[s] = (pb, pa)
@@ -48,6 +71,12 @@ def main() -> None:
     if len(pairs) > 1:
         mean, lo, hi = two_level_bootstrap(pairs)
         print(f"seeds and items drawn: B - A {100 * mean:+.1f} [{100 * lo:+.1f}, {100 * hi:+.1f}]")
+    if args.items:
+        with open(args.items, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(["arm", "seed", "item", "correct"])
+            for (arm, s), answers in sorted(read.items()):
+                w.writerows([arm, s, item, int(answers[item])] for item in sorted(answers))
 
 
 if __name__ == "__main__":
