@@ -84,7 +84,6 @@ def token_step_index(tokenizer, token_ids: Sequence[int], completion: str, steps
         pos = at + len(step)
         ends.append(pos)
     out: list[int | None] = []
-    start = 0
     prev = ""
     for k in range(len(token_ids)):
         text = tokenizer.decode(token_ids[: k + 1], skip_special_tokens=True)

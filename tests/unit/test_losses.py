@@ -185,3 +185,94 @@ def test_gspo_defaults_and_sequence_gradient():
     g3, _, _ = _grad("grpo", [[3e-3, 0.0]], [[0.0, 0.0]], [[1.0, 1.0]], [[1.0, 1.0]], rows=1, tokens=2,
                      epsilon=3e-4, epsilon_high=4e-4, importance_sampling_level="sequence")
     assert torch.all(g3 == 0)
+
+
+# --------------------------------------------------------------------------- contracts at their edges (mutmut survivors)
+def _lp(*xs):
+    return torch.log(torch.tensor(xs, dtype=torch.float32))
+
+
+def test_importance_log_ratio_sequence_level_is_each_rows_own_masked_mean():
+    from tentalis_pipelines.training.losses import importance_log_ratio
+
+    # two rows of three tokens; row 0 has its last token masked, row 1 has one real token
+    logps = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -7.0, -7.0]])
+    old = torch.tensor([[-1.5, -1.0, 0.0], [-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    tok = importance_log_ratio(logps, old, mask, "token")
+    assert torch.allclose(tok, logps - old)
+    seq = importance_log_ratio(logps, old, mask, "sequence")
+    assert seq.shape == (2, 1)  # one ratio per row, broadcast over its tokens
+    assert seq[:, 0].tolist() == pytest.approx([(0.5 + -1.0) / 2, 0.5 / 1])
+    # a row with no real token gives 0 (no division by zero), not NaN
+    empty = importance_log_ratio(logps[:1], old[:1], torch.zeros(1, 3), "sequence")
+    assert empty.tolist() == [[0.0]]
+    with pytest.raises(ValueError, match=r"importance_sampling_level must be one of .*'tokens'"):
+        importance_log_ratio(logps, old, mask, "tokens")
+
+
+def test_gspo_uses_the_sequence_ratio_on_every_token_of_its_row():
+    logps = torch.tensor([[-1.0, -2.0, -9.0], [-0.5, -7.0, -7.0]])
+    old = torch.tensor([[-1.5, -1.0, 0.0], [-1.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    adv = torch.tensor([[1.0], [-1.0]])
+    parts = per_token_loss("gspo", logps, old, adv, mask, epsilon=10.0)  # wide clip: the surrogate is -ratio * A
+    r0, r1 = math.exp(-0.25), math.exp(0.5)
+    assert parts.ratio[0].tolist() == pytest.approx([r0] * 3) and parts.ratio[1].tolist() == pytest.approx([r1] * 3)
+    assert parts.per_token.expand(2, 3).tolist() == [pytest.approx([-r0] * 3), pytest.approx([r1] * 3)]
+
+
+def test_aggregate_normalisers_at_their_edges():
+    per_token = torch.tensor([[2.0, 4.0, 6.0], [3.0, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 0.0], [1.0, 0.0, 0.0]])
+    kw = dict(rows_in_step=2, tokens_in_step=3, max_completion_length=4)
+    # grpo and gspo: each row's own token mean ((2+4)/2 = 3 and 3/1 = 3), then the mean over the step's rows
+    assert aggregate("grpo", per_token, mask, **kw) == pytest.approx(3.0)
+    assert aggregate("gspo", per_token, mask, **kw) == pytest.approx(3.0)
+    # dapo and cispo: a token mean over the step's tokens, even when the step has one token
+    one = dict(rows_in_step=1, tokens_in_step=1, max_completion_length=4)
+    assert aggregate("dapo", per_token[1:], mask[1:], **one) == pytest.approx(3.0)
+    assert aggregate("cispo", per_token[1:], mask[1:], **one) == pytest.approx(3.0)
+    # a step with no real token (0 means unset): 0, not a division by zero
+    nothing = torch.zeros(1, 3)
+    assert aggregate("dapo", per_token[:1], nothing, rows_in_step=1, tokens_in_step=0, max_completion_length=4) == 0.0
+    with pytest.raises(ValueError, match="unknown loss_type 'ppo'"):
+        aggregate("ppo", per_token, mask, **kw)
+
+
+def test_per_token_loss_default_epsilon_is_0_2_and_ratio_is_reported():
+    logps, adv, mask = _lp(1.25, 1.1), torch.tensor([[1.0]]), torch.ones(1, 2)
+    parts = per_token_loss("grpo", logps.view(1, 2), torch.zeros(1, 2), adv, mask)
+    # ratio 1.25 > 1 + 0.2 with A > 0: clipped at 1.2; ratio 1.1 is inside the trust region
+    assert parts.per_token[0].tolist() == pytest.approx([-1.2, -1.1], rel=1e-5)
+    assert parts.clipped[0].tolist() == [True, False]
+    assert parts.ratio[0].tolist() == pytest.approx([1.25, 1.1], rel=1e-5)
+    assert parts.kl is None  # beta = 0 (unset): no KL term at all
+
+
+def test_clip_flags_are_strict_at_the_bound_and_need_the_advantages_sign():
+    zero = torch.zeros(1, 4)
+    mask = torch.ones(1, 4)
+    # ratio exactly 1 with a zero-width trust region (epsilon = 0): on the bound, not past it
+    for loss_type in ("grpo", "dapo", "cispo"):
+        for a in (1.0, -1.0):
+            parts = per_token_loss(loss_type, zero, zero, torch.tensor([[a]]), mask, epsilon=0.0, epsilon_high=0.0)
+            assert not parts.clipped.any(), (loss_type, a)
+    # ratio 0.5 (below 1 - eps) is clipped only for a negative advantage; ratio 2 (above 1 + eps) only for a positive one
+    low, high = _lp(0.5, 0.5, 0.5).view(1, 3), _lp(2.0, 2.0, 2.0).view(1, 3)
+    m3 = torch.ones(1, 3)
+    for adv, want in ((-1.0, True), (0.0, False), (0.5, False)):
+        assert per_token_loss("grpo", low, torch.zeros(1, 3), torch.tensor([[adv]]), m3).clipped.all() == want, adv
+    for adv, want in ((1.0, True), (0.0, False), (-0.5, False)):
+        assert per_token_loss("grpo", high, torch.zeros(1, 3), torch.tensor([[adv]]), m3).clipped.all() == want, adv
+    # cispo: ratio 1 with the default bound is not clipped; ratio 2 is
+    assert not per_token_loss("cispo", zero, zero, torch.tensor([[1.0]]), mask).clipped.any()
+    assert per_token_loss("cispo", high, torch.zeros(1, 3), torch.tensor([[1.0]]), m3).clipped.all()
+
+
+def test_per_token_loss_errors_name_the_input_and_the_fix():
+    zero, mask = torch.zeros(1, 2), torch.ones(1, 2)
+    with pytest.raises(ValueError, match=r"unknown loss_type 'ppo'; choose one of .*grpo"):
+        per_token_loss("ppo", zero, zero, torch.ones(1, 1), mask)
+    with pytest.raises(ValueError, match=r"^beta != 0 needs reference log-probs$"):
+        per_token_loss("grpo", zero, zero, torch.ones(1, 1), mask, beta=0.1)

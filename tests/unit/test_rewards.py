@@ -439,3 +439,58 @@ def test_process_credit_needs_an_answer(tmp_path):
     out = _reward_batch(Lakehouse(tmp_path / "lh"), {"honest wrong": HONEST_WRONG, "steps only": "<step>4 + 3 = 7</step>\n"},
                         finish={"steps only": "length"})  # cut off before any answer
     assert out["steps only"]["step_rewards"] == [1.0] and out["steps only"]["process_reward"] is None
+
+
+# --------------------------------------------------------------------------- token ownership, by hand
+class _CharTokenizer:
+    """One token per character (id = code point); id 0 is a special token that decodes to ``<s>`` unless
+    skipped, as a real tokenizer's BOS/EOS would."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(("" if skip_special_tokens else "<s>") if i == 0 else chr(i) for i in ids)
+
+
+def _ids(text):
+    return [ord(c) for c in text]
+
+
+def test_token_advantages_adds_the_steps_advantage_and_credits_tokens_past_the_last_step():
+    from tentalis_pipelines.rewards.advantages import token_advantages
+
+    # owners: step 0, step 1, after the last step (None), and an index past the step list (a step with no score)
+    assert token_advantages([0, 1, None, 2], 0.5, [0.25, -1.0]) == pytest.approx([0.75, -0.5, 0.5, 0.5])
+    assert token_advantages([], 0.5, [1.0]) == []
+    assert token_advantages([0, 0], -0.2, []) == pytest.approx([-0.2, -0.2])
+
+
+def test_token_step_index_by_hand_with_a_character_tokenizer():
+    from tentalis_pipelines.rewards.advantages import token_step_index
+
+    tok = _CharTokenizer()
+    # "ab cd": step "ab" ends at 2, step "cd" at 5. A token belongs to the first step ending after it starts:
+    # 'a'@0, 'b'@1 -> 0; ' '@2 (exactly at the first step's end) -> 1; 'c'@3, 'd'@4 -> 1; 'X'@5 -> None.
+    assert token_step_index(tok, _ids("ab cdX"), "ab cdX", ["ab", "cd"]) == [0, 0, 1, 1, 1, None]
+    assert token_step_index(tok, _ids("ab"), "ab", []) == [None, None]
+    assert token_step_index(tok, [], "", ["ab"]) == []
+
+
+def test_token_step_index_finds_repeated_steps_in_order():
+    from tentalis_pipelines.rewards.advantages import token_step_index
+
+    # The same text twice: the second step is the second occurrence (search from the end of the first).
+    assert token_step_index(_CharTokenizer(), _ids("ab abZ"), "ab abZ", ["ab", "ab"]) == [0, 0, 1, 1, 1, None]
+
+
+def test_token_step_index_places_a_step_missing_from_the_text_at_the_current_position():
+    from tentalis_pipelines.rewards.advantages import token_step_index
+
+    # "zz" is not in the text: it is placed right after "ab" with its own length (ends at 4).
+    assert token_step_index(_CharTokenizer(), _ids("abXYQ"), "abXYQ", ["ab", "zz"]) == [0, 0, 1, 1, None]
+
+
+def test_token_step_index_special_tokens_do_not_shift_positions():
+    from tentalis_pipelines.rewards.advantages import token_step_index
+
+    # A special token (id 0) between the steps decodes to nothing when skipped, so it takes no characters.
+    ids = _ids("ab") + [0] + _ids(" cd")
+    assert token_step_index(_CharTokenizer(), ids, "ab cd", ["ab", "cd"]) == [0, 0, 1, 1, 1, 1]

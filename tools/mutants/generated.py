@@ -62,7 +62,7 @@ TARGETS: tuple[Target, ...] = (
     Target("multiturn", ("tentalis_pipelines/training/multiturn.py",),
            ("tests/unit/test_sessions.py", "tests/unit/test_env_batches.py", "tests/unit/test_opd_segments.py"), "learning"),
     Target("advantages", ("tentalis_pipelines/rewards/advantages.py",), ("tests/unit/test_rewards.py",), "learning"),
-    Target("losses", ("tentalis_pipelines/training/losses.py",), ("tests/unit/test_losses.py",), "learning"),
+    Target("losses", ("tentalis_pipelines/training/losses.py",), ("tests/unit/test_losses.py", "tests/unit/test_guide.py"), "learning"),
     Target("terminal", ("tentalis_pipelines/envs/terminal.py",), ("tests/unit/test_envs_terminal.py", "tests/unit/test_envs_level0.py"), "gym"),
     Target("env_runner", ("tentalis_pipelines/envs/runner.py",), ("tests/unit/test_envs_runner.py",), "gym"),
     Target("bfcl", ("tentalis_pipelines/envs/bfcl.py",), ("tests/unit/test_envs_bfcl.py",), "gym"),
