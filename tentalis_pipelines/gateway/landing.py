@@ -188,13 +188,22 @@ def review_row(*, tenant: str, session_id: str, turn_id: str | None, score: floa
 
 
 def land_review(lake: Lakehouse, row: dict[str, Any]) -> bool:
-    """Land one live review, keyed by review_id: a re-sent identical review changes nothing (no commit);
-    one with a new score, critique, hint, rubric or target replaces the old row. Returns whether it wrote."""
-    old = [r for r in select(lake, "reviews", list(REVIEW_COMPARE) + ["batch_id"], "review_id", [row["review_id"]])
+    """Land one live review, keyed by review_id within its tenant: a re-sent identical review changes
+    nothing (no commit); one with a new score, critique, hint, rubric or target replaces the old row.
+    Returns whether it wrote.
+
+    A review_id another tenant's live review holds raises ``Forbidden``: review ids are computable (a
+    hash of tenant, target and reviewer) or chosen by the client, so one tenant could otherwise replace
+    another's review. The replace itself is also limited to the row's tenant."""
+    old = [r for r in select(lake, "reviews", list(REVIEW_COMPARE) + ["batch_id", "tenant"], "review_id", [row["review_id"]])
            if r["batch_id"] == LIVE_BATCH]
+    if any(r["tenant"] != row["tenant"] for r in old):
+        raise Forbidden(f"review_id {row['review_id']!r} belongs to another tenant's review: leave review_id out "
+                        "(a default one is derived from your tenant, target and reviewer) or choose another")
     if old and all(old[0].get(c) == row[c] for c in REVIEW_COMPARE):
         return False
-    lake.replace_where("reviews", {"batch_id": LIVE_BATCH, "review_id": row["review_id"]}, [row], partition_by=["batch_id"])
+    lake.replace_where("reviews", {"batch_id": LIVE_BATCH, "review_id": row["review_id"], "tenant": row["tenant"]}, [row],
+                       partition_by=["batch_id"])
     return True
 
 
