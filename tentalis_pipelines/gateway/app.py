@@ -924,6 +924,12 @@ async def _review(gw: Gateway, request: Request, tenant: str):
         row = landing.review_row(tenant=tenant, session_id=session_id, turn_id=review.turn_id, score=review.score,
                                  critique=review.critique, hint=review.hint, reviewer=review.reviewer, rubric=review.rubric,
                                  review_id=review.review_id)
+        target = f"turn:{review.turn_id}" if review.turn_id else f"session:{session_id}"  # as review_row derives it
+        default_id = landing.default_review_id(tenant, target, review.reviewer)
+        try:
+            landing.check_client_review_id(gw.lake, tenant, review.review_id, default_id)
+        except ValueError as exc:  # a derived-looking id that is not this tenant's: claiming it first would block its owner
+            reject(422, str(exc), "review_id", "review_id_reserved")
         try:
             landing.land_review(gw.lake, row)
         except landing.Forbidden as exc:  # another tenant's review_id: never replaced, never altered

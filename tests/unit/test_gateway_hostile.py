@@ -56,28 +56,35 @@ def _reviews(gw) -> list[dict]:
 # --------------------------------------------------------------------------- 1. another tenant's review
 def test_a_tenant_cannot_replace_another_tenants_review_by_its_review_id(gateway):
     """The default review id is a hash of tenant, target and reviewer, so a rival can compute acme's; sent
-    with a review of the rival's own session, it replaced acme's row. Now 403 naming review_id, and
-    acme's review is as acme sent it."""
+    with a review of the rival's own session, it replaced acme's row. Now that id is refused (422: a
+    derived id that is not the rival's), a free-form id acme chose is refused as taken (403), and acme's
+    reviews are as acme sent them."""
     client, gw, keys, _ = gateway
     assert _chat(client, keys["acme"], "s-acme").status_code == 200
     assert _chat(client, keys["rival"], "s-rival").status_code == 200
     gw.flusher.flush()
     mine = client.post("/v1/reviews", headers=keys["acme"], json={"session_id": "s-acme", "score": 0.9, "critique": "good"})
     assert mine.status_code == 200, mine.text
-    taken = mine.json()["review_id"]
-    assert taken == landing.default_review_id("acme", "session:s-acme", "manager")  # computable by anyone
-    r = client.post("/v1/reviews", headers=keys["rival"],
-                    json={"session_id": "s-rival", "score": 0.0, "critique": "forged", "review_id": taken})
-    assert r.status_code == 403, r.text
-    err = r.json()["error"]
-    assert (err["param"], err["type"], err["code"]) == ("review_id", "permission_error", "review_id_taken")
-    assert "another tenant" in err["message"]
-    (row,) = _reviews(gw)
-    assert (row["review_id"], row["tenant"], row["session_id"], row["score"], row["critique"]) == (taken, "acme", "s-acme", 0.9, "good")
-    # the rival's own review with its own id lands beside it; acme can still change its own
+    derived = mine.json()["review_id"]
+    assert derived == landing.default_review_id("acme", "session:s-acme", "manager")  # computable by anyone
+    chosen = client.post("/v1/reviews", headers=keys["acme"],
+                         json={"session_id": "s-acme", "score": 0.6, "reviewer": "lead", "review_id": "team-review-1"})
+    assert chosen.status_code == 200, chosen.text
+    for taken, status, code in ((derived, 422, "review_id_reserved"), ("team-review-1", 403, "review_id_taken")):
+        r = client.post("/v1/reviews", headers=keys["rival"],
+                        json={"session_id": "s-rival", "score": 0.0, "critique": "forged", "review_id": taken})
+        assert r.status_code == status, r.text
+        err = r.json()["error"]
+        assert (err["param"], err["code"]) == ("review_id", code)
+        assert taken in err["message"]
+    assert client.post("/v1/reviews", headers=keys["rival"], json={"session_id": "s-rival", "score": 0.0, "review_id": "team-review-1"}
+                       ).json()["error"]["type"] == "permission_error"
+    rows = sorted((r["review_id"], r["tenant"], r["session_id"], r["score"], r["critique"]) for r in _reviews(gw))
+    assert rows == sorted([(derived, "acme", "s-acme", 0.9, "good"), ("team-review-1", "acme", "s-acme", 0.6, "")])
+    # the rival's own review with its own id lands beside them; acme can still change its own
     assert client.post("/v1/reviews", headers=keys["rival"], json={"session_id": "s-rival", "score": 0.2}).status_code == 200
     assert client.post("/v1/reviews", headers=keys["acme"], json={"session_id": "s-acme", "score": 0.4}).status_code == 200
-    assert sorted((r["tenant"], r["score"]) for r in _reviews(gw)) == [("acme", 0.4), ("rival", 0.2)]
+    assert sorted((r["tenant"], r["score"]) for r in _reviews(gw)) == [("acme", 0.4), ("acme", 0.6), ("rival", 0.2)]
 
 
 def test_land_review_refuses_a_foreign_review_id_and_leaves_the_table_alone(tmp_path):
@@ -311,3 +318,26 @@ def test_the_gate_refills_at_its_rate_per_tenant():
     for bad in (-1, True, 1.5):
         with pytest.raises(ValueError, match="quarantine_per_minute"):
             QuarantineGate(per_minute=bad)
+
+
+def test_a_tenant_cannot_claim_another_tenants_future_review_id_first(gateway):
+    """Refusing a taken id must not let a rival squat one: acme's default id for a review it has not sent
+    yet is computable, so a rival landing a review under it first would get acme's review refused.
+    Derived-looking ids (rev-, verdict-, judge-) are the client's only when they are its own."""
+    client, gw, keys, _ = gateway
+    assert _chat(client, keys["acme"], "s-acme").status_code == 200
+    assert _chat(client, keys["rival"], "s-rival").status_code == 200
+    gw.flusher.flush()
+    future = landing.default_review_id("acme", "session:s-acme", "manager")
+    for squat in (future, "verdict-0123456789abcdef01234567", "judge-0123456789abcdef"):
+        r = client.post("/v1/reviews", headers=keys["rival"], json={"session_id": "s-rival", "score": 0.0, "review_id": squat})
+        assert r.status_code == 422, r.text
+        assert (r.json()["error"]["param"], r.json()["error"]["code"]) == ("review_id", "review_id_reserved")
+    mine = client.post("/v1/reviews", headers=keys["acme"], json={"session_id": "s-acme", "score": 0.7})
+    assert mine.status_code == 200 and mine.json()["review_id"] == future
+    # its own derived id, sent back explicitly, and a free-form id are the client's to use
+    again = client.post("/v1/reviews", headers=keys["acme"], json={"session_id": "s-acme", "score": 0.8, "review_id": future})
+    assert again.status_code == 200, again.text
+    own = client.post("/v1/reviews", headers=keys["rival"], json={"session_id": "s-rival", "score": 0.1, "review_id": "my-review-1"})
+    assert own.status_code == 200, own.text
+    assert sorted((r["tenant"], r["review_id"], r["score"]) for r in _reviews(gw)) == [("acme", future, 0.8), ("rival", "my-review-1", 0.1)]
