@@ -39,6 +39,10 @@ def serve(
     dtype: str = typer.Option("auto", help="auto | float32 | bfloat16"),
     max_batch_rows: int = typer.Option(64, min=1, help="Continuous batching: choices decoded together at most (calls "
                                                        "arriving meanwhile join at the next token); 1 serves one call at a time."),
+    max_prompts: int = typer.Option(16, min=1, help="Prompts one /v1/completions call may hold (more: 422 too_many_prompts)."),
+    quarantine_per_minute: int = typer.Option(30, min=0, help="Rejected review/Bridge bodies one tenant may have kept in "
+                                                              "`quarantine` per minute (more are answered, not kept; 0: none)."),
+    quarantine_raw_chars: int = typer.Option(8192, min=0, help="Characters kept of one rejected body (the rest clipped)."),
     home: str | None = HomeOpt,
 ):
     """Serve the current serving checkpoint over an OpenAI-compatible API; every call lands in `sessions` and `turns`."""
@@ -56,7 +60,8 @@ def serve(
     cfg = GatewayConfig(home=paths.home, lakehouse=paths.lakehouse, model_dir=model_dir, model_name=model_name, upstream=upstream,
                         upstream_api_key=os.environ.get("TENTALIS_UPSTREAM_API_KEY"), no_auth=no_auth,
                         flush_interval=flush_interval, poll_seconds=poll_seconds, device=device, dtype=dtype,
-                        max_batch_rows=max_batch_rows)
+                        max_batch_rows=max_batch_rows, max_prompts=max_prompts, quarantine_per_minute=quarantine_per_minute,
+                        quarantine_raw_chars=quarantine_raw_chars)
     if no_auth:
         typer.echo("warning: --no-auth: every request is tenant 'local' (do not expose this port)", err=True)
     uvicorn.run(create_app(cfg), host=host, port=port, log_level="info", timeout_graceful_shutdown=30)

@@ -36,6 +36,7 @@ from tentalis_pipelines.gateway.chat import (
     parse_tool_calls,
     render_chat,
 )
+from tentalis_pipelines.gateway.quarantine import QuarantineGate
 from tentalis_pipelines.gateway.wal import Flusher, WriteAheadLog
 from tentalis_pipelines.lakehouse import Lakehouse, LakehouseError, now_utc
 from tentalis_pipelines.redact import redact
@@ -62,6 +63,9 @@ class GatewayConfig:
     device: str = "auto"
     dtype: str = "auto"
     max_batch_rows: int = 64  # continuous batching: rows (choices) decoded together at most; 1 = one call at a time
+    max_prompts: int = 16  # prompts one /v1/completions call may hold (a list of texts or of token-id lists)
+    quarantine_per_minute: int = 30  # rejected bodies one tenant may have kept in `quarantine` per minute (0: none)
+    quarantine_raw_chars: int = 8192  # of a kept rejected body, this many characters at most (the rest is clipped)
 
 
 @dataclass
@@ -79,6 +83,7 @@ class Gateway:
     aliases: set[str] = field(default_factory=set)
     ack_lock: threading.Lock = field(default_factory=threading.Lock)
     started_at: float = field(default_factory=time.time)
+    quarantine_gate: QuarantineGate | None = None
 
 
 class APIError(Exception):
@@ -106,6 +111,17 @@ class ChatMessage(_Open):
     tool_call_id: str | None = None
 
 
+# The seeds torch's generators take (vLLM bounds ``seed`` the same way); a larger one was a 500.
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
+
+
+def _no_boolean(value: Any) -> Any:
+    """JSON ``true``/``false`` is not a number: refused, not read as 1/0 (the rule reviews' ``score`` follows)."""
+    if isinstance(value, bool):
+        raise ValueError(f"a JSON boolean ({str(value).lower()}) is not a number here: send a number")
+    return value
+
+
 class _Sampling(_Open):
     model: str
     n: int = Field(1, ge=1)
@@ -114,11 +130,16 @@ class _Sampling(_Open):
     max_tokens: int | None = Field(None, ge=1)
     stream: bool = False
     stop: str | list[str] | None = None
-    seed: int | None = None
+    seed: int | None = Field(None, ge=SEED_MIN, le=SEED_MAX)
     user: str | None = None
     metadata: dict[str, Any] | None = None
     stream_options: dict[str, Any] | None = None
     return_token_ids: bool = False  # vLLM's extension: token ids on every choice (and chunk)
+
+    @field_validator("n", "temperature", "top_p", "max_tokens", "seed", mode="before")
+    @classmethod
+    def _numbers_are_not_booleans(cls, value: Any) -> Any:
+        return _no_boolean(value)
 
 
 class ChatRequest(_Sampling):
@@ -128,6 +149,11 @@ class ChatRequest(_Sampling):
     logprobs: bool = False
     top_logprobs: int | None = Field(None, ge=0, le=20)
     max_completion_tokens: int | None = Field(None, ge=1)
+
+    @field_validator("top_logprobs", "max_completion_tokens", mode="before")
+    @classmethod
+    def _chat_numbers_are_not_booleans(cls, value: Any) -> Any:
+        return _no_boolean(value)
 
 
 class CompletionRequest(_Sampling):
@@ -139,6 +165,19 @@ class CompletionRequest(_Sampling):
     # never land as turns.
     echo: bool = False
     max_tokens: int | None = Field(None, ge=0)
+
+    @field_validator("logprobs", "max_tokens", mode="before")
+    @classmethod
+    def _completion_numbers_are_not_booleans(cls, value: Any) -> Any:
+        return _no_boolean(value)
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _token_ids_are_not_booleans(cls, value: Any) -> Any:
+        if isinstance(value, list) and any(isinstance(x, bool) or (isinstance(x, list) and any(isinstance(y, bool) for y in x))
+                                           for x in value):
+            raise ValueError("a JSON boolean is not a token id: send integers")
+        return value
 
 
 class ReviewRequest(BaseModel):
@@ -156,6 +195,55 @@ class ReviewRequest(BaseModel):
     @classmethod
     def _one_score_rule(cls, value: Any) -> float:
         return review_score(value)  # the rule import-reviews applies: `true` is not 1.0
+
+
+# --------------------------------------------------------------------------- the body limit
+class BodyLimit:
+    """Refuse a request body over ``max_bytes`` with 413, counting the bytes as they arrive.
+
+    A ``Content-Length`` over the limit is refused before any byte is read; a body without one
+    (``Transfer-Encoding: chunked``) is read up to the limit and refused at the first chunk past it, the
+    rest never read. A body within the limit is handed on whole (the app reads it once, from memory).
+    """
+
+    def __init__(self, app, max_bytes: int):
+        self.app, self.max_bytes = app, max_bytes
+
+    def _too_large(self, size: str) -> JSONResponse:
+        return error_response(413, f"request body of {size} is over the limit of {self.max_bytes} bytes "
+                                   "(GatewayConfig.max_body_bytes): send a smaller body", code="request_too_large")
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length", b"").decode("latin-1").strip()
+        if length.isdigit() and int(length) > self.max_bytes:
+            await self._too_large(f"{length} bytes")(scope, receive, send)
+            return
+        chunks: list[bytes] = []
+        size, first = 0, None
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":  # the client went away: the app sees that at once
+                first = message
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_bytes:
+                await self._too_large(f"more than {self.max_bytes} bytes")(scope, receive, send)
+                return
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        if first is None:
+            first = {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+        pending = [first]
+
+        async def replay():
+            return pending.pop() if pending else await receive()
+
+        await self.app(scope, replay, send)
 
 
 # --------------------------------------------------------------------------- app
@@ -204,13 +292,7 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
     async def _http_error(_: Request, exc: StarletteHTTPException):
         return error_response(exc.status_code, str(exc.detail), code="not_found" if exc.status_code == 404 else None)
 
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next):
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > cfg.max_body_bytes:
-            return error_response(413, f"request body of {length} bytes is over the limit of {cfg.max_body_bytes}",
-                                  code="request_too_large")
-        return await call_next(request)
+    app.add_middleware(BodyLimit, max_bytes=cfg.max_body_bytes)  # outermost: before anything reads a body
 
     async def tenant_of(authorization: str | None = Header(None)) -> str:
         g = gw()
@@ -249,13 +331,15 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
         except ImportError:
             raise APIError(501, "the Bridge API is not installed in this build", type="server_error") from None
         args: list[Any] = [gw().lake]
+        kwargs: dict[str, Any] = {}
         if request is not None:
             payload = await _json_body(request)
             if not isinstance(payload, dict):
                 raise APIError(422, "the request body must be a JSON object", param="body")
             args.append(payload)
+            kwargs["gate"] = gw().quarantine_gate  # a tenant's rejects are kept at a bounded rate and size
         try:
-            return await run_in_threadpool(getattr(bridge, fn_name), *args, tenant)
+            return await run_in_threadpool(getattr(bridge, fn_name), *args, tenant, **kwargs)
         except bridge.BridgeInputError as exc:
             raise APIError(422, str(exc), code="invalid_value") from None
 
@@ -288,6 +372,7 @@ def create_app(cfg: GatewayConfig) -> FastAPI:
             "serving_error": holder.last_error if holder is not None else None,
             "policy_switches": [list(s) for s in holder.switches] if holder is not None else [],
             "batching": _batching(holder),
+            "quarantine_dropped": g.quarantine_gate.dropped if g.quarantine_gate is not None else 0,
         }
 
     return app
@@ -305,7 +390,8 @@ def _start(cfg: GatewayConfig) -> Gateway:
     if replayed:
         log.info("replayed %d WAL records left by the previous gateway", replayed)
     gw = Gateway(cfg=cfg, lake=lake, wal=wal, flusher=flusher, sessions=landing.SessionRegistry(lake),
-                 keys=None if cfg.no_auth else KeyStore(Path(cfg.home)))
+                 keys=None if cfg.no_auth else KeyStore(Path(cfg.home)),
+                 quarantine_gate=QuarantineGate(cfg.quarantine_per_minute, cfg.quarantine_raw_chars))
     if cfg.upstream:
         from tentalis_pipelines.gateway.upstream import Upstream
 
@@ -405,6 +491,34 @@ def _session_id(body: Any, header: str | None) -> str:
     return sid or f"sess-{uuid.uuid4().hex}"
 
 
+def _unpaired_surrogate(value: Any, path: str = "") -> str | None:
+    """The dotted path (``messages.0.content``) of the first string in ``value`` that UTF-8 cannot
+    encode (a lone ``\\ud800``-``\\udfff`` escape, which JSON parsers accept), or None."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return path or "body"
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, item in items:
+        name = str(key).encode("utf-8", "backslashreplace").decode("utf-8")  # printable even when it is the bad string
+        here = f"{path}.{name}" if path else name
+        if name != str(key):
+            return here
+        hit = _unpaired_surrogate(item, here)
+        if hit is not None:
+            return hit
+    return None
+
+
+def _prompt_count(prompt: Any) -> int:
+    """How many prompts a /v1/completions ``prompt`` holds (text, texts, token ids, lists of token ids)."""
+    if isinstance(prompt, str) or (isinstance(prompt, list) and prompt and all(isinstance(x, int) for x in prompt)):
+        return 1
+    return len(prompt)
+
+
 def _stops(body: Any) -> tuple[str, ...]:
     if body.stop is None:
         return ()
@@ -415,8 +529,16 @@ async def _complete(gw: Gateway, endpoint: str, body: Any, request: Request, ten
     if body.model not in gw.aliases:
         raise APIError(404, f"the model {body.model!r} does not exist: this gateway serves {gw.model_id!r}", param="model",
                        code="model_not_found")
+    bad = _unpaired_surrogate(body.model_dump(exclude_none=True))
+    if bad is not None:
+        raise APIError(400, f"{bad}: the text holds an unpaired surrogate escape (\\ud800-\\udfff), which is not valid "
+                            "Unicode: send the character itself (or a valid pair of escapes)", param=bad, code="invalid_json")
     if body.n > gw.cfg.max_n:
         raise APIError(422, f"n must be at most {gw.cfg.max_n}", param="n", code="invalid_value")
+    if endpoint == "completions" and _prompt_count(body.prompt) > gw.cfg.max_prompts:
+        raise APIError(422, f"prompt holds {_prompt_count(body.prompt)} prompts: this gateway takes at most {gw.cfg.max_prompts} "
+                            "per call (max_prompts; `tentalis serve --max-prompts`): send them in several calls",
+                       param="prompt", code="too_many_prompts")
     session_id = _session_id(body, header_sid)
     try:
         await run_in_threadpool(gw.sessions.check, session_id, tenant)
@@ -760,9 +882,12 @@ async def _review(gw: Gateway, request: Request, tenant: str):
     raw = landing.dumps(payload)
 
     def reject(status: int, message: str, param: str | None = None, code: str | None = None):
+        gate = gw.quarantine_gate
         try:
-            gw.lake.quarantine([{"source": "gateway:/v1/reviews", "line": None, "raw": redact(raw)[:100_000],
-                                 "error": f"{status}: {message}", "batch_id": None, "stage": f"live_review:{tenant}"}])
+            if gate is None or gate.admit(tenant):  # a tenant's rejects are kept at a bounded rate and size
+                gw.lake.quarantine([{"source": "gateway:/v1/reviews", "line": None,
+                                     "raw": gate.clip(redact(raw)) if gate else redact(raw),
+                                     "error": f"{status}: {message}", "batch_id": None, "stage": f"live_review:{tenant}"}])
         except LakehouseError:
             log.exception("could not quarantine a rejected review")
         raise APIError(status, message, param=param, code=code, type="invalid_request_error" if status != 403 else "permission_error")
@@ -799,7 +924,16 @@ async def _review(gw: Gateway, request: Request, tenant: str):
         row = landing.review_row(tenant=tenant, session_id=session_id, turn_id=review.turn_id, score=review.score,
                                  critique=review.critique, hint=review.hint, reviewer=review.reviewer, rubric=review.rubric,
                                  review_id=review.review_id)
-        landing.land_review(gw.lake, row)
+        target = f"turn:{review.turn_id}" if review.turn_id else f"session:{session_id}"  # as review_row derives it
+        default_id = landing.default_review_id(tenant, target, review.reviewer)
+        try:
+            landing.check_client_review_id(gw.lake, tenant, review.review_id, default_id)
+        except ValueError as exc:  # a derived-looking id that is not this tenant's: claiming it first would block its owner
+            reject(422, str(exc), "review_id", "review_id_reserved")
+        try:
+            landing.land_review(gw.lake, row)
+        except landing.Forbidden as exc:  # another tenant's review_id: never replaced, never altered
+            reject(403, str(exc), "review_id", "review_id_taken")
         return {"object": "review", "review_id": row["review_id"], "batch_id": row["batch_id"], "rollout_id": row["rollout_id"],
                 "session_id": session_id, "turn_id": review.turn_id, "score": row["score"], "tenant": tenant}
 

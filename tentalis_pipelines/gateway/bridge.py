@@ -211,11 +211,14 @@ def _outcome(existing: Mapping[str, Any] | None, row: Mapping[str, Any], compare
 
 # --------------------------------------------------------------------------- quarantine
 def quarantine_payload(lake: Lakehouse, kind: str, raw: Any, error: str, tenant: str | None, *,
-                       source: str | None = None, line: int | None = None) -> None:
+                       source: str | None = None, line: int | None = None, gate: Any = None) -> None:
     """Keep a rejected Bridge payload in ``quarantine`` with every secret redacted (raw text and error).
 
     ``source`` defaults to ``bridge:<kind>`` (the NATS ingester passes ``nats:<subject>`` and the stream
-    sequence as ``line``)."""
+    sequence as ``line``). ``gate`` (the gateway's ``QuarantineGate``) bounds what one tenant can have
+    kept: over its rate the payload is not kept; its raw text is clipped to the gate's size."""
+    if gate is not None and not gate.admit(tenant):
+        return
     if isinstance(raw, (bytes, bytearray)):
         text = bytes(raw).decode("utf-8", "replace")
     elif isinstance(raw, str):
@@ -229,19 +232,21 @@ def quarantine_payload(lake: Lakehouse, kind: str, raw: Any, error: str, tenant:
         batch_id = bridge_batch_id(tenant) if tenant is not None else None
     except BridgeInputError:
         batch_id = None
-    lake.quarantine([{"source": source or f"bridge:{kind}", "line": line, "raw": redact(text)[:_MAX_RAW], "error": redact(error),
+    kept = gate.clip(redact(text)) if gate is not None else redact(text)[:_MAX_RAW]
+    lake.quarantine([{"source": source or f"bridge:{kind}", "line": line, "raw": kept, "error": redact(error),
                       "batch_id": batch_id, "stage": QUARANTINE_STAGE}])
 
 
 def _landing(kind: str, build: Callable[[Lakehouse, Mapping[str, Any], str], dict[str, Any]]):
     """Wrap a landing function: serialise it in the process; quarantine the payload of a BridgeInputError."""
 
-    def land(lake: Lakehouse, payload: dict, tenant: str, *, source: str | None = None, line: int | None = None) -> dict[str, Any]:
+    def land(lake: Lakehouse, payload: dict, tenant: str, *, source: str | None = None, line: int | None = None,
+             gate: Any = None) -> dict[str, Any]:
         try:
             with _lock:
                 return build(lake, _payload(payload), tenant)
         except BridgeInputError as exc:
-            quarantine_payload(lake, kind, payload, str(exc), tenant, source=source, line=line)
+            quarantine_payload(lake, kind, payload, str(exc), tenant, source=source, line=line, gate=gate)
             raise
 
     land.__name__ = build.__name__.lstrip("_")

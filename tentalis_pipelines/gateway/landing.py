@@ -176,6 +176,25 @@ def default_review_id(tenant: str, target: str, reviewer: str) -> str:
     return "rev-" + hashlib.sha256(f"{tenant}\x1f{target}\x1f{reviewer}".encode()).hexdigest()[:24]
 
 
+# Review ids Tentalis derives itself (live reviews' default, ATIF verdicts, session judges). A client
+# may send one only for its own review: otherwise a tenant could land a review under another tenant's
+# future default id first, and that tenant's reviews would then be refused as another tenant's id.
+MINTED_REVIEW_PREFIXES = ("rev-", "verdict-", "judge-")
+
+
+def check_client_review_id(lake: Lakehouse, tenant: str, review_id: str | None, default_id: str) -> None:
+    """Raise ``ValueError`` when a client-chosen ``review_id`` has a minted prefix but is neither this
+    review's own default id nor the id of one of the tenant's live reviews."""
+    if not review_id or review_id == default_id or not review_id.startswith(MINTED_REVIEW_PREFIXES):
+        return
+    mine = [r for r in select(lake, "reviews", ["batch_id", "tenant"], "review_id", [review_id])
+            if r["batch_id"] == LIVE_BATCH and r["tenant"] == tenant]
+    if not mine:
+        raise ValueError(f"review_id {review_id!r}: ids starting with {', '.join(MINTED_REVIEW_PREFIXES)} are derived by "
+                         "Tentalis; leave review_id out (one is derived from your tenant, target and reviewer) or choose "
+                         "an id without those prefixes")
+
+
 def review_row(*, tenant: str, session_id: str, turn_id: str | None, score: float, critique: str, hint: str,
                reviewer: str, rubric: str, review_id: str | None) -> dict[str, Any]:
     target = f"turn:{turn_id}" if turn_id else f"session:{session_id}"
@@ -188,13 +207,22 @@ def review_row(*, tenant: str, session_id: str, turn_id: str | None, score: floa
 
 
 def land_review(lake: Lakehouse, row: dict[str, Any]) -> bool:
-    """Land one live review, keyed by review_id: a re-sent identical review changes nothing (no commit);
-    one with a new score, critique, hint, rubric or target replaces the old row. Returns whether it wrote."""
-    old = [r for r in select(lake, "reviews", list(REVIEW_COMPARE) + ["batch_id"], "review_id", [row["review_id"]])
+    """Land one live review, keyed by review_id within its tenant: a re-sent identical review changes
+    nothing (no commit); one with a new score, critique, hint, rubric or target replaces the old row.
+    Returns whether it wrote.
+
+    A review_id another tenant's live review holds raises ``Forbidden``: review ids are computable (a
+    hash of tenant, target and reviewer) or chosen by the client, so one tenant could otherwise replace
+    another's review. The replace itself is also limited to the row's tenant."""
+    old = [r for r in select(lake, "reviews", list(REVIEW_COMPARE) + ["batch_id", "tenant"], "review_id", [row["review_id"]])
            if r["batch_id"] == LIVE_BATCH]
+    if any(r["tenant"] != row["tenant"] for r in old):
+        raise Forbidden(f"review_id {row['review_id']!r} belongs to another tenant's review: leave review_id out "
+                        "(a default one is derived from your tenant, target and reviewer) or choose another")
     if old and all(old[0].get(c) == row[c] for c in REVIEW_COMPARE):
         return False
-    lake.replace_where("reviews", {"batch_id": LIVE_BATCH, "review_id": row["review_id"]}, [row], partition_by=["batch_id"])
+    lake.replace_where("reviews", {"batch_id": LIVE_BATCH, "review_id": row["review_id"], "tenant": row["tenant"]}, [row],
+                       partition_by=["batch_id"])
     return True
 
 
