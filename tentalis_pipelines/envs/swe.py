@@ -133,7 +133,7 @@ class SweEnv(TerminalEnv):
         self.tests_passed = self.tests_total = 0
         try:
             self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
-                                        env={**SESSION_ENV, "BASH_FUNC_submit%%": submit_function(self._marker)})
+                                        env={**SESSION_ENV, "BASH_FUNC_submit%%": submit_function()})
         except SandboxUnavailableError as exc:
             raise EnvironmentUnavailable(f"the mini-SWE environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid
