@@ -48,7 +48,8 @@ bound on the host (``/proc/net/unix``) that the hidden directories do not alread
 
 Limits of the design: the program can read world-readable host files outside the hidden dirs (the
 repository, /etc); Unix sockets bound in other network namespaces (containers) are not listed by the
-host's ``/proc/net/unix`` and are not covered.
+host's ``/proc/net/unix`` and are not covered. (Shell sessions, below, do not have this limit: their
+root holds only what a shell needs.)
 
 The child side of the sandbox is this same file, run as a script (``python -I sandbox.py PARAMS``):
 it therefore imports nothing but the standard library.
@@ -1092,10 +1093,16 @@ def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sand
 # --------------------------------------------------------------------------------------------------
 #
 # An agent environment runs one shell command per turn, and the files a command writes must be there for
-# the next one. A ShellSession is one sandbox (the same namespaces, read-only mounts, hidden dirs, covered
-# Unix sockets and mount check as above) that lives for the whole episode. Its working directory is the
-# same size- and inode-limited tmpfs as a program's (not a host directory: that would let a command fill
-# the host's disk), seeded with the episode's file tree. Inside, the namespace's init is a small server,
+# the next one. A ShellSession is one sandbox (the same namespaces as above) that lives for the whole
+# episode. Its filesystem is a fresh root that holds only what a shell needs (``_setup_shell_root``: /usr,
+# a minimal /etc and /dev, its own /proc, empty read-only /tmp; the host's root is detached, so /work,
+# /root, /home and every other host file are simply not there). Its working directory is the same size-
+# and inode-limited tmpfs as a program's (not a host directory: that would let a command fill the host's
+# disk), seeded with the episode's file tree. Its processes together are held to ``episode_memory_mb``
+# by a memory cgroup where the host allows one (``_EpisodeCgroup``), else by RLIMIT_AS x RLIMIT_NPROC.
+# What a command did is reported from what the sandbox observed, never from its output: the process
+# count, the cgroup's OOM kills, the network namespace's no-route counter, and the submission channel
+# (a pipe on SUBMIT_FD that the server reads apart from the output). Inside, the namespace's init is a small server,
 # root in the namespace, that never runs anything it is sent: for each command it forks a child that
 # drops to the session's throwaway uid (no_new_privs, rlimits, no inherited descriptors, /dev/null as
 # stdin) and execs ``bash -c COMMAND`` in the working directory. When that shell exits, or the time limit
@@ -1311,7 +1318,9 @@ class ShellSession:
 
     ``files`` (relative path -> text or bytes; a path ending in ``/`` is an empty directory) seeds the
     working directory; ``env`` adds variables to every command's (minimal) environment (an exported bash
-    function is ``BASH_FUNC_name%%``). Raises :class:`SandboxUnavailableError` where the sandbox cannot work and
+    function is ``BASH_FUNC_name%%``); ``hide_dirs`` are covered where they lie inside what the session's
+    root binds from the host (elsewhere they are not visible anyway). ``memory_limit`` says how the
+    episode's memory is bounded: ``{"kind": "cgroup-v2" | "cgroup-v1" | "rlimit", "bytes": N}``. Raises :class:`SandboxUnavailableError` where the sandbox cannot work and
     :class:`ShellSessionError` when the session fails to start. Use as a context manager or call
     :meth:`close`.
     """
