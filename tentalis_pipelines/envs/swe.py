@@ -158,7 +158,7 @@ class SweEnv(TerminalEnv):
         task: SweTask = self.task  # type: ignore[assignment]
         if self.session is not None and self.session.alive and end_kind(reason) not in ("hostile", "error"):
             try:
-                entry = self.session.snapshot().get(task.source_file)
+                entry = self.session.snapshot(first=[task.source_file]).get(task.source_file)
                 self.source_text = read_text(entry)
             except Exception as exc:  # noqa: BLE001 - the environment failed, not the agent
                 self.end_reason = error(f"the module could not be read back: {exc}")
