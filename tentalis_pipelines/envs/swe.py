@@ -133,7 +133,7 @@ class SweEnv(TerminalEnv):
         self.tests_passed = self.tests_total = 0
         try:
             self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
-                                        env={**SESSION_ENV, "BASH_FUNC_submit%%": submit_function(self._marker)})
+                                        env={**SESSION_ENV, "BASH_FUNC_submit%%": submit_function()})
         except SandboxUnavailableError as exc:
             raise EnvironmentUnavailable(f"the mini-SWE environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid
@@ -158,7 +158,7 @@ class SweEnv(TerminalEnv):
         task: SweTask = self.task  # type: ignore[assignment]
         if self.session is not None and self.session.alive and end_kind(reason) not in ("hostile", "error"):
             try:
-                entry = self.session.snapshot().get(task.source_file)
+                entry = self.session.snapshot(first=[task.source_file]).get(task.source_file)
                 self.source_text = read_text(entry)
             except Exception as exc:  # noqa: BLE001 - the environment failed, not the agent
                 self.end_reason = error(f"the module could not be read back: {exc}")

@@ -10,8 +10,10 @@ nesting and escaping and a chat template that SmolLM2's (plain ChatML, no ``tool
 A Markdown fence cannot be malformed in a way that hides a command (one regular expression reads it,
 the same one a reader would), the command inside is ordinary shell, and ``submit`` is one word. It is
 a shell function (exported into every command's environment), so it composes with the shell:
-``submit $(wc -l < notes.txt)`` answers in one turn. It prints its arguments after a marker that is
-random per episode, and the environment reads the answer from there; nothing else ends an episode.
+``submit $(wc -l < notes.txt)`` answers in one turn. It writes its arguments to the sandbox's
+submission channel, a pipe on descriptor 3 that the sandbox's server reads apart from the command's
+output; nothing in the shell's environment is secret (``env``, ``declare -f`` and ``set`` show the
+function, and printing anything, that included, submits nothing), and nothing else ends an episode.
 
 The conversation opens with the system prompt and one worked example (a two-turn exchange on a task
 of no generated family: print a file's first line, submit it), then the task. Measured on 18 held-out
@@ -23,7 +25,9 @@ tasks (6 per level), 3 turns each, greedy, SmolLM2-135M-Instruct in bf16: with t
 A turn with no code block or with several is answered with a format message, runs nothing and counts
 as a turn. Observations are the command's output (stdout and stderr together, as a terminal shows
 them) and its exit code, cut to ``observation_chars`` with a visible marker that says how much is
-missing (``[... 12,345 characters truncated ...]``; the beginning and the end are kept).
+missing (``[... 12,345 characters truncated ...]``; the beginning and the end are kept). They are
+sanitised first (:func:`sanitize`): NUL bytes, ANSI escape sequences and other control characters
+(all but newline and tab) are removed, so they reach neither the policy nor a stored transcript.
 
 **Execution.** One :class:`~tentalis_pipelines.evaluation.sandbox.ShellSession` per episode: a fresh copy
 of the task's tree in the session's own size-limited tmpfs (the only writable place), no network, a
@@ -33,10 +37,14 @@ command leaves running is killed when it ends), nor do ``cd`` and variables (eac
 ``bash -c``, as in mini-swe-agent).
 
 **Hostile actions.** The sandbox stops them; the environment also ends the episode (end reason
-``hostile: ...``, reward 0) when a command ran into the process limit (a fork bomb), tried to write
-outside its directory (``Read-only file system``) or to reach the network (``Network is unreachable``),
-unless ``end_on_violation`` is off. A command killed at its time limit is reported in the observation
-and the episode goes on; so is a read that was denied.
+``hostile: ...``, reward 0) when a command ran into the process limit (a fork bomb: the sandbox's
+server counted the session's processes at the cap), into the episode's memory limit (the kernel
+killed a process at the session cgroup's limit) or tried to reach the network (the network
+namespace's kernel counter of packets with no route rose), unless ``end_on_violation`` is off. Each
+of these is decided from what the sandbox observed, never from text the command printed: printing
+"Read-only file system" or "Network is unreachable" is harmless. A write outside the working
+directory is refused by the read-only filesystem and reported in the output like a denied read, and
+the episode goes on; so does a command killed at its time limit.
 
 **Verdict.** At the end (submitted, turn limit), answer tasks compare the submitted answer, edit tasks
 check the final tree, read back from the sandbox as data (never executed). An edit task is checked even
@@ -46,9 +54,8 @@ without ``submit`` (the final state is what counts); an answer task without a su
 from __future__ import annotations
 
 import re
-import secrets
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from tentalis_pipelines.envs.base import (
@@ -65,6 +72,7 @@ from tentalis_pipelines.envs.base import (
 )
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask, verify
 from tentalis_pipelines.evaluation.sandbox import (
+    SUBMIT_FD,
     SandboxUnavailableError,
     ShellLimits,
     ShellResult,
@@ -96,11 +104,10 @@ REPEAT_NOTICE = ("[You ran this same command in your last turn and got the same 
 
 ACTION_RE = re.compile(r"```(?:bash|sh|shell)[ \t]*\n(.*?)```", re.DOTALL)
 
-# Output that shows the sandbox stopped an attempt to leave the episode's tree (module doc).
-VIOLATIONS = (
-    ("Read-only file system", "write outside the working directory"),
-    ("Network is unreachable", "network access"),
-)
+# ANSI escape sequences (CSI, OSC, two-byte ESC sequences) and every other control character but
+# newline and tab (C0, DEL, C1): removed from observations and answers (module doc).
+_ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)?|\x1b[ -/]*[0-~]?|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -140,6 +147,12 @@ def repeat_notice(command: str, previous: str | None) -> str:
     return "\n" + REPEAT_NOTICE if previous is not None and command.strip() == previous.strip() else ""
 
 
+def sanitize(text: str) -> str:
+    """``text`` without NUL bytes, ANSI escape sequences and control characters other than ``\\n`` and
+    ``\\t`` (a terminal's colours and cursor moves, a carriage return that would hide a line)."""
+    return _CONTROL_RE.sub("", _ANSI_RE.sub("", text))
+
+
 def truncate_middle(text: str, limit: int) -> str:
     """``text`` if it fits in ``limit`` characters, else its head and tail around a marker that says how
     many characters are missing."""
@@ -165,7 +178,7 @@ def truncate_output(head: str, tail: str, omitted: int, limit: int) -> str:
 
 
 def format_observation(result: ShellResult, *, limit: int, timeout_s: float) -> str:
-    text = truncate_output(result.head, result.tail, result.omitted_bytes, limit).rstrip("\n")
+    text = truncate_output(sanitize(result.head), sanitize(result.tail), result.omitted_bytes, limit).rstrip("\n")
     lines = [text if text.strip() else "(no output)"]
     if result.timed_out:
         lines.append(f"[killed: the command ran past the {timeout_s:g} s time limit]")
@@ -173,35 +186,30 @@ def format_observation(result: ShellResult, *, limit: int, timeout_s: float) -> 
         lines.append(f"[exit code {result.exit_code}]")
     if result.process_limit:
         lines.append("[killed: the command ran into the process limit]")
+    elif result.memory_limit:
+        lines.append("[killed: the command ran into the episode's memory limit]")
     elif result.killed_processes:
         lines.append(f"[{result.killed_processes} process(es) it left running were killed]")
     return "\n".join(lines)
 
 
 def violation(result: ShellResult) -> str | None:
-    """Why this command counts as hostile (module doc), or None."""
+    """Why this command counts as hostile (module doc), or None: from the sandbox's own signals (the
+    process count, the cgroup's OOM kills, the network namespace's no-route counter), never from output."""
     if result.process_limit:
         return "process limit reached (fork bomb?)"
-    output = result.head + result.tail
-    for needle, what in VIOLATIONS:
-        if needle in output:
-            return what
+    if result.memory_limit:
+        return "memory limit of the episode reached"
+    if result.network_attempts > 0:
+        return "network access"
     return None
 
 
-def submit_function(marker: str) -> str:
-    """The body of the exported ``submit`` bash function: print the marker and the arguments, then end."""
-    return f"() {{ printf '\\n%s%s\\n' '{marker}' \"$*\"; exit 0; }}"
-
-
-def split_submission(output: str, marker: str) -> tuple[bool, str, str]:
-    """(submitted, answer, output without the submission line)."""
-    at = output.find(marker)
-    if at < 0:
-        return False, "", output
-    rest = output[at + len(marker):]
-    answer, _, after = rest.partition("\n")
-    return True, answer.strip(), (output[:at].rstrip("\n") + "\n" + after).strip("\n")
+def submit_function() -> str:
+    """The body of the exported ``submit`` bash function: write the arguments (NUL-terminated) to the
+    sandbox's submission channel, descriptor ``SUBMIT_FD``, then end the command. No secret in it: the
+    channel, not a marker in the output, is what the sandbox reads."""
+    return f"() {{ printf '%s\\0' \"$*\" >&{SUBMIT_FD}; exit 0; }}"
 
 
 class TerminalEnv(Environment):
@@ -228,7 +236,6 @@ class TerminalEnv(Environment):
         self.end_reason = ""
         self._tree: dict[str, dict] | None = None
         self._verdict: Verdict | None = None
-        self._marker = f"@@SUBMIT-{secrets.token_hex(8)}@@"
         self._previous_command: str | None = None
 
     def reset(self, task: TerminalTask | dict) -> Observation:
@@ -238,7 +245,7 @@ class TerminalEnv(Environment):
         self._reset_state()
         try:
             self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
-                                        env={"BASH_FUNC_submit%%": submit_function(self._marker)})
+                                        env={"BASH_FUNC_submit%%": submit_function()})
         except SandboxUnavailableError as exc:
             raise EnvironmentUnavailable(f"the terminal environment needs the sandbox: {exc}") from exc
         self.sandbox_uid = self.session.uid  # kept after the episode: its processes are findable by uid
@@ -266,22 +273,21 @@ class TerminalEnv(Environment):
             result = self.session.run(command)
             info.update(exit_code=result.exit_code, timed_out=result.timed_out, output_bytes=result.output_bytes,
                         process_limit=result.process_limit, killed_processes=result.killed_processes,
-                        command_seconds=result.seconds)
+                        memory_limit=result.memory_limit, network_attempts=result.network_attempts,
+                        memory_limit_kind=self.session.memory_limit["kind"],
+                        memory_limit_bytes=self.session.memory_limit["bytes"], command_seconds=result.seconds)
             if result.error:
                 text = f"The environment failed: {result.error}"
                 self._finish(error(f"sandbox: {result.error}"))
             else:
-                submitted, answer, rest_head = split_submission(result.head, self._marker)
-                if not submitted:
-                    submitted, answer, _ = split_submission(result.tail, self._marker)
                 bad = violation(result) if self.config.end_on_violation else None
-                shown = replace(result, head=rest_head) if submitted else result
-                text = format_observation(shown, limit=self.config.observation_chars,
+                text = format_observation(result, limit=self.config.observation_chars,
                                           timeout_s=self.config.limits.command_timeout_s)
                 if bad is not None:
                     text += f"\n[episode ended: {bad}]"
                     self._finish(hostile(bad))
-                elif submitted:
+                elif result.submitted:
+                    answer = sanitize(result.submission).strip()
                     self.answer = answer
                     info["answer"] = answer
                     self._finish(SUBMITTED)
@@ -304,7 +310,9 @@ class TerminalEnv(Environment):
         self.end_reason = reason
         if self.session is not None and self.session.alive and self.task is not None and self.task.kind == "tree":
             try:
-                self._tree = self.session.snapshot()
+                # The files the check reads first: unrelated large files cannot use up their budget.
+                needed = [r["path"] for r in self.task.check.get("rules", []) if "file" in r]
+                self._tree = self.session.snapshot(first=needed)
             except Exception as exc:  # noqa: BLE001 - the environment failed, not the agent
                 self._tree = None
                 self.end_reason = error(f"the final tree could not be read: {exc}")

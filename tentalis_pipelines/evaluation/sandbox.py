@@ -48,7 +48,8 @@ bound on the host (``/proc/net/unix``) that the hidden directories do not alread
 
 Limits of the design: the program can read world-readable host files outside the hidden dirs (the
 repository, /etc); Unix sockets bound in other network namespaces (containers) are not listed by the
-host's ``/proc/net/unix`` and are not covered.
+host's ``/proc/net/unix`` and are not covered. (Shell sessions, below, do not have this limit: their
+root holds only what a shell needs.)
 
 The child side of the sandbox is this same file, run as a script (``python -I sandbox.py PARAMS``):
 it therefore imports nothing but the standard library.
@@ -115,6 +116,11 @@ UID_COUNT = 1_000_000
 HIDDEN_DIRS = ("/tmp", "/var/tmp", "/dev/shm", "/run", "/root", "/home")
 
 _PROGRAM_NAME = "program.py"
+
+# A shell session's command gets the write end of the submission channel on this descriptor (module doc).
+SUBMIT_FD = 3
+SUBMISSION_BYTES = 4096  # of what a command writes to the submission channel, the first this many are kept
+PROCESS_SAMPLE_S = 0.05  # how often the server counts a running command's processes
 
 
 @dataclass(frozen=True)
@@ -658,6 +664,131 @@ def _setup_filesystem(libc: ctypes.CDLL, workdir: str, uid: int, disk_bytes: int
             raise _SetupError(f"mount {point} is still writable")
 
 
+# ---- the shell session's filesystem: a fresh root that holds only what a shell needs ------------------
+
+# What of the host a shell session sees (read-only): the system's programs and libraries, and these /etc
+# entries (names, or prefixes ending in ``*``). Nothing else of the host: no /home, /root, /work, /opt,
+# /srv, /mnt, /var, /sys; /etc's credentials and tool configs (gitconfig, pip.conf, npmrc, ssh, ssl,
+# shadow) stay out. /etc/passwd and /etc/group are written for the session (root and the agent).
+SHELL_ROOT_DIRS = ("usr",)
+SHELL_ROOT_MAYBE_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+SHELL_ETC = ("alternatives", "bash.bashrc", "debian_version", "gai.conf", "host.conf", "hosts", "inputrc",
+             "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "locale.alias", "localtime", "magic", "magic.mime",
+             "mime.types", "mtab", "nsswitch.conf", "os-release", "perl", "profile", "protocols", "python3*",
+             "services", "shells", "terminfo", "timezone", "vim")
+SHELL_DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
+# Empty, read-only directories of the fresh root (a write there fails with "Read-only file system").
+SHELL_EMPTY_DIRS = ("tmp", "var/tmp", "run", "dev/shm", "home")
+# pivot_root(2) has no libc wrapper: its system call number per architecture.
+_SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "ppc64": 203, "s390x": 217}
+MNT_DETACH = 2
+
+
+def _shell_etc_entries() -> list[str]:
+    names = []
+    with contextlib.suppress(OSError):
+        for name in sorted(os.listdir("/etc")):
+            if any(name == p or (p.endswith("*") and name.startswith(p[:-1])) for p in SHELL_ETC):
+                names.append(name)
+    return names
+
+
+def _bind_ro(libc: ctypes.CDLL, source: str, target: str, flags: int = MS_NOSUID) -> None:
+    """Bind ``source`` (not its submounts) on ``target``, then make that mount read-only."""
+    _mount(libc, source, target, None, MS_BIND)
+    _mount(libc, None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | flags)
+
+
+def _setup_shell_root(libc: ctypes.CDLL, params: dict) -> None:  # pragma: no cover - in the sandbox
+    """Build a fresh root for a shell session and pivot into it (module doc): /usr (and the /bin, /lib*
+    links), a minimal /etc, a minimal /dev, a fresh read-only /proc of the session's PID namespace, empty
+    read-only /tmp, /var/tmp, /run, /home, and the working directory, the one writable place. The host's
+    root is detached afterwards: nothing else of it is reachable from inside."""
+    workdir, uid = params["workdir"], int(params["uid"])
+    new = "/tmp"  # any directory will do: the mount namespace is private, the host never sees this tmpfs
+    _mount(libc, None, "/", None, MS_REC | MS_PRIVATE)
+    _mount(libc, "tentalis-root", new, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m,nr_inodes=4096")
+    bound: list[str] = []
+    for name in SHELL_ROOT_DIRS:
+        os.mkdir(f"{new}/{name}", 0o755)
+        _bind_ro(libc, f"/{name}", f"{new}/{name}")
+        bound.append(f"/{name}")
+    for name in SHELL_ROOT_MAYBE_LINKS:
+        host = f"/{name}"
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), f"{new}/{name}")
+        elif os.path.isdir(host):
+            os.mkdir(f"{new}/{name}", 0o755)
+            _bind_ro(libc, host, f"{new}/{name}")
+            bound.append(host)
+    # /etc: the session's own passwd and group, and the entries a shell and its tools read.
+    os.mkdir(f"{new}/etc", 0o755)
+    with open(f"{new}/etc/passwd", "w") as fh:
+        fh.write(f"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\nagent:x:{uid}:{uid}:agent:{workdir}:/bin/bash\n")
+    with open(f"{new}/etc/group", "w") as fh:
+        fh.write(f"root:x:0:\nagent:x:{uid}:\n")
+    for name in _shell_etc_entries():
+        host, target = f"/etc/{name}", f"{new}/etc/{name}"
+        if os.path.islink(host):
+            os.symlink(os.readlink(host), target)
+            continue
+        if os.path.isdir(host):
+            os.mkdir(target, 0o755)
+        elif os.path.isfile(host):
+            open(target, "w").close()  # noqa: SIM115 - a mount point for the bind
+        else:
+            continue
+        _bind_ro(libc, host, target)
+        bound.append(host)
+    # /dev: the harmless character devices, bound from the host (a device node on a read-only mount can
+    # still be written: `> /dev/null` works), and the /proc/self/fd links.
+    os.makedirs(f"{new}/dev", 0o755)
+    for name in SHELL_DEVICES:
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{new}/dev/{name}", "w").close()  # noqa: SIM115 - a mount point for the bind
+            _bind_ro(libc, f"/dev/{name}", f"{new}/dev/{name}")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, f"{new}/dev/{name}")
+    for d in SHELL_EMPTY_DIRS:
+        os.makedirs(f"{new}/{d}", 0o755, exist_ok=True)
+    # Host Unix sockets and hidden directories that lie inside what was bound.
+    for path in params.get("hide_sockets", ()):
+        if any(_under(path, b) for b in bound):
+            with contextlib.suppress(OSError):
+                if stat.S_ISSOCK(os.lstat(path).st_mode):
+                    _bind_ro(libc, "/dev/null", new + path, MS_NOSUID | MS_NODEV)
+    for d in params.get("hide_dirs", ()):
+        if any(_under(d, b) for b in bound) and os.path.isdir(d):
+            _mount(libc, "tentalis-hidden", new + d, "tmpfs", MS_NOSUID | MS_NODEV | MS_RDONLY, "mode=0755,size=4k")
+    os.mkdir(f"{new}/proc", 0o555)
+    _mount(libc, "proc", f"{new}/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC | MS_RDONLY)
+    os.makedirs(new + workdir, 0o755, exist_ok=True)
+    _mount(libc, "tentalis-sandbox-work", new + workdir, "tmpfs", MS_NOSUID | MS_NODEV,
+           f"mode=0700,uid={uid},gid={uid},size={max(1, int(params['disk_bytes']) // 1024)}k,"
+           f"nr_inodes={int(params['inodes'])}")
+    # Into the new root; the host's root is detached (lazily: nothing of it stays reachable).
+    number = _SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise _SetupError(f"no pivot_root system call number for {os.uname().machine}")
+    os.chdir(new)
+    if libc.syscall(number, b".", b".") != 0:
+        raise _SetupError(f"pivot_root: {os.strerror(ctypes.get_errno())}")
+    if libc.umount2(b".", MNT_DETACH) != 0:
+        raise _SetupError(f"umount2 of the host's root: {os.strerror(ctypes.get_errno())}")
+    os.chdir("/")
+    _mount(libc, None, "/", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
+    # Verify: the host's root is gone, and every mount but the working directory is read-only.
+    mounts = _mountinfo()
+    shadowed = {parent for _mid, parent, point, _o in mounts for pid, _p, ppoint, _o2 in mounts
+                if pid == parent and ppoint == point}
+    for mid, _parent, point, opts in mounts:
+        if mid in shadowed or point == workdir:
+            continue
+        if "ro" not in opts:
+            raise _SetupError(f"mount {point} is still writable")
+
+
 def _drop_privileges(libc: ctypes.CDLL, uid: int) -> None:
     # no_new_privs: setuid-root binaries (su, mount, ...) cannot give root back.
     if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
@@ -962,10 +1093,16 @@ def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sand
 # --------------------------------------------------------------------------------------------------
 #
 # An agent environment runs one shell command per turn, and the files a command writes must be there for
-# the next one. A ShellSession is one sandbox (the same namespaces, read-only mounts, hidden dirs, covered
-# Unix sockets and mount check as above) that lives for the whole episode. Its working directory is the
-# same size- and inode-limited tmpfs as a program's (not a host directory: that would let a command fill
-# the host's disk), seeded with the episode's file tree. Inside, the namespace's init is a small server,
+# the next one. A ShellSession is one sandbox (the same namespaces as above) that lives for the whole
+# episode. Its filesystem is a fresh root that holds only what a shell needs (``_setup_shell_root``: /usr,
+# a minimal /etc and /dev, its own /proc, empty read-only /tmp; the host's root is detached, so /work,
+# /root, /home and every other host file are simply not there). Its working directory is the same size-
+# and inode-limited tmpfs as a program's (not a host directory: that would let a command fill the host's
+# disk), seeded with the episode's file tree. Its processes together are held to ``episode_memory_mb``
+# by a memory cgroup where the host allows one (``_EpisodeCgroup``), else by RLIMIT_AS x RLIMIT_NPROC.
+# What a command did is reported from what the sandbox observed, never from its output: the process
+# count, the cgroup's OOM kills, the network namespace's no-route counter, and the submission channel
+# (a pipe on SUBMIT_FD that the server reads apart from the output). Inside, the namespace's init is a small server,
 # root in the namespace, that never runs anything it is sent: for each command it forks a child that
 # drops to the session's throwaway uid (no_new_privs, rlimits, no inherited descriptors, /dev/null as
 # stdin) and execs ``bash -c COMMAND`` in the working directory. When that shell exits, or the time limit
@@ -977,12 +1114,122 @@ def _child_main(argv: list[str]) -> None:  # pragma: no cover - runs in the sand
 # alive) for the host to check; nothing in the tree is executed on the host.
 
 
+# ---- the episode's memory limit: a cgroup where the host allows one -----------------------------------
+
+CGROUP_ENV = "TENTALIS_SANDBOX_CGROUP"  # "0": never use a cgroup (the rlimit bound only)
+MEMORY_CGROUP_V2 = "cgroup-v2"  # memory.max on the session's own cgroup: all its processes together
+MEMORY_CGROUP_V1 = "cgroup-v1"  # memory.limit_in_bytes, the same on a v1 memory controller
+MEMORY_RLIMIT = "rlimit"  # no cgroup: RLIMIT_AS per process x the process cap bounds the sum
+
+
+class _EpisodeCgroup:
+    """A memory cgroup for one shell session, made by the host side (the session's server only writes
+    its command processes into it, through a descriptor it opened before leaving the host's root).
+
+    ``create`` returns None where no cgroup can be made (no writable cgroup filesystem, the memory
+    controller not delegated, ``TENTALIS_SANDBOX_CGROUP=0``); the session then falls back to the rlimit
+    bound. ``oom_kills()`` is the kernel's count of processes killed at the limit: the signal a memory
+    violation is decided from."""
+
+    def __init__(self, path: str, kind: str):
+        self.path, self.kind = path, kind
+
+    @classmethod
+    def create(cls, name: str, limit_bytes: int) -> _EpisodeCgroup | None:
+        if os.environ.get(CGROUP_ENV, "1") == "0" or not sys.platform.startswith("linux"):
+            return None
+        for kind, base in cls._bases():
+            path = os.path.join(base, name)
+            try:
+                os.mkdir(path, 0o700)
+            except OSError:
+                continue
+            group = cls(path, kind)
+            try:
+                if kind == MEMORY_CGROUP_V2:
+                    group._write("memory.max", str(limit_bytes))
+                    with contextlib.suppress(OSError):
+                        group._write("memory.swap.max", "0")
+                else:
+                    group._write("memory.limit_in_bytes", str(limit_bytes))
+                    with contextlib.suppress(OSError):
+                        group._write("memory.memsw.limit_in_bytes", str(limit_bytes))
+                group.oom_kills()  # readable, or not usable
+            except (OSError, ValueError):
+                group.remove()
+                continue
+            return group
+        return None
+
+    @staticmethod
+    def _bases() -> list[tuple[str, str]]:
+        """Where this process's cgroups are: the v2 one (if its memory controller is enabled for children,
+        or can be), then the v1 memory controller's."""
+        out: list[tuple[str, str]] = []
+        try:
+            with open("/proc/self/cgroup") as fh:
+                lines = [ln.rstrip("\n").split(":", 2) for ln in fh]
+            with open("/proc/self/mountinfo") as fh:
+                mounts = [ln.split() for ln in fh]
+        except OSError:
+            return out
+        for fields in mounts:
+            sep = fields.index("-")
+            fstype, point, super_opts = fields[sep + 1], fields[4], fields[sep + 3].split(",")
+            for line in lines:
+                if len(line) != 3:
+                    continue
+                hier, controllers, rel = line
+                if fstype == "cgroup2" and hier == "0" and controllers == "":
+                    base = os.path.normpath(point + rel)
+                    with contextlib.suppress(OSError):
+                        with open(os.path.join(base, "cgroup.subtree_control")) as fh:
+                            enabled = fh.read().split()
+                        if "memory" not in enabled:
+                            with open(os.path.join(base, "cgroup.subtree_control"), "w") as fh:
+                                fh.write("+memory")
+                        out.append((MEMORY_CGROUP_V2, base))
+                elif fstype == "cgroup" and "memory" in super_opts and "memory" in controllers.split(","):
+                    out.append((MEMORY_CGROUP_V1, os.path.normpath(point + rel)))
+        return out
+
+    def _write(self, name: str, value: str) -> None:
+        with open(os.path.join(self.path, name), "w") as fh:
+            fh.write(value)
+
+    @property
+    def procs_file(self) -> str:
+        return os.path.join(self.path, "cgroup.procs")
+
+    def oom_kills(self) -> int:
+        """How many of the group's processes the kernel killed at the memory limit so far."""
+        name = "memory.events" if self.kind == MEMORY_CGROUP_V2 else "memory.oom_control"
+        with open(os.path.join(self.path, name)) as fh:
+            for line in fh:
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value)
+        raise ValueError(f"no oom_kill count in {name}")
+
+    def remove(self) -> None:
+        """Remove the (empty) group; retried briefly while the kernel finishes with its last processes."""
+        for _ in range(50):
+            try:
+                os.rmdir(self.path)
+                return
+            except FileNotFoundError:
+                return
+            except OSError:
+                time.sleep(0.02)
+
+
 @dataclass(frozen=True)
 class ShellLimits:
     """Limits of a :class:`ShellSession` (per command unless stated)."""
 
     command_timeout_s: float = DEFAULT_TIMEOUT_S  # wall clock; the CPU limit is one second more
     memory_mb: int = DEFAULT_MEMORY_MB  # address space of each process
+    episode_memory_mb: int = DEFAULT_MEMORY_MB  # memory of all the session's processes together (a cgroup)
     max_procs: int = 64  # processes (and threads) of the session's uid at once
     max_file_mb: int = 4  # largest file a command may write
     disk_mb: int = 16  # the working directory's size (a tmpfs, for the whole session)
@@ -996,8 +1243,13 @@ class ShellResult:
     """How one command ended. ``head`` + ``tail`` is its output (stdout and stderr interleaved) with
     ``omitted_bytes`` left out between them; ``exit_code`` is the shell's (128 + N for a signal);
     ``timed_out``: killed at the time limit; ``process_limit``: it ran into the process limit (a fork
-    bomb); ``killed_processes``: processes it left running, killed when it ended; ``error``: the session
-    itself failed (not the command), and it is closed."""
+    bomb: the server saw the session's uid at the cap); ``memory_limit``: the kernel killed a process at
+    the episode's memory limit (the cgroup's OOM-kill count rose); ``network_attempts``: packets the
+    session's network namespace had no route for (the kernel's ``OutNoRoutes`` counter: a connect or send
+    to any IPv4 address); ``submitted``/``submission``: the command wrote to the submission channel
+    (descriptor :data:`SUBMIT_FD`, read by the server alone; never its output); ``killed_processes``:
+    processes it left running, killed when it ended; ``error``: the session itself failed (not the
+    command), and it is closed. Every flag comes from what the sandbox observed, none from the output."""
 
     exit_code: int | None
     head: str
@@ -1009,6 +1261,10 @@ class ShellResult:
     process_limit: bool = False
     killed_processes: int = 0
     error: str = ""
+    memory_limit: bool = False
+    network_attempts: int = 0
+    submitted: bool = False
+    submission: str = ""
 
 
 class ShellSessionError(RuntimeError):
@@ -1062,7 +1318,9 @@ class ShellSession:
 
     ``files`` (relative path -> text or bytes; a path ending in ``/`` is an empty directory) seeds the
     working directory; ``env`` adds variables to every command's (minimal) environment (an exported bash
-    function is ``BASH_FUNC_name%%``). Raises :class:`SandboxUnavailableError` where the sandbox cannot work and
+    function is ``BASH_FUNC_name%%``); ``hide_dirs`` are covered where they lie inside what the session's
+    root binds from the host (elsewhere they are not visible anyway). ``memory_limit`` says how the
+    episode's memory is bounded: ``{"kind": "cgroup-v2" | "cgroup-v1" | "rlimit", "bytes": N}``. Raises :class:`SandboxUnavailableError` where the sandbox cannot work and
     :class:`ShellSessionError` when the session fails to start. Use as a context manager or call
     :meth:`close`.
     """
@@ -1080,8 +1338,15 @@ class ShellSession:
         self._dead = ""
         self._closed = False
         self._reply_fd = -1
-        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the session's server log, closed by close()
         lim = self.limits
+        episode_bytes = int(lim.episode_memory_mb) * 1024 * 1024
+        self._cgroup = _EpisodeCgroup.create(f"tentalis-sandbox-{self.uid}-{os.getpid()}", episode_bytes)
+        # How the episode's memory is bounded (module doc), for the episode's record.
+        self.memory_limit = (
+            {"kind": self._cgroup.kind, "bytes": episode_bytes} if self._cgroup is not None else
+            {"kind": MEMORY_RLIMIT, "bytes": int(lim.memory_mb) * 1024 * 1024 * int(lim.max_procs)}
+        )
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 - the session's server log, closed by close()
         reply_r, reply_w = os.pipe()
         params = {
             "mode": "shell",
@@ -1099,6 +1364,7 @@ class ShellSession:
             "hide_sockets": host_unix_socket_paths(),
             "extra_env": extra_env,
             "hide_dirs": default_hidden_dirs() if hide_dirs is None else [os.path.abspath(d) for d in hide_dirs],
+            "cgroup_procs": self._cgroup.procs_file if self._cgroup is not None else None,
         }
         cmd = [
             shutil.which("unshare") or "unshare",
@@ -1118,6 +1384,8 @@ class ShellSession:
             self._closed = True
             _release_uid(self.uid)
             self._log.close()
+            if self._cgroup is not None:
+                self._cgroup.remove()
             raise
         os.close(reply_w)
         self._reply_fd = reply_r
@@ -1193,22 +1461,39 @@ class ShellSession:
     def run(self, command: str, *, timeout_s: float | None = None) -> ShellResult:
         """Run ``bash -c command`` in the working directory; never raises for what the command does."""
         limit = self.limits.command_timeout_s if timeout_s is None else float(timeout_s)
+        oom_before = self._oom_kills()
         reply = self._request({"op": "run", "command": command, "timeout_s": limit}, timeout_s=limit + 30.0)
         if "error" in reply:
             return ShellResult(None, "", "", 0, 0, 0.0, error=str(reply["error"]))
+        oom_after = self._oom_kills()
         return ShellResult(
             exit_code=reply.get("exit_code"), head=reply.get("head", ""), tail=reply.get("tail", ""),
             output_bytes=int(reply.get("output_bytes", 0)), omitted_bytes=int(reply.get("omitted_bytes", 0)),
             seconds=float(reply.get("seconds", 0.0)), timed_out=bool(reply.get("timed_out")),
             process_limit=bool(reply.get("process_limit")), killed_processes=int(reply.get("killed", 0)),
+            memory_limit=oom_before is not None and oom_after is not None and oom_after > oom_before,
+            network_attempts=int(reply.get("network_attempts", 0)),
+            submitted=bool(reply.get("submitted")), submission=str(reply.get("submission", "")),
         )
 
-    def snapshot(self) -> dict[str, dict]:
+    def _oom_kills(self) -> int | None:
+        if self._cgroup is None:
+            return None
+        try:
+            return self._cgroup.oom_kills()
+        except (OSError, ValueError):
+            return None
+
+    def snapshot(self, first: Sequence[str] = ()) -> dict[str, dict]:
         """The working directory as it is now: relative path -> entry, where an entry is ``{"type":
         "file", "text": ..., "mode": ...}`` (``"hex"`` instead of ``"text"`` for bytes that are not
         UTF-8; ``"truncated": true`` past ``snapshot_max_bytes``), ``{"type": "dir"}``, ``{"type":
-        "symlink", "target": ...}`` or ``{"type": "other"}``. Raises ShellSessionError if the session died."""
-        reply = self._request({"op": "snapshot"}, timeout_s=60.0)
+        "symlink", "target": ...}``, ``{"type": "other"}`` or ``{"type": "unreadable", "error": ...}``.
+        The files named in ``first`` (relative paths) are read before any other, so that unrelated large
+        files cannot use up the budget they need; however deep the agent made the tree, it is read (by
+        directory descriptors, never by a path too long for the kernel). Raises ShellSessionError if the
+        session died."""
+        reply = self._request({"op": "snapshot", "first": [str(p) for p in first]}, timeout_s=60.0)
         if "error" in reply:
             raise ShellSessionError(str(reply["error"]))
         return dict(reply["tree"])
@@ -1235,6 +1520,8 @@ class ShellSession:
                 self._proc.stdin.close()
         self._log.close()
         _release_uid(self.uid)
+        if self._cgroup is not None:
+            self._cgroup.remove()
 
     def _terminate(self) -> None:
         """Kill whatever is left of the session (its uid's processes, then the process group)."""
@@ -1271,8 +1558,16 @@ def _shell_main(params: dict) -> None:  # pragma: no cover - runs in the sandbox
         if init is None:
             os._exit(0)
         libc = _libc()
-        _setup_filesystem(libc, params["workdir"], int(params["uid"]), int(params["disk_bytes"]),
-                          params.get("hide_sockets", ()), params.get("hide_dirs", ()), int(params["inodes"]))
+        # The snapshot walks a tree as deep as the agent made it with one descriptor per level.
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
+        if params.get("cgroup_procs"):
+            # Opened on the host's root, before it is detached: each command's process joins through it.
+            params["_cgroup_fd"] = os.open(params["cgroup_procs"], os.O_WRONLY | os.O_CLOEXEC)
+        # Codecs load lazily, from the Python installation that the new root no longer holds.
+        b"x".decode("unicode_escape").encode("latin-1").decode("utf-8", errors="replace")
+        _setup_shell_root(libc, params)
         _shell_write_tree(params["workdir"], init.get("files") or {}, int(params["uid"]))
     except Exception as exc:  # noqa: BLE001 - reported to the host, the session does not start
         with contextlib.suppress(Exception):
@@ -1291,7 +1586,8 @@ def _shell_main(params: dict) -> None:  # pragma: no cover - runs in the sandbox
             if message.get("op") == "run":
                 answer = _shell_run(libc, params, str(message["command"]), float(message["timeout_s"]), select)
             elif message.get("op") == "snapshot":
-                answer = {"tree": _shell_snapshot(params["workdir"], int(params["snapshot_max_bytes"]))}
+                answer = {"tree": _shell_snapshot(params["workdir"], int(params["snapshot_max_bytes"]),
+                                                  [str(p) for p in message.get("first") or []])}
             else:
                 answer = {"error": f"unknown request {message.get('op')!r}"}
         except Exception as exc:  # noqa: BLE001 - the session goes on; the host sees the reason
@@ -1384,15 +1680,19 @@ def _shell_kill_all(uid: int, statuses: dict[int, int] | None = None) -> int:  #
     return first or 0
 
 
-def _shell_exec(libc: ctypes.CDLL, params: dict, command: str, out_fd: int, timeout_s: float) -> None:  # pragma: no cover
-    """The forked child: limits, the uid, then ``bash -c command``. Never returns."""
+def _shell_exec(libc: ctypes.CDLL, params: dict, command: str, out_fd: int, submit_fd: int,
+                timeout_s: float) -> None:  # pragma: no cover
+    """The forked child: the episode's cgroup, limits, the uid, then ``bash -c command``. Never returns."""
     try:
+        if params.get("_cgroup_fd") is not None:
+            os.write(int(params["_cgroup_fd"]), b"0")  # this process, and so all it starts
         os.setsid()
         null = os.open("/dev/null", os.O_RDONLY)
         os.dup2(null, 0)
         os.dup2(out_fd, 1)
         os.dup2(out_fd, 2)
-        os.closerange(3, 1 << 20)  # the request and reply pipes never reach the command
+        os.dup2(submit_fd, SUBMIT_FD, inheritable=True)
+        os.closerange(SUBMIT_FD + 1, 1 << 20)  # the request and reply pipes never reach the command
         workdir = params["workdir"]
         os.chdir(workdir)
         limits = {
@@ -1420,13 +1720,25 @@ def _shell_run(libc: ctypes.CDLL, params: dict, command: str, timeout_s: float, 
     """Run one command to its end or its time limit, then kill what it left; its output kept head and tail."""
     uid, keep = int(params["uid"]), int(params["keep_bytes"])
     start = time.monotonic()
+    no_routes = _shell_no_routes()
     out_r, out_w = os.pipe()
+    submit_r, submit_w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        _shell_exec(libc, params, command, out_w, timeout_s)
+        _shell_exec(libc, params, command, out_w, submit_w, timeout_s)
     os.close(out_w)
+    os.close(submit_w)
     head, tail = bytearray(), bytearray()
     total = 0
+    submission, submit_bytes = bytearray(), 0
+
+    def take_submission() -> bool:
+        """Read what is waiting on the submission channel (at most SUBMISSION_BYTES kept); False at EOF."""
+        nonlocal submit_bytes
+        chunk = os.read(submit_r, 1 << 16)
+        submit_bytes += len(chunk)
+        submission.extend(chunk[: max(0, SUBMISSION_BYTES - len(submission))])
+        return bool(chunk)
 
     def absorb(chunk: bytes) -> None:
         nonlocal total
@@ -1442,39 +1754,54 @@ def _shell_run(libc: ctypes.CDLL, params: dict, command: str, timeout_s: float, 
 
     pidfd = os.pidfd_open(pid)
     statuses: dict[int, int] = {}
-    timed_out, reading = False, True
+    timed_out, reading, submit_open = False, True, True
+    peak, next_count = 0, 0.0
     try:
         deadline = start + timeout_s
         while True:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
             if remaining <= 0:
                 timed_out = True
                 break
-            ready, _, _ = select.select([pidfd, out_r] if reading else [pidfd], [], [], remaining)
+            if now >= next_count:  # the process count as the server sees it (a fork bomb at the cap)
+                peak = max(peak, len(_shell_pids(uid, zombies=True)))  # zombies count against RLIMIT_NPROC
+                next_count = now + PROCESS_SAMPLE_S
+            watched = [pidfd] + ([out_r] if reading else []) + ([submit_r] if submit_open else [])
+            ready, _, _ = select.select(watched, [], [], min(remaining, PROCESS_SAMPLE_S))
             if out_r in ready:
                 chunk = os.read(out_r, 1 << 16)
                 if chunk:
                     absorb(chunk)
                 else:
                     reading = False
+            if submit_r in ready:
+                submit_open = take_submission()
             if pidfd in ready:
                 break
         if not timed_out:
             statuses[pid] = os.waitpid(pid, 0)[1]
         left = len(_shell_pids(uid))
+        peak = max(peak, left)
         killed = _shell_kill_all(uid, statuses)
         drain_until = time.monotonic() + 2.0
-        while reading and time.monotonic() < drain_until:  # every writer is dead: read to EOF
-            ready, _, _ = select.select([out_r], [], [], max(0.0, drain_until - time.monotonic()))
+        while (reading or submit_open) and time.monotonic() < drain_until:  # every writer is dead: read to EOF
+            watched = ([out_r] if reading else []) + ([submit_r] if submit_open else [])
+            ready, _, _ = select.select(watched, [], [], max(0.0, drain_until - time.monotonic()))
             if not ready:
                 break
-            chunk = os.read(out_r, 1 << 16)
-            if not chunk:
-                break
-            absorb(chunk)
+            if out_r in ready:
+                chunk = os.read(out_r, 1 << 16)
+                if chunk:
+                    absorb(chunk)
+                else:
+                    reading = False
+            if submit_r in ready:
+                submit_open = take_submission()
     finally:
         os.close(pidfd)
         os.close(out_r)
+        os.close(submit_r)
     if pid not in statuses:
         with contextlib.suppress(ChildProcessError):
             statuses[pid] = os.waitpid(pid, 0)[1]
@@ -1483,7 +1810,8 @@ def _shell_run(libc: ctypes.CDLL, params: dict, command: str, timeout_s: float, 
     if status is not None:
         code = os.waitstatus_to_exitcode(status)
         exit_code = 128 - code if code < 0 else code
-    eagain = b"Resource temporarily unavailable" in head or b"Resource temporarily unavailable" in tail
+    # The first record (submit ends each with a NUL); the answer is decoded and stripped by the caller.
+    answer = bytes(submission).split(b"\0", 1)[0]
     return {
         "exit_code": exit_code,
         "head": head.decode("utf-8", errors="replace"),
@@ -1492,44 +1820,117 @@ def _shell_run(libc: ctypes.CDLL, params: dict, command: str, timeout_s: float, 
         "omitted_bytes": total - len(head) - len(tail),
         "seconds": time.monotonic() - start,
         "timed_out": timed_out,
-        "process_limit": eagain or left >= int(params["max_procs"]) - 1,
+        "process_limit": peak >= int(params["max_procs"]) - 1,
         "killed": killed if not timed_out else max(0, killed - 1),
+        "network_attempts": max(0, _shell_no_routes() - no_routes),
+        "submitted": submit_bytes > 0,
+        "submission": answer.decode("utf-8", errors="replace"),
     }
 
 
-def _shell_snapshot(root: str, max_bytes: int) -> dict:  # pragma: no cover - in the sandbox
-    """The tree under ``root``; no process of the session is alive (each command's end killed them all)."""
+def _shell_no_routes() -> int:  # pragma: no cover - in the sandbox
+    """The namespace's count of IPv4 packets and connects that found no route (its loopback is down, so
+    every attempt to reach any address counts): the kernel's ``Ip: OutNoRoutes``."""
+    try:
+        with open("/proc/net/snmp") as fh:
+            rows = [line.split() for line in fh if line.startswith("Ip:")]
+        return int(rows[1][rows[0].index("OutNoRoutes")])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _shell_snapshot(root: str, max_bytes: int, first: Sequence[str] = ()) -> dict:  # pragma: no cover - in the sandbox
+    """The tree under ``root``; no process of the session is alive (each command's end killed them all).
+
+    Every directory is opened relative to its parent's descriptor (``O_NOFOLLOW``), so a tree deeper than
+    PATH_MAX is read like any other. Files are read in two passes against the one ``max_bytes`` budget:
+    the ``first`` paths (those a check needs), then the rest in walk order."""
     out: dict[str, dict] = {}
     budget = max_bytes
-    stack = [""]
+    dir_flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    file_flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+    def read_file(dir_fd: int, name: str, st: os.stat_result) -> dict[str, object]:
+        nonlocal budget
+        entry: dict[str, object] = {"type": "file", "mode": stat.S_IMODE(st.st_mode), "size": st.st_size}
+        fd = os.open(name, file_flags, dir_fd=dir_fd)
+        try:
+            want = max(0, min(st.st_size, budget))
+            chunks, got = [], 0
+            while got < want:
+                chunk = os.read(fd, want - got)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+            data = b"".join(chunks)
+        finally:
+            os.close(fd)
+        budget -= len(data)
+        if len(data) < st.st_size:
+            entry["truncated"] = True
+        try:
+            entry["text"] = data.decode("utf-8")
+        except UnicodeDecodeError:
+            entry["hex"] = data.hex()
+        return entry
+
+    # Pass 1: the files the caller needs, reached component by component (never through a symlink).
+    for rel in first:
+        try:
+            parts = shell_tree_parts(rel)
+        except ValueError:
+            continue
+        if rel in out or rel.endswith("/"):
+            continue
+        fds: list[int] = []
+        try:
+            fd = os.open(root, dir_flags)
+            fds.append(fd)
+            for part in parts[:-1]:
+                fd = os.open(part, dir_flags, dir_fd=fd)
+                fds.append(fd)
+            st = os.stat(parts[-1], dir_fd=fd, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode):
+                out[rel] = read_file(fd, parts[-1], st)
+        except OSError:
+            pass  # not there (or not a plain path): the walk below records what is
+        finally:
+            for f in fds:
+                os.close(f)
+
+    # Pass 2: everything, depth first, one open descriptor per level of the current path.
+    stack: list[tuple[int, str, list[str]]] = []
+    top = os.open(root, dir_flags)
+    stack.append((top, "", sorted(os.listdir(top))))
     while stack:
-        rel = stack.pop()
-        with os.scandir(os.path.join(root, rel) if rel else root) as entries:
-            for e in sorted(entries, key=lambda e: e.name):
-                path = f"{rel}/{e.name}" if rel else e.name
-                st = e.stat(follow_symlinks=False)
-                if stat.S_ISDIR(st.st_mode):
-                    out[path] = {"type": "dir", "mode": stat.S_IMODE(st.st_mode)}
-                    stack.append(path)
-                elif stat.S_ISLNK(st.st_mode):
-                    out[path] = {"type": "symlink", "target": os.readlink(e.path)}
-                elif stat.S_ISREG(st.st_mode):
-                    entry: dict[str, object] = {"type": "file", "mode": stat.S_IMODE(st.st_mode), "size": st.st_size}
-                    fd = os.open(e.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-                    try:
-                        data = os.read(fd, max(0, min(st.st_size, budget))) if budget > 0 else b""
-                    finally:
-                        os.close(fd)
-                    budget -= len(data)
-                    if len(data) < st.st_size:
-                        entry["truncated"] = True
-                    try:
-                        entry["text"] = data.decode("utf-8")
-                    except UnicodeDecodeError:
-                        entry["hex"] = data.hex()
-                    out[path] = entry
-                else:
-                    out[path] = {"type": "other"}
+        dir_fd, rel, names = stack[-1]
+        if not names:
+            os.close(dir_fd)
+            stack.pop()
+            continue
+        name = names.pop(0)
+        path = f"{rel}/{name}" if rel else name
+        try:
+            st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                out[path] = {"type": "dir", "mode": stat.S_IMODE(st.st_mode)}
+                child = os.open(name, dir_flags, dir_fd=dir_fd)
+                try:
+                    children = sorted(os.listdir(child))
+                except OSError:
+                    os.close(child)
+                    raise
+                stack.append((child, path, children))
+            elif stat.S_ISLNK(st.st_mode):
+                out[path] = {"type": "symlink", "target": os.readlink(name, dir_fd=dir_fd)}
+            elif stat.S_ISREG(st.st_mode):
+                if path not in out:
+                    out[path] = read_file(dir_fd, name, st)
+            else:
+                out[path] = {"type": "other"}
+        except OSError as exc:  # the agent's tree, not the session: recorded as such, the walk goes on
+            out[path] = {"type": "unreadable", "error": os.strerror(exc.errno) if exc.errno else str(exc)}
     return out
 
 

@@ -14,9 +14,11 @@ from tentalis_pipelines.envs.terminal import (
     TerminalEnv,
     format_observation,
     parse_action,
-    split_submission,
+    sanitize,
+    submit_function,
     truncate_middle,
     truncate_output,
+    violation,
 )
 from tentalis_pipelines.envs.terminal_tasks import (
     FAMILIES,
@@ -75,9 +77,39 @@ def test_observation_has_output_and_exit_code_and_says_why_a_command_was_killed(
     assert "killed: the command ran past the 5 s time limit" in format_observation(slow, limit=100, timeout_s=5)
 
 
-def test_submission_is_read_after_the_marker():
-    assert split_submission("hello\n@@M@@ 42 \n", "@@M@@") == (True, "42", "hello")
-    assert split_submission("no marker here", "@@M@@") == (False, "", "no marker here")
+def test_submit_writes_to_the_channel_and_holds_no_secret():
+    body = submit_function()
+    assert ">&3" in body and "@@" not in body
+    assert submit_function() == body  # the same in every episode: nothing in it to discover or forge
+
+
+def result_with(head: str = "", **flags) -> ShellResult:
+    return ShellResult(exit_code=1, head=head, tail="", output_bytes=len(head), omitted_bytes=0, seconds=0.1, **flags)
+
+
+def test_violations_come_from_the_sandbox_signals_never_from_the_output():
+    innocent = ("cp: cannot create regular file 'x': Read-only file system\n"
+                "fork: retry: Resource temporarily unavailable\nconnect: Network is unreachable\n")
+    assert violation(result_with(innocent)) is None
+    assert violation(result_with(innocent, network_attempts=0, memory_limit=False)) is None
+    assert violation(result_with(process_limit=True)) == "process limit reached (fork bomb?)"
+    assert violation(result_with(memory_limit=True)) == "memory limit of the episode reached"
+    assert violation(result_with(network_attempts=1)) == "network access"
+
+
+def test_sanitize_strips_nul_ansi_and_control_characters_but_not_newline_and_tab():
+    raw = "a\x00b\x1b[31mred\x1b[0m\tc\nd\x1b]0;title\x07e\x1b(Bf\rg\x7fh\x9b2Ji\x08\x1b"
+    assert sanitize(raw) == "abred\tc\ndefghi"
+    assert sanitize("") == "" and sanitize("plain\n\ttext") == "plain\n\ttext"
+    assert sanitize("caf\u00e9 \u2713") == "caf\u00e9 \u2713"  # printable non-ASCII is kept
+
+
+def test_observations_are_sanitised_in_head_and_tail():
+    res = ShellResult(exit_code=0, head="\x1b[1mbold\x00\n", tail="\x1b[2Kend\r\n", output_bytes=10**6,
+                      omitted_bytes=10**6 - 20, seconds=0.1)
+    obs = format_observation(res, limit=100, timeout_s=5)
+    assert "\x1b" not in obs and "\x00" not in obs and "\r" not in obs
+    assert obs.startswith("bold\n") and "end\n[exit code 0]" in obs
 
 
 # --------------------------------------------------------------------------- checks
