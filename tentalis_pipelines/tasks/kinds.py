@@ -120,9 +120,11 @@ class BatchKind(ABC):
     @abstractmethod
     def trajectories(self, lake: Lakehouse, batch_id: str, *, scale_rewards: str, dynamic_sampling: bool,
                      overlong_buffer: int, max_completion_length: int, advantage_mode: str, w_rl: float, w_opd: float,
-                     weights: RewardWeights | None, guide_answer_format: str = "lenient") -> StageResult:
+                     weights: RewardWeights | None, guide_answer_format: str = "lenient",
+                     episode_format_weight: float = 0.0) -> StageResult:
         """Write the batch's ``trajectories`` (``guide_answer_format``: which hint-guided successes join
-        their group; only task batches have guided samples)."""
+        their group, task batches; ``episode_format_weight``: the format reward's weight, environment
+        batches)."""
 
     @abstractmethod
     def check_rollouts(self, lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
@@ -160,7 +162,7 @@ class TaskBatch(BatchKind):
         return task_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines.stages.trajectories import single_turn_trajectories
 
         return single_turn_trajectories(lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling,
@@ -206,7 +208,7 @@ class SessionsBatch(BatchKind):
         return session_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines import sessions
 
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
@@ -262,11 +264,12 @@ class EnvironmentBatch(BatchKind):
         return StageResult(n, {"opd": "not built for environment batches yet: no teacher pass"})
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines import env_batches
 
         return StageResult(*env_batches.build_environment_trajectories(lake, batch_id, scale_rewards=scale_rewards,
-                                                                       dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd))
+                                                                       dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd,
+                                                                       format_weight=episode_format_weight))
 
     def check_rollouts(self, lake, batch_id, num_generations):
         from tentalis_pipelines import env_batches
