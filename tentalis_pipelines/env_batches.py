@@ -39,7 +39,7 @@ import hashlib
 import json
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from tentalis_pipelines.envs.base import Episode, end_kind
@@ -509,30 +509,13 @@ def level_success(lake: Lakehouse, batch_id: str) -> dict[int, float]:
     return {lv: sum(v) / len(v) for lv, v in by_level.items()}
 
 
-def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config,
-                                      backend=None) -> tuple[int, dict[str, Any]]:
-    """``--method guide`` on an environment batch: each group (task) in which every episode failed is
-    resampled, ``config.guide_generations`` episodes with help in the first observation
-    (``envs/guided.GuidedEnv``; ``training/episode_guide.py`` says where and why):
-
-    * ``guide_rescue = hint``: the manager's hint (``guide.choose_hint`` over the group's reviews: the
-      verifier's failure-type hint, the llm manager's or the trained manager's), screened by the OPD
-      hint filter and, for terminal tasks, refused when it contains the expected output
-      (``episode_guide.hint_references``); a group without a usable hint is not resampled;
-    * ``prefix``: the first k turns of the task's scripted demonstration (``guided.demonstration``),
-      k from the level's success in this batch (``episode_guide.prefix_turns``; a group whose k is 0
-      is not resampled);
-    * ``both``: the hint and the prefix (the hint alone where k is 0, the prefix alone without a hint).
-
-    ``guide_with_hint = false`` (the ablation) picks the hint as above but leaves it out of the context.
-    Held-out tasks are never resampled. Every guided episode is a ``guided_rollouts`` row (passed or not,
-    so SQL counts the rescued groups) naming its rescue, hint, demonstration and k; a passed one becomes
-    a trajectory of its group (``build_environment_trajectories``), trained on its un-hinted prompt with
-    the hinted sampler's log-probs as the behaviour policy (``episode_guide.guided_sample``)."""
-    from collections import Counter
-
-    from tentalis_pipelines.envs.guided import GuidedEnv, demonstration
-    from tentalis_pipelines.envs.runner import prompt_messages_per_turn, run_episodes
+def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[dict], Counter, list[tuple[str, str]], dict[int, float]]:
+    """Which all-fail groups of the batch are resampled and with what: ``(plans, skipped reasons, the
+    all-fail groups, the success per level)``. A plan names its task, policy version, the chosen hint
+    (``guide.GroupHint`` or None), the hint text put in context (``in_context``; "" for the ablation),
+    k and the prefix replies, the demonstration's source, its rescue kind and its ``rescue_id``. Groups
+    with a success are never planned, held-out tasks never (see :func:`build_environment_guided_rollouts`)."""
+    from tentalis_pipelines.envs.guided import demonstration
     from tentalis_pipelines.stages.teacher_logprobs import hint_id
     from tentalis_pipelines.training import guide
 
@@ -548,8 +531,8 @@ def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: s
     ordered = sorted(episodes.items(), key=lambda kv: (kv[1]["task_id"], kv[1]["group_index"]))
     failed = guide.all_fail_groups((ep["task_id"], versions[eid], bool(ep["episode"].get("passed"))) for eid, ep in ordered)
     success = level_success(lake, batch_id)
-    serving, chat = None, None
-    plans, skipped = [], Counter()
+    plans: list[dict] = []
+    skipped: Counter = Counter()
     for task_id, version in failed:
         row, task = tasks[task_id]
         if episode_guide.task_split(row) == episode_guide.HELD_OUT_SPLIT:
@@ -570,17 +553,45 @@ def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: s
         if hint is None and k == 0:
             skipped["no usable hint and the prefix annealed to 0 turns"] += 1
             continue
-        if serving is None:
-            serving, chat = chat_policy(lake, paths, policy, backend)
-        if version != serving:
-            skipped[f"sampled by {version}, not the serving policy {serving}"] += 1
-            continue
         in_context = hint.hint if hint is not None and config.guide_with_hint else ""
         hid = hint_id(hint.source_rollout_id, hint.hint_source, hint.hint) if hint is not None else None
         kind = "both" if in_context and k else "hint" if in_context else "prefix" if k else "resample"
         plans.append({"row": row, "task": task, "version": version, "hint": hint, "in_context": in_context, "k": k,
                       "prefix": demo[:k], "source": source if k else "", "kind": kind,
                       "rescue_id": episode_guide.rescue_id(task_id, version, "hint" if kind in ("hint", "resample") else kind, hid, source, k)})
+    return plans, skipped, failed, success
+
+
+def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config,
+                                      backend=None) -> tuple[int, dict[str, Any]]:
+    """``--method guide`` on an environment batch: each group (task) in which every episode failed is
+    resampled, ``config.guide_generations`` episodes with help in the first observation
+    (``envs/guided.GuidedEnv``; ``training/episode_guide.py`` says where and why):
+
+    * ``guide_rescue = hint``: the manager's hint (``guide.choose_hint`` over the group's reviews: the
+      verifier's failure-type hint, the llm manager's or the trained manager's), screened by the OPD
+      hint filter and, for terminal tasks, refused when it contains the expected output
+      (``episode_guide.hint_references``); a group without a usable hint is not resampled;
+    * ``prefix``: the first k turns of the task's scripted demonstration (``guided.demonstration``),
+      k from the level's success in this batch (``episode_guide.prefix_turns``; a group whose k is 0
+      is not resampled);
+    * ``both``: the hint and the prefix (the hint alone where k is 0, the prefix alone without a hint).
+
+    ``guide_with_hint = false`` (the ablation) picks the hint as above but leaves it out of the context.
+    Held-out tasks are never resampled. Every guided episode is a ``guided_rollouts`` row (passed or not,
+    so SQL counts the rescued groups) naming its rescue, hint, demonstration and k; a passed one becomes
+    a trajectory of its group (``build_environment_trajectories``), trained on its un-hinted prompt with
+    the hinted sampler's log-probs as the behaviour policy (``episode_guide.guided_sample``)."""
+    from tentalis_pipelines.envs.guided import GuidedEnv
+    from tentalis_pipelines.envs.runner import prompt_messages_per_turn, run_episodes
+
+    plans, skipped, failed, success = plan_guided_episodes(lake, batch_id, config)
+    chat = None
+    if plans:
+        serving, chat = chat_policy(lake, paths, policy, backend)
+        for p in [p for p in plans if p["version"] != serving]:
+            skipped[f"sampled by {p['version']}, not the serving policy {serving}"] += 1
+        plans = [p for p in plans if p["version"] == serving]
     created = now_utc()
     rows = []
     by_env: dict[tuple[str, int], list[tuple[dict, int]]] = defaultdict(list)
@@ -596,7 +607,7 @@ def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: s
     n = lake.write_batch("guided_rollouts", batch_id, rows)
     rescued = {r["task_id"] for r in rows if r["correct"]}
     return n, {"all_fail_groups": len(failed), "resampled_groups": len(plans), "rescued_groups": len(rescued),
-               "guided_episodes": n, "guided_successes": sum(r["correct"] for r in rows), "rescue": rescue,
+               "guided_episodes": n, "guided_successes": sum(r["correct"] for r in rows), "rescue": config.guide_rescue,
                "rescues": dict(Counter(p["kind"] for p in plans)),
                "prefix_turns": {p["task"].task_id: p["k"] for p in plans if p["k"]} or None,
                "level_success": {str(lv): round(v, 4) for lv, v in sorted(success.items())},
