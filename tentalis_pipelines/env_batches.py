@@ -27,8 +27,14 @@ A batch whose tasks come from an agent environment (``environment = 'terminal'``
   hint by failure type); with ``manager = 'llm'`` the configured llm manager writes them from the
   episode's transcript (``LLMManager.review_episodes``) and ``reviewer`` names it;
 * trajectories: ``multi_turn`` rows; the G episodes of a task are one GRPO group (reward = the review's
-  score, advantage = (reward - group mean) / (group std + eps)), the advantage on every assistant token
-  of the episode and nothing on the observations.
+  score + ``episode_format_weight`` x the format reward, :func:`episode_weights`; advantage = (reward -
+  group mean) / (group std + eps)), the advantage on every assistant token of the episode and nothing
+  on the observations.
+
+* guided_rollouts (``--method guide``): each task whose every episode failed is resampled with the
+  manager's hint, an annealed expert prefix of its demonstration, or both
+  (:func:`build_environment_guided_rollouts`; ``training/episode_guide.py`` says where the help goes and
+  what the student is trained on); the passed ones join their group in the trajectories.
 
 Hinted OPD is not built for environment batches yet: their ``teacher_logprobs`` rows are empty.
 """
@@ -449,9 +455,9 @@ def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewa
     scores: dict[str, float] = {}
     for r in lake.read("reviews", batch_id=batch_id).to_pylist():
         scores[r["rollout_id"]] = float(r["score"])  # one per episode (the check_reviews check)
-    formats = {eid: episode_guide.format_share(int(ep["episode"].get("turns") or 0), int(ep["episode"].get("format_errors") or 0))
-               for eid, ep in _episodes(lake, batch_id).items()}
-    passed = {eid: bool(ep["episode"].get("passed")) for eid, ep in _episodes(lake, batch_id).items()}
+    records = {eid: ep["episode"] for eid, ep in _episodes(lake, batch_id).items()}
+    formats = {eid: episode_guide.format_share(int(rec.get("turns") or 0), int(rec.get("format_errors") or 0)) for eid, rec in records.items()}
+    passed = {eid: bool(rec.get("passed")) for eid, rec in records.items()}
     rollouts = sorted(lake.read("rollouts", batch_id=batch_id).to_pylist(), key=lambda r: (r["task_id"], r["group_index"], r["rollout_id"]))
     guided = guided_episode_successes(lake, batch_id)
     for g in guided:
@@ -550,6 +556,8 @@ def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[d
             source, demo = demonstration(task)
             k = episode_guide.prefix_turns(len(demo), success.get(int(task.level), 0.0), max_fraction=config.guide_prefix_max_fraction,
                                            threshold=config.guide_prefix_threshold)
+            # The prefix's turns count against the turn limit: the policy keeps at least one.
+            k = max(0, min(k, int(json.loads(row["metadata"]).get("max_turns", 8)) - 1))
         if hint is None and k == 0:
             skipped["no usable hint and the prefix annealed to 0 turns"] += 1
             continue

@@ -229,7 +229,9 @@ class EnvironmentBatch(BatchKind):
     """Agent episodes in an environment (the terminal family: ``tasks.batches.register_terminal_batch``):
     G episodes per task with the serving policy, the environment's step scores per turn, the verifier's
     verdict as each episode's score (critique and hint by the llm manager when it is configured),
-    ``multi_turn`` trajectories grouped per task (``env_batches.py``). No hinted OPD yet."""
+    ``multi_turn`` trajectories grouped per task (``env_batches.py``), the guided episodes of all-fail
+    groups among them with ``--method guide`` (``stages/guided_rollouts.py`` dispatches to
+    ``env_batches.build_environment_guided_rollouts``). No hinted OPD yet."""
 
     name = "environment"
 

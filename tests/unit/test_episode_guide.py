@@ -366,6 +366,17 @@ def test_the_rescue_choice_decides_hint_prefix_or_both(tmp_path):
     assert a["kind"] == "resample" and a["in_context"] == "" and a["hint"] is not None  # the ablation: the same groups, no words
 
 
+def test_the_prefix_leaves_the_policy_a_turn_of_the_turn_limit(tmp_path):
+    lake, bid = _lake(tmp_path, [[False, False]])
+    row = lake.read("tasks", batch_id=bid).to_pylist()[0]
+    for limit, k in ((1, 0), (2, 1)):
+        meta = {**json.loads(row["metadata"]), "max_turns": limit}
+        lake.write_batch("tasks", bid, [{**row, "metadata": json.dumps(meta)}])
+        plans, skipped, _, _ = env_batches.plan_guided_episodes(lake, bid, GRPOConfig(guide=True, guide_rescue="prefix",
+                                                                                         guide_prefix_max_fraction=1.0))
+        assert [p["k"] for p in plans] == ([k] if k else [])
+
+
 def test_a_leaking_hint_is_not_used_and_a_prefix_annealed_to_zero_rescues_nothing(tmp_path):
     lake, bid = _lake(tmp_path, [[False, False]], hint="Run wc -l on a.txt, the answer is 3")
     plans, skipped, _, _ = env_batches.plan_guided_episodes(lake, bid, GRPOConfig(guide=True))

@@ -7,6 +7,8 @@ GE = "tentalis_pipelines/envs/guided.py"
 EB = "tentalis_pipelines/env_batches.py"
 G = "tentalis_pipelines/training/guide.py"
 P = "tentalis_pipelines/stages/training.py"
+TR = "tentalis_pipelines/training/trainer.py"
+K = "tentalis_pipelines/tasks/kinds.py"
 TU = ["tests/unit/test_episode_guide.py"]
 
 MUTANTS = [
@@ -92,4 +94,12 @@ MUTANTS = [
     {"id": "eguide-sample-not-flagged", "file": P, "find": "            sample.guided = bool(ro.get(\"guided\"))\n", "replace": "",
      "tests": ["tests/test_episode_guide_pipeline.py"],
      "why": "a guided episode trains as an on-policy row: its ratio is not taken against the hinted behaviour policy"},
+    {"id": "eguide-format-weight-not-in-settings", "file": TR, "find": "            \"episode_format_weight\": self.episode_format_weight,\n",
+     "replace": "", "tests": ["tests/unit/test_resources.py"],
+     "why": "trainer.episode_format_weight never reaches the trajectories stage"},
+    {"id": "eguide-rescue-unvalidated", "file": TR, "find": "        if self.guide_rescue not in GUIDE_RESCUES:\n",
+     "replace": "        if False:\n", "tests": TU, "why": "a misspelt guide_rescue silently rescues with nothing"},
+    {"id": "eguide-prefix-past-turn-limit", "file": EB,
+     "find": "            k = max(0, min(k, int(json.loads(row[\"metadata\"]).get(\"max_turns\", 8)) - 1))\n",
+     "replace": "", "tests": TU, "why": "a prefix as long as the turn limit leaves the policy no turn (the episode errors)"},
 ]
