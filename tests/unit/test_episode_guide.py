@@ -428,3 +428,20 @@ def test_a_perfectly_formatted_policy_that_solves_nothing_scores_zero_at_the_gat
     items = [BenchItem(f"i{k}", "p", "", "terminal", {"level": 1}) for k in range(3)]
     summary = summarize("terminal", [ItemResult(it, "```bash\nls\n```", None, False, False, True) for it in items], 1.0)
     assert summary.accuracy == 0.0 and summary.lenient_accuracy == 0.0 and summary.format_rate == 1.0
+
+
+def test_an_environment_batch_hands_guided_rollouts_and_the_format_weight_to_env_batches(tmp_path, monkeypatch):
+    from tentalis_pipelines.stages.guided_rollouts import build_guided_rollouts
+    from tentalis_pipelines.stages.trajectories import build_trajectories
+
+    lake, bid = _lake(tmp_path, [[False, False]])
+    calls = []
+    monkeypatch.setattr(env_batches, "build_environment_trajectories", lambda *a, **kw: calls.append(("trajectories", kw)) or (0, {}))
+    monkeypatch.setattr(env_batches, "build_environment_guided_rollouts", lambda *a, **kw: calls.append(("guided", a[-2:])) or (0, {}))
+    build_trajectories(lake, bid, episode_format_weight=0.3)
+    assert calls[-1][0] == "trajectories" and calls[-1][1]["format_weight"] == 0.3
+    config = GRPOConfig(guide=True, guide_rescue="prefix")
+    build_guided_rollouts(lake, None, bid, None, config)
+    assert calls[-1] == ("guided", (config, None))
+    # guide off: nothing is resampled, whatever the batch.
+    assert build_guided_rollouts(lake, None, bid, None, GRPOConfig()).rows == 0 and len(calls) == 2

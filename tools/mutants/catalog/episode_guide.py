@@ -9,6 +9,7 @@ G = "tentalis_pipelines/training/guide.py"
 P = "tentalis_pipelines/stages/training.py"
 TR = "tentalis_pipelines/training/trainer.py"
 K = "tentalis_pipelines/tasks/kinds.py"
+ST = "tentalis_pipelines/stages/guided_rollouts.py"
 TU = ["tests/unit/test_episode_guide.py"]
 
 MUTANTS = [
@@ -102,4 +103,11 @@ MUTANTS = [
     {"id": "eguide-prefix-past-turn-limit", "file": EB,
      "find": "            k = max(0, min(k, int(json.loads(row[\"metadata\"]).get(\"max_turns\", 8)) - 1))\n",
      "replace": "", "tests": TU, "why": "a prefix as long as the turn limit leaves the policy no turn (the episode errors)"},
+    {"id": "eguide-kind-drops-format-weight", "file": K,
+     "find": "                                                                       format_weight=episode_format_weight))\n",
+     "replace": "                                                                       format_weight=0.0))\n", "tests": TU,
+     "why": "the environment kind never passes episode_format_weight on: the format reward has no weight"},
+    {"id": "eguide-env-batch-not-dispatched", "file": ST,
+     "find": "    if isinstance(kind, EnvironmentBatch):  # episodes: hint, expert prefix or both (training/episode_guide.py)\n",
+     "replace": "    if False:\n", "tests": TU, "why": "--method guide resamples nothing on an environment batch (the issue's 0%)"},
 ]
