@@ -10,6 +10,7 @@ P = "tentalis_pipelines/stages/training.py"
 TR = "tentalis_pipelines/training/trainer.py"
 K = "tentalis_pipelines/tasks/kinds.py"
 ST = "tentalis_pipelines/stages/guided_rollouts.py"
+CY = "tentalis_pipelines/cli/cycle.py"
 TU = ["tests/unit/test_episode_guide.py"]
 
 MUTANTS = [
@@ -110,4 +111,7 @@ MUTANTS = [
     {"id": "eguide-env-batch-not-dispatched", "file": ST,
      "find": "    if isinstance(kind, EnvironmentBatch):  # episodes: hint, expert prefix or both (training/episode_guide.py)\n",
      "replace": "    if False:\n", "tests": TU, "why": "--method guide resamples nothing on an environment batch (the issue's 0%)"},
+    {"id": "eguide-cli-rescue-dropped", "file": CY, "find": "\"guide_answer_format\": guide_answer_format, \"guide_rescue\": guide_rescue, **METHODS[method]}",
+     "replace": "\"guide_answer_format\": guide_answer_format, **METHODS[method]}", "tests": ["tests/unit/test_cli_runs.py"],
+     "why": "`tentalis learn --guide-rescue` never reaches the trainer: every run rescues with the hint"},
 ]
