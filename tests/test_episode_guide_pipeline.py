@@ -16,7 +16,7 @@ import pytest
 from dagster import DagsterInstance
 
 import jobs.runner as runner
-from tentalis_pipelines import env_batches
+from tentalis_pipelines import env_batches, lineage
 from tentalis_pipelines.definitions import defs
 from tentalis_pipelines.envs import terminal
 from tentalis_pipelines.envs.base import Verdict
@@ -107,6 +107,9 @@ def test_all_fail_groups_of_episodes_are_rescued_with_hint_and_prefix_and_traine
     assert meta == {1: 0.0}
     [new] = [c for c in lake.read("checkpoints").to_pylist() if c["checkpoint_id"] not in before]
     assert batch_id in new["trained_on"] and new["trajectory_count"] == 4 + len(ok)
-    manifest = json.loads(new["manifest"]) if isinstance(new.get("manifest"), str) else None
-    if manifest is not None:
-        assert {h["rollout_id"] for h in manifest["guide_hints"]} == {g["rollout_id"] for g in ok}
+    # Lineage names every guided episode the checkpoint trained on and what produced it.
+    manifest = lineage.load_manifest(lake, new["checkpoint_id"])
+    assert {h["rollout_id"] for h in manifest["guide_hints"]} == {g["rollout_id"] for g in ok}
+    rows = [r for r in lake.read("lineage").to_pylist() if r["kind"] == "guide_hint" and r["checkpoint_id"] == new["checkpoint_id"]]
+    assert {(r["row_id"], r["detail"]) for r in rows} == {(g["rollout_id"], g["hint_id"]) for g in ok}
+    assert {r["table_name"] for r in rows} == {"guided_rollouts"}
