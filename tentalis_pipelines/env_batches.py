@@ -594,6 +594,8 @@ def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: s
     from tentalis_pipelines.envs.runner import prompt_messages_per_turn, run_episodes
 
     plans, skipped, failed, success = plan_guided_episodes(lake, batch_id, config)
+    for p in plans:  # the plan skips held-out tasks; a plan that holds one anyway stops the stage loudly
+        episode_guide.check_trainable(p["task"])
     chat = None
     if plans:
         serving, chat = chat_policy(lake, paths, policy, backend)

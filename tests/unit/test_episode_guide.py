@@ -445,3 +445,14 @@ def test_an_environment_batch_hands_guided_rollouts_and_the_format_weight_to_env
     assert calls[-1] == ("guided", (config, None))
     # guide off: nothing is resampled, whatever the batch.
     assert build_guided_rollouts(lake, None, bid, None, GRPOConfig()).rows == 0 and len(calls) == 2
+
+
+def test_the_stage_refuses_a_plan_that_holds_a_held_out_task(tmp_path, monkeypatch):
+    lake, bid = _lake(tmp_path, [[False, False]], splits={"t0": "test"})
+    row = lake.read("tasks", batch_id=bid).to_pylist()[0]
+    task = TerminalTask.from_task_row(row)
+    plan = {"row": row, "task": task, "version": "base", "hint": None, "in_context": "h", "k": 0, "prefix": [], "source": "",
+            "kind": "hint", "rescue_id": "x"}
+    monkeypatch.setattr(env_batches, "plan_guided_episodes", lambda *a: ([plan], {}, [("t0", "base")], {1: 0.0}))
+    with pytest.raises(episode_guide.HeldOutTask, match="'t0' is held out"):
+        env_batches.build_environment_guided_rollouts(lake, None, bid, None, GRPOConfig(guide=True))
