@@ -27,8 +27,14 @@ A batch whose tasks come from an agent environment (``environment = 'terminal'``
   hint by failure type); with ``manager = 'llm'`` the configured llm manager writes them from the
   episode's transcript (``LLMManager.review_episodes``) and ``reviewer`` names it;
 * trajectories: ``multi_turn`` rows; the G episodes of a task are one GRPO group (reward = the review's
-  score, advantage = (reward - group mean) / (group std + eps)), the advantage on every assistant token
-  of the episode and nothing on the observations.
+  score + ``episode_format_weight`` x the format reward, :func:`episode_weights`; advantage = (reward -
+  group mean) / (group std + eps)), the advantage on every assistant token of the episode and nothing
+  on the observations.
+
+* guided_rollouts (``--method guide``): each task whose every episode failed is resampled with the
+  manager's hint, an annealed expert prefix of its demonstration, or both
+  (:func:`build_environment_guided_rollouts`; ``training/episode_guide.py`` says where the help goes and
+  what the student is trained on); the passed ones join their group in the trajectories.
 
 Hinted OPD is not built for environment batches yet: their ``teacher_logprobs`` rows are empty.
 """
@@ -39,7 +45,7 @@ import hashlib
 import json
 import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from typing import TYPE_CHECKING, Any
 
 from tentalis_pipelines.envs.base import Episode, end_kind
@@ -52,8 +58,8 @@ from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import group_advantages
-from tentalis_pipelines.rewards.scoring import RewardWeights
-from tentalis_pipelines.training import multiturn
+from tentalis_pipelines.rewards.scoring import RewardWeights, combine
+from tentalis_pipelines.training import episode_guide, multiturn
 from tentalis_pipelines.training.policy_lag import with_policy_lag
 
 if TYPE_CHECKING:
@@ -413,16 +419,58 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
                "score_mean": round(sum(r["score"] for r in rows) / max(n, 1), 4), "outcomes": dict(sorted(failures.items()))}
 
 
+def episode_weights(format_weight: float = 0.0) -> RewardWeights:
+    """The reward of an episode: the verifier's score (the review's) plus ``format_weight`` times the
+    format reward (:func:`episode_guide.format_share`: the share of its turns with a well-formed action or
+    tool call, ToolRL's format term). The format reward is its own component, recorded on every row
+    (``format_reward``) beside the outcome (``outcome_reward``: 1 when the final check passed); the gate
+    and the benchmarks read the outcome only, so a policy that formats every turn and solves nothing
+    scores 0 there whatever this weight."""
+    if format_weight < 0:
+        raise ValueError(f"episode_format_weight must be >= 0, got {format_weight}")
+    return RewardWeights(outcome=0.0, format=float(format_weight), process=0.0, manager=1.0)
+
+
+def guided_episode_successes(lake: Lakehouse, batch_id: str) -> list[dict]:
+    """The batch's guided episodes (``guided_rollouts`` rows with an ``episode``) that passed and can be
+    trained on (one segment: ``turn_spans`` set); none when the table does not exist yet."""
+    if not lake.exists("guided_rollouts"):
+        return []
+    names = lake.dataset("guided_rollouts").schema.names
+    if "episode" not in names:
+        return []
+    return [g for g in lake.read("guided_rollouts", batch_id=batch_id).to_pylist()
+            if g.get("episode") and g["correct"] and g.get("turn_spans")]
+
+
 def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
-                                   w_rl: float = 1.0, w_opd: float = 0.0) -> tuple[int, dict[str, Any]]:
+                                   w_rl: float = 1.0, w_opd: float = 0.0, format_weight: float = 0.0) -> tuple[int, dict[str, Any]]:
     """``multi_turn`` rows: the G episodes of a task are its GRPO group (reward = the episode's review
-    score); an episode's advantage is on every assistant token of its rollouts, 0 and masked elsewhere."""
+    score + ``format_weight`` x its format reward, :func:`episode_weights`); an episode's advantage is on
+    every assistant token of its rollouts, 0 and masked elsewhere. With ``--method guide`` the guided
+    episodes of an all-fail group that passed (:func:`guided_episode_successes`) join its group, so the
+    group has signal; their rows name what produced them (``guide_hint_id``) and train without the hint
+    (the trainer's guided ratio)."""
+    weights = episode_weights(format_weight)
     scores: dict[str, float] = {}
     for r in lake.read("reviews", batch_id=batch_id).to_pylist():
         scores[r["rollout_id"]] = float(r["score"])  # one per episode (the check_reviews check)
+    records = {eid: ep["episode"] for eid, ep in _episodes(lake, batch_id).items()}
+    formats = {eid: episode_guide.format_share(int(rec.get("turns") or 0), int(rec.get("format_errors") or 0)) for eid, rec in records.items()}
+    passed = {eid: bool(rec.get("passed")) for eid, rec in records.items()}
     rollouts = sorted(lake.read("rollouts", batch_id=batch_id).to_pylist(), key=lambda r: (r["task_id"], r["group_index"], r["rollout_id"]))
+    guided = guided_episode_successes(lake, batch_id)
+    for g in guided:
+        rec = json.loads(g["episode"])
+        scores[g["rollout_id"]] = float(g["manager_score"])
+        formats[g["rollout_id"]] = float(g["format_score"])
+        passed[g["rollout_id"]] = bool(rec.get("passed"))
+    guided_ids = {g["rollout_id"]: g["hint_id"] for g in guided}
+    # A guided episode is its own rollout row (its table's): the same columns the loop below reads.
+    rollouts += [{**g, "session_id": g["rollout_id"]} for g in sorted(guided, key=lambda g: (g["task_id"], g["group_index"], g["rollout_id"]))]
+    rewards = {e: combine(weights, outcome=0.0, format=formats.get(e, 0.0), process=None, manager=scores[e]) for e in scores}
     episodes = sorted({(r["task_id"], r["group_index"], r["session_id"]) for r in rollouts if r["session_id"] in scores})
-    adv, signal = group_advantages([t for t, _, _ in episodes], [scores[e] for _, _, e in episodes], scale_rewards=scale_rewards)
+    adv, signal = group_advantages([t for t, _, _ in episodes], [rewards[e] for _, _, e in episodes], scale_rewards=scale_rewards)
     by_episode = {e: (a, s) for (_, _, e), a, s in zip(episodes, adv, signal)}
     created = now_utc()
     rows, skipped = [], []
@@ -433,23 +481,190 @@ def build_environment_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewa
             skipped.append(ro["rollout_id"])
             continue
         a, has_signal = by_episode[eid]
-        reward = scores[eid]
+        reward = rewards[eid]
         mask, token_adv = multiturn.segment_token_arrays(len(ro["completion_token_ids"]), spans, {s["turn_id"]: a for s in spans})
         rows.append({
             "batch_id": batch_id, "rollout_id": ro["rollout_id"], "task_id": ro["task_id"], "group_index": ro["group_index"],
-            "policy_version": ro["policy_version"], "outcome_reward": reward, "format_reward": 0.0, "process_reward": None,
-            "step_rewards": [], "manager_score": reward, "overlong_penalty": 0.0, "reward": reward, "reward_weights": WEIGHTS.to_json(),
+            "policy_version": ro["policy_version"], "outcome_reward": 1.0 if passed.get(eid) else 0.0,
+            "format_reward": formats.get(eid, 0.0), "process_reward": None,
+            "step_rewards": [], "manager_score": scores[eid], "overlong_penalty": 0.0, "reward": reward, "reward_weights": weights.to_json(),
             "advantage": a, "step_advantages": [], "advantage_mode": "episode",
             "kept": bool(has_signal) if dynamic_sampling else True, "created_at": created, "opd_signal": None,
             "w_rl": float(w_rl), "w_opd": float(w_opd), "kind": "multi_turn", "loss_mask": mask, "token_advantages": token_adv,
-            "turn_rewards": [reward] * len(spans), "turn_advantages": [a] * len(spans),
+            "turn_rewards": [reward] * len(spans), "turn_advantages": [a] * len(spans), "guide_hint_id": guided_ids.get(ro["rollout_id"]),
         })
     n = lake.write_batch("trajectories", batch_id, with_policy_lag(lake, rows))  # how stale each row is
     groups = {t for t, _, _ in episodes}
     return n, {"num_trajectories": n, "kind": "multi_turn", "episodes": len(episodes), "groups": len(groups),
                "groups_with_signal": len({t for (t, _, e) in episodes if by_episode[e][1]}), "kept": sum(r["kept"] for r in rows),
+               "guided_rows": sum(r["guide_hint_id"] is not None for r in rows),
+               "format_weight": float(format_weight),
+               "format_rate": round(sum(r["format_reward"] for r in rows) / max(n, 1), 4),
                "skipped_rollouts": ", ".join(skipped[:10]) or None,
                "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
+
+
+# --------------------------------------------------------------------------- guided resampling
+def level_success(lake: Lakehouse, batch_id: str) -> dict[int, float]:
+    """Per level, the share of the batch's episodes that passed: the policy's recent success on the level,
+    which the expert prefix's length anneals with (``episode_guide.prefix_turns``)."""
+    by_level: dict[int, list[bool]] = defaultdict(list)
+    for ep in _episodes(lake, batch_id).values():
+        rec = ep["episode"]
+        by_level[int(rec.get("level") or 0)].append(bool(rec.get("passed")))
+    return {lv: sum(v) / len(v) for lv, v in by_level.items()}
+
+
+def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[dict], Counter, list[tuple[str, str]], dict[int, float]]:
+    """Which all-fail groups of the batch are resampled and with what: ``(plans, skipped reasons, the
+    all-fail groups, the success per level)``. A plan names its task, policy version, the chosen hint
+    (``guide.GroupHint`` or None), the hint text put in context (``in_context``; "" for the ablation),
+    k and the prefix replies, the demonstration's source, its rescue kind and its ``rescue_id``. Groups
+    with a success are never planned, held-out tasks never (see :func:`build_environment_guided_rollouts`)."""
+    from tentalis_pipelines.envs.guided import demonstration
+    from tentalis_pipelines.stages.teacher_logprobs import hint_id
+    from tentalis_pipelines.training import guide
+
+    rescue = config.guide_rescue
+    tasks = {row["task_id"]: (row, task) for row, task in load_tasks(lake, batch_id)}
+    episodes = _episodes(lake, batch_id)
+    versions = {r["session_id"]: r["policy_version"]
+                for r in lake.read("rollouts", batch_id=batch_id, columns=["session_id", "policy_version"]).to_pylist()}
+    reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
+    missing = sorted(set(episodes) - set(reviews))
+    if missing:
+        raise ValueError(f"{len(missing)} episodes of batch {batch_id!r} have no review (e.g. {missing[0]}): materialise reviews first")
+    ordered = sorted(episodes.items(), key=lambda kv: (kv[1]["task_id"], kv[1]["group_index"]))
+    failed = guide.all_fail_groups((ep["task_id"], versions[eid], bool(ep["episode"].get("passed"))) for eid, ep in ordered)
+    success = level_success(lake, batch_id)
+    plans: list[dict] = []
+    skipped: Counter = Counter()
+    for task_id, version in failed:
+        row, task = tasks[task_id]
+        if episode_guide.task_split(row) == episode_guide.HELD_OUT_SPLIT:
+            skipped["held-out task: never given a hint or a prefix"] += 1
+            continue
+        hint = None
+        if rescue in ("hint", "both"):
+            group = [{**reviews[eid], "group_index": ep["group_index"]} for eid, ep in ordered if ep["task_id"] == task_id]
+            hint, why = guide.choose_hint(task_id, version, group, episode_guide.hint_references(row))
+            if hint is None and rescue == "hint":
+                skipped[why] += 1
+                continue
+        source, demo, k = "", [], 0
+        if rescue in ("prefix", "both"):
+            source, demo = demonstration(task)
+            k = episode_guide.prefix_turns(len(demo), success.get(int(task.level), 0.0), max_fraction=config.guide_prefix_max_fraction,
+                                           threshold=config.guide_prefix_threshold)
+            # The prefix's turns count against the turn limit: the policy keeps at least one.
+            k = max(0, min(k, int(json.loads(row["metadata"]).get("max_turns", 8)) - 1))
+        if hint is None and k == 0:
+            skipped["no usable hint and the prefix annealed to 0 turns"] += 1
+            continue
+        in_context = hint.hint if hint is not None and config.guide_with_hint else ""
+        hid = hint_id(hint.source_rollout_id, hint.hint_source, hint.hint) if hint is not None else None
+        kind = "both" if in_context and k else "hint" if in_context else "prefix" if k else "resample"
+        plans.append({"row": row, "task": task, "version": version, "hint": hint, "in_context": in_context, "k": k,
+                      "prefix": demo[:k], "source": source if k else "", "kind": kind,
+                      "rescue_id": episode_guide.rescue_id(task_id, version, "hint" if kind in ("hint", "resample") else kind, hid, source, k)})
+    return plans, skipped, failed, success
+
+
+def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config,
+                                      backend=None) -> tuple[int, dict[str, Any]]:
+    """``--method guide`` on an environment batch: each group (task) in which every episode failed is
+    resampled, ``config.guide_generations`` episodes with help in the first observation
+    (``envs/guided.GuidedEnv``; ``training/episode_guide.py`` says where and why):
+
+    * ``guide_rescue = hint``: the manager's hint (``guide.choose_hint`` over the group's reviews: the
+      verifier's failure-type hint, the llm manager's or the trained manager's), screened by the OPD
+      hint filter and, for terminal tasks, refused when it contains the expected output
+      (``episode_guide.hint_references``); a group without a usable hint is not resampled;
+    * ``prefix``: the first k turns of the task's scripted demonstration (``guided.demonstration``),
+      k from the level's success in this batch (``episode_guide.prefix_turns``; a group whose k is 0
+      is not resampled);
+    * ``both``: the hint and the prefix (the hint alone where k is 0, the prefix alone without a hint).
+
+    ``guide_with_hint = false`` (the ablation) picks the hint as above but leaves it out of the context.
+    Held-out tasks are never resampled. Every guided episode is a ``guided_rollouts`` row (passed or not,
+    so SQL counts the rescued groups) naming its rescue, hint, demonstration and k; a passed one becomes
+    a trajectory of its group (``build_environment_trajectories``), trained on its un-hinted prompt with
+    the hinted sampler's log-probs as the behaviour policy (``episode_guide.guided_sample``)."""
+    from tentalis_pipelines.envs.guided import GuidedEnv
+    from tentalis_pipelines.envs.runner import prompt_messages_per_turn, run_episodes
+
+    plans, skipped, failed, success = plan_guided_episodes(lake, batch_id, config)
+    for p in plans:  # the plan skips held-out tasks; a plan that holds one anyway stops the stage loudly
+        episode_guide.check_trainable(p["task"])
+    chat = None
+    if plans:
+        serving, chat = chat_policy(lake, paths, policy, backend)
+        for p in [p for p in plans if p["version"] != serving]:
+            skipped[f"sampled by {p['version']}, not the serving policy {serving}"] += 1
+        plans = [p for p in plans if p["version"] == serving]
+    created = now_utc()
+    rows = []
+    by_env: dict[tuple[str, int], list[tuple[dict, int]]] = defaultdict(list)
+    for p in plans:
+        for i in range(config.guide_generations):
+            by_env[(p["row"]["environment"], int(json.loads(p["row"]["metadata"]).get("max_turns", 8)))].append((p, i))
+    for (environment, max_turns), runs in by_env.items():
+        envs = [GuidedEnv(make_env(environment, max_turns), hint=p["in_context"], prefix=p["prefix"]) for p, _ in runs]
+        made = iter(envs)  # run_episodes makes one environment per task, in order
+        done = run_episodes(made.__next__, [p["task"] for p, _ in runs], chat.generate_batch)
+        for (p, i), env, ep in zip(runs, envs, done):
+            rows.append(_guided_episode_row(batch_id, p, i, env, ep, chat.tokenizer, policy, created, prompt_messages_per_turn))
+    n = lake.write_batch("guided_rollouts", batch_id, rows)
+    rescued = {r["task_id"] for r in rows if r["correct"]}
+    return n, {"all_fail_groups": len(failed), "resampled_groups": len(plans), "rescued_groups": len(rescued),
+               "guided_episodes": n, "guided_successes": sum(r["correct"] for r in rows), "rescue": config.guide_rescue,
+               "rescues": dict(Counter(p["kind"] for p in plans)),
+               "prefix_turns": {p["task"].task_id: p["k"] for p in plans if p["k"]} or None,
+               "level_success": {str(lv): round(v, 4) for lv, v in sorted(success.items())},
+               "not_resampled": ", ".join(f"{k}: {v}" for k, v in sorted(skipped.items())) or "none",
+               "untrainable": sum(1 for r in rows if r["correct"] and not r["turn_spans"])}
+
+
+def _guided_episode_row(batch_id: str, plan: dict, index: int, env, episode: Episode, tokenizer, policy, created, prompts_of) -> dict:
+    """One guided episode as a ``guided_rollouts`` row; its token columns hold the student's sample
+    (``episode_guide.guided_sample``) when the episode is one segment, else nothing (not trained on: a
+    later segment's prompt would hold the hint)."""
+    from tentalis_pipelines.training import guide
+
+    task, hint = plan["task"], plan["hint"]
+    eid = guide.guided_rollout_id(batch_id, task.task_id, plan["version"], plan["rescue_id"], index)
+    turns = episode_to_turns(episode, session_id=eid, model=policy.model_name, policy_version=plan["version"], backend="transformers",
+                             temperature=policy.temperature, max_tokens=policy.max_new_tokens, created_at=created)
+    segments = multiturn.build_segments(eid, turns)
+    behaviour_prompt = prompts_of(episode)[0] if episode.turns else []
+    plain_prompt = [{"role": m["role"], "content": m["content"]} for m in env.plain_messages]
+    sample = {"prompt_token_ids": [], "completion_token_ids": [], "assistant_mask": [], "behaviour_logprobs": None}
+    spans: list[dict] = []
+    if len(segments) == 1:
+        seg = segments[0]
+        spans = [{"turn_id": s.turn_id, "turn_index": s.turn_index, "start": s.start, "end": s.end} for s in seg.spans]
+        # The hint is in the first prompt only: the student's prompt is the same messages rendered without it
+        # (a prefix alone changes nothing there: the prompt the policy saw is kept token for token).
+        plain_ids = episode_guide.render_prompt_ids(tokenizer, plain_prompt) if plan["in_context"] else seg.prompt_ids
+        sample = episode_guide.guided_sample(plain_ids, seg.completion_ids, spans,
+                                             {f"{eid}-{t.index}": t.logprobs for t in episode.turns})
+    answer = next((t.info.get("answer") for t in reversed(episode.turns) if t.info.get("answer") is not None), None)
+    fmt = sum(1 for t in episode.turns if t.action is None)
+    return {
+        "batch_id": batch_id, "rollout_id": eid, "task_id": task.task_id, "group_index": index, "policy_version": plan["version"],
+        "hint_id": plan["rescue_id"], "hint_source": hint.hint_source if hint is not None else "", "hint": hint.hint if hint is not None else "",
+        "source_rollout_id": hint.source_rollout_id if hint is not None else None, "hint_votes": hint.votes if hint is not None else None,
+        "hint_reward": None, "prompt_text": _transcript(plain_prompt), "behaviour_prompt_text": _transcript(behaviour_prompt),
+        "completion": "\n".join(t.text for t in episode.turns), "steps": [t.action if t.action is not None else "" for t in episode.turns],
+        "answer": answer, "completion_tokens": len(sample["completion_token_ids"]), "completion_token_ids": sample["completion_token_ids"],
+        "behaviour_logprobs": sample["behaviour_logprobs"], "finish_reason": turns[-1]["finish_reason"] if turns else "error",
+        "temperature": float(policy.temperature), "correct": bool(episode.passed),
+        "format_score": episode_guide.format_share(episode.turns_used, fmt), "step_rewards": [],
+        "manager_score": float(episode.verdict.reward), "created_at": created,
+        "rescue": plan["kind"], "prefix_turns": plan["k"], "demo_source": plan["source"] or None,
+        "prompt_token_ids": sample["prompt_token_ids"], "assistant_mask": sample["assistant_mask"], "turn_spans": spans,
+        "session_id": eid, "episode": json.dumps(episode_record(episode, task), sort_keys=True),
+    }
 
 
 # --------------------------------------------------------------------------- checks

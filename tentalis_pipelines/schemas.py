@@ -274,10 +274,22 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("step_rewards", pa.list_(pa.float64()), "the calculator's check of each step (null = unscored)"),
             col("manager_score", pa.float64(), "the verifier manager's review score of the sample"),
             col("created_at", TS, "when the row was written (UTC)"),
+            # Environment batches (training/episode_guide.py): a guided episode; null on arithmetic rows.
+            col("rescue", pa.string(),
+                "environment batches: what was in the episode's context: hint | prefix | both | resample (guide_with_hint = false)"),
+            col("prefix_turns", pa.int32(), "environment batches: k, the demonstrated turns given as an expert prefix (0: none)"),
+            col("demo_source", pa.string(), "environment batches: the demonstration the prefix came from (oracle:terminal, ...)"),
+            col("prompt_token_ids", pa.list_(pa.int32()),
+                "environment batches: the student's prompt ids (the first observation and the prefix, without the hint)"),
+            col("assistant_mask", pa.list_(pa.int8()), "environment batches: 1 on the policy's own tokens of the completion"),
+            col("turn_spans", TURN_SPAN, "environment batches: the policy's turns inside the completion (empty: not trainable)"),
+            col("session_id", pa.string(), "environment batches: the guided episode's id (= rollout_id)"),
+            col("episode", pa.string(), "environment batches: the episode record (JSON), as rollouts.episode"),
         ],
         metadata={DESCRIPTION: (
-            "Hint-guided resampling (`--method guide`): samples drawn with the manager's hint for groups in which "
-            "every sample failed; the correct ones train the student without the hint."
+            "Hint-guided resampling (`--method guide`): samples (arithmetic) or episodes (environment batches) drawn "
+            "with the manager's hint or an expert prefix for groups in which every sample failed; the correct ones "
+            "train the student without the hint."
         )},
     ),
     "teacher_logprobs": pa.schema(

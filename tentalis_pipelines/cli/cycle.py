@@ -250,6 +250,10 @@ def learn(
     guide_answer_format: str | None = typer.Option(None, help="With --method guide: lenient (every hinted success the verifier "
                                                    "accepts joins its group) | tagged (only those with the answer in <answer> tags, "
                                                    "the held-out benchmark's format); default: the trainer resource's, lenient."),
+    guide_rescue: str | None = typer.Option(None, help="With --method guide on terminal, bfcl or swe: how an all-fail group of "
+                                            "episodes is resampled: hint (the manager's hint after the instruction) | prefix (the "
+                                            "first k turns of the task's scripted demonstration, k annealed by the level's success) "
+                                            "| both; default: the trainer resource's, hint."),
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -265,7 +269,7 @@ def learn(
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
                "dtype": dtype, "seed": seed, "advantage_mode": advantage_mode, "scale_rewards": scale_rewards,
-               "guide_answer_format": guide_answer_format, **METHODS[method]}
+               "guide_answer_format": guide_answer_format, "guide_rescue": guide_rescue, **METHODS[method]}
     trainer = {k: v for k, v in options.items() if v is not None}
     try:  # validated once, by GRPOConfig, before any model loads
         TrainerResource(**trainer).config()

@@ -29,22 +29,29 @@ from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
 from tentalis_pipelines.stages.reviews import review_inputs, task_expression
 from tentalis_pipelines.stages.teacher_logprobs import hint_id, sampling_adapter
-from tentalis_pipelines.tasks.kinds import TaskBatch, batch_kind
+from tentalis_pipelines.tasks.kinds import EnvironmentBatch, TaskBatch, batch_kind
 from tentalis_pipelines.training import guide, opd
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
 def build_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig,
                           backends: dict | None = None) -> StageResult:
-    """The batch's guided samples (an empty partition when ``config.guide`` is off or the batch is not a
-    task batch). ``backends``: ``{policy_version: backend}`` to sample with (tests); by default the
+    """The batch's guided samples (an empty partition when ``config.guide`` is off or the batch is a
+    live-sessions batch; an environment batch's are episodes: ``env_batches.build_environment_guided_rollouts``).
+    ``backends``: ``{policy_version: backend}`` to sample with (tests); by default the
     policy's own backend with the sampling checkpoint's adapter."""
     if not config.guide:
         lake.write_batch("guided_rollouts", batch_id, [])
         return StageResult(0, {"guide": "off (trainer.guide = false): no resampling"})
-    if not isinstance(batch_kind(lake, batch_id), TaskBatch):
+    kind = batch_kind(lake, batch_id)
+    if isinstance(kind, EnvironmentBatch):  # episodes: hint, expert prefix or both (training/episode_guide.py)
+        from tentalis_pipelines import env_batches
+
+        backend = next(iter((backends or {}).values()), None)
+        return StageResult(*env_batches.build_environment_guided_rollouts(lake, paths, batch_id, policy, config, backend))
+    if not isinstance(kind, TaskBatch):
         lake.write_batch("guided_rollouts", batch_id, [])
-        return StageResult(0, {"guide": "not built for live-session or environment batches yet: no resampling"})
+        return StageResult(0, {"guide": "not built for live-session batches: no resampling"})
     tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
     reviews = {r["rollout_id"]: r for r in lake.read("reviews", batch_id=batch_id).to_pylist()}
     graded = review_inputs(lake, batch_id)

@@ -276,8 +276,11 @@ def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions
         ro = rollouts[t["rollout_id"]]
         if not ro["completion_token_ids"]:
             continue
-        if t.get("kind") == "multi_turn":  # a live session: exact tokens, loss mask, per-turn advantages
-            samples.append(grounded(sessions.session_sample(ro, t), t["rollout_id"]))
+        if t.get("kind") == "multi_turn":  # a live session or an episode: exact tokens, loss mask, per-turn advantages
+            sample = sessions.session_sample(ro, t)
+            # A guided episode (training/episode_guide.py): the un-hinted prompt, the hinted sampler's log-probs.
+            sample.guided = bool(ro.get("guided"))
+            samples.append(grounded(sample, t["rollout_id"]))
             continue
         p = prompt_cache.setdefault(ro["prompt_text"], tokenizer(ro["prompt_text"], add_special_tokens=False)["input_ids"])
         token_adv = None

@@ -29,6 +29,7 @@ def build_trajectories(
     lake: Lakehouse, batch_id: str, *, scale_rewards: str = "group", dynamic_sampling: bool = False,
     overlong_buffer: int = 0, max_completion_length: int = 128, advantage_mode: str = "outcome",
     w_rl: float = 1.0, w_opd: float = 0.0, weights: RewardWeights | None = None, guide_answer_format: str = "lenient",
+    episode_format_weight: float = 0.0,
 ) -> StageResult:
     """Rewards (outcome, format, process, manager, optional overlong penalty), their weighted sum and
     the group-relative advantage. With ``dynamic_sampling`` groups whose rewards are all equal are
@@ -47,7 +48,7 @@ def build_trajectories(
     return batch_kind(lake, batch_id).trajectories(
         lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling, overlong_buffer=overlong_buffer,
         max_completion_length=max_completion_length, advantage_mode=advantage_mode, w_rl=w_rl, w_opd=w_opd, weights=weights,
-        guide_answer_format=guide_answer_format)
+        guide_answer_format=guide_answer_format, episode_format_weight=episode_format_weight)
 
 
 def single_turn_trajectories(

@@ -120,9 +120,11 @@ class BatchKind(ABC):
     @abstractmethod
     def trajectories(self, lake: Lakehouse, batch_id: str, *, scale_rewards: str, dynamic_sampling: bool,
                      overlong_buffer: int, max_completion_length: int, advantage_mode: str, w_rl: float, w_opd: float,
-                     weights: RewardWeights | None, guide_answer_format: str = "lenient") -> StageResult:
+                     weights: RewardWeights | None, guide_answer_format: str = "lenient",
+                     episode_format_weight: float = 0.0) -> StageResult:
         """Write the batch's ``trajectories`` (``guide_answer_format``: which hint-guided successes join
-        their group; only task batches have guided samples)."""
+        their group, task batches; ``episode_format_weight``: the format reward's weight, environment
+        batches)."""
 
     @abstractmethod
     def check_rollouts(self, lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
@@ -160,7 +162,7 @@ class TaskBatch(BatchKind):
         return task_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines.stages.trajectories import single_turn_trajectories
 
         return single_turn_trajectories(lake, batch_id, scale_rewards=scale_rewards, dynamic_sampling=dynamic_sampling,
@@ -206,7 +208,7 @@ class SessionsBatch(BatchKind):
         return session_teacher_logprobs(lake, paths, batch_id, policy, config)
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines import sessions
 
         return StageResult(*sessions.build_session_trajectories(lake, batch_id, scale_rewards=scale_rewards,
@@ -227,7 +229,9 @@ class EnvironmentBatch(BatchKind):
     """Agent episodes in an environment (the terminal family: ``tasks.batches.register_terminal_batch``):
     G episodes per task with the serving policy, the environment's step scores per turn, the verifier's
     verdict as each episode's score (critique and hint by the llm manager when it is configured),
-    ``multi_turn`` trajectories grouped per task (``env_batches.py``). No hinted OPD yet."""
+    ``multi_turn`` trajectories grouped per task (``env_batches.py``), the guided episodes of all-fail
+    groups among them with ``--method guide`` (``stages/guided_rollouts.py`` dispatches to
+    ``env_batches.build_environment_guided_rollouts``). No hinted OPD yet."""
 
     name = "environment"
 
@@ -262,11 +266,12 @@ class EnvironmentBatch(BatchKind):
         return StageResult(n, {"opd": "not built for environment batches yet: no teacher pass"})
 
     def trajectories(self, lake, batch_id, *, scale_rewards, dynamic_sampling, overlong_buffer, max_completion_length,
-                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient"):
+                     advantage_mode, w_rl, w_opd, weights, guide_answer_format="lenient", episode_format_weight=0.0):
         from tentalis_pipelines import env_batches
 
         return StageResult(*env_batches.build_environment_trajectories(lake, batch_id, scale_rewards=scale_rewards,
-                                                                       dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd))
+                                                                       dynamic_sampling=dynamic_sampling, w_rl=w_rl, w_opd=w_opd,
+                                                                       format_weight=episode_format_weight))
 
     def check_rollouts(self, lake, batch_id, num_generations):
         from tentalis_pipelines import env_batches

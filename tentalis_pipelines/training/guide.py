@@ -56,18 +56,22 @@ def all_fail_groups(rows: Iterable[tuple[str, str, bool]]) -> list[tuple[str, st
     return [k for k in order if not correct[k]]
 
 
-def choose_hint(task_id: str, policy_version: str, reviews: Sequence[dict], reference: str | None) -> tuple[GroupHint | None, str]:
+def choose_hint(task_id: str, policy_version: str, reviews: Sequence[dict],
+                reference: str | Sequence[str] | None) -> tuple[GroupHint | None, str]:
     """The hint to resample a failed group with, or None and why not.
 
     ``reviews``: the group's reviews as dicts with ``rollout_id``, ``group_index``, ``manager`` and
     ``hint``. Every hint is screened by :func:`opd.screen_hint` (empty, generic or answer-leaking hints
-    are never used: a hint that gives the answer teaches copying). Among the usable ones the most
-    frequent wins; a tie goes to the one of the lowest group index."""
+    are never used: a hint that gives the answer teaches copying) against ``reference``, or against each
+    of several (an episode's expected outputs: ``episode_guide.hint_references``). Among the usable ones
+    the most frequent wins; a tie goes to the one of the lowest group index."""
+    refs = [reference] if reference is None or isinstance(reference, str) else list(reference) or [None]
     usable: list[tuple[int, str, str, str]] = []
     reasons: Counter[str] = Counter()
     for r in sorted(reviews, key=lambda r: r["group_index"]):
         hint = (r.get("hint") or "").strip()
-        decision, _ = opd.screen_hint(hint, reference)
+        # the first refusal among the references, else USED
+        decision = next((d for d in (opd.screen_hint(hint, ref)[0] for ref in refs) if d != opd.USED), opd.USED)
         if decision == opd.USED:
             usable.append((r["group_index"], hint, r["manager"], r["rollout_id"]))
         else:

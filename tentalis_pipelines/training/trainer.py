@@ -56,6 +56,7 @@ SCALE_REWARDS = ("group", "none")
 ADVANTAGE_MODES = ("outcome", "process")
 GUIDE_IMPORTANCE = ("clip", "shaping")
 GUIDE_ANSWER_FORMATS = ("lenient", "tagged")
+GUIDE_RESCUES = ("hint", "prefix", "both")  # environment batches: training/episode_guide.py
 GROUNDING_POLICIES = ("off", "penalize", "block")  # reviewers/grounding_policy.py
 
 
@@ -132,6 +133,17 @@ class GRPOConfig:
     guide_answer_format: str = config_field("lenient", "which hinted successes join their group: lenient (every one the verifier "
                                             "accepts, a tagged answer or an ended completion's last number) | tagged (only those "
                                             "with the answer in <answer> tags, the format the held-out benchmark grades)")
+    # Environment batches (training/episode_guide.py): how an all-fail group of episodes is rescued.
+    guide_rescue: str = config_field("hint", "environment batches, guide on: how an all-fail group is resampled: hint (the manager's "
+                                     "hint after the instruction) | prefix (BREAD: the first k turns of the task's scripted "
+                                     "demonstration, k annealed by the level's success) | both")
+    guide_prefix_max_fraction: float = config_field(0.5, "the share of the demonstration given as an expert prefix at 0% success "
+                                                    "on the level (guide_rescue prefix | both)")
+    guide_prefix_threshold: float = config_field(0.5, "the level's success rate at and above which no expert prefix is given; "
+                                                 "the prefix shrinks linearly to 0 between 0% and it")
+    episode_format_weight: float = config_field(0.0, "environment batches: weight of the format reward (the share of an "
+                                                "episode's turns with a well-formed action or tool call) added to the "
+                                                "verifier's score; the gate reads the outcome only")
     # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
     max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
                                        "(0: only the serving policy's own; older rows are refused and counted)")
@@ -186,6 +198,14 @@ class GRPOConfig:
             raise ValueError(f"guide_importance must be one of {GUIDE_IMPORTANCE}, got {self.guide_importance!r}")
         if self.guide_answer_format not in GUIDE_ANSWER_FORMATS:
             raise ValueError(f"guide_answer_format must be one of {GUIDE_ANSWER_FORMATS}, got {self.guide_answer_format!r}")
+        if self.guide_rescue not in GUIDE_RESCUES:
+            raise ValueError(f"guide_rescue must be one of {GUIDE_RESCUES}, got {self.guide_rescue!r}")
+        if not 0.0 <= self.guide_prefix_max_fraction <= 1.0:
+            raise ValueError(f"guide_prefix_max_fraction must be in [0, 1], got {self.guide_prefix_max_fraction}")
+        if not 0.0 < self.guide_prefix_threshold <= 1.0:
+            raise ValueError(f"guide_prefix_threshold must be in (0, 1], got {self.guide_prefix_threshold}")
+        if self.episode_format_weight < 0:
+            raise ValueError(f"episode_format_weight must be >= 0, got {self.episode_format_weight}")
         if not self.guide_shaping_gamma > 0:
             raise ValueError(f"guide_shaping_gamma must be above 0, got {self.guide_shaping_gamma}")
         if self.grounding_policy not in GROUNDING_POLICIES:
@@ -212,6 +232,7 @@ class GRPOConfig:
             "w_rl": self.w_rl,
             "w_opd": self.w_opd,
             "guide_answer_format": self.guide_answer_format,
+            "episode_format_weight": self.episode_format_weight,
         }
 
 

@@ -133,7 +133,7 @@ def test_each_stage_calls_the_method_of_the_kind_it_resolved_once(lake, fake):
     assert fake.calls[1][2] == {"scorer": "judge"} and fake.calls[2][2] == {"manager": "llm"}
     assert fake.calls[4][2] == {"scale_rewards": "batch", "dynamic_sampling": False, "overlong_buffer": 0,
                                 "max_completion_length": 128, "advantage_mode": "outcome", "w_rl": 1.0, "w_opd": 0.5,
-                                "weights": None, "guide_answer_format": "lenient"}
+                                "weights": None, "guide_answer_format": "lenient", "episode_format_weight": 0.0}
 
 
 def test_the_quality_checks_ask_the_kind_too(lake, fake):

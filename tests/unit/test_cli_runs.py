@@ -65,6 +65,7 @@ def test_openai_backend_without_a_server_url_is_refused(cli_home, monkeypatch):
     (["learn", "--step-scorer", "oracle"], "--step-scorer 'oracle'"),
     (["learn", "--step-scorer", "prm_head"], "tentalis prm train"),  # no head trained in this home
     (["learn", "--advantage-mode", "steps"], "--advantage-mode 'steps'"),
+    (["learn", "--method", "guide", "--guide-rescue", "demo"], "--guide-rescue 'demo'"),
     (["learn", "--reward-weights", '{"manger": 0}'], "--reward-weights: unknown reward component 'manger'"),
     (["learn", "--reward-weights", "{manager: 0}"], "--reward-weights: not valid JSON"),
     (["learn", "--manager", "llm", "--hint-prefix", 'Say "add'], "--hint-prefix: hint_prefix 'Say \"add' holds a quote"),
@@ -112,6 +113,22 @@ def test_learn_hands_its_step_scorer_and_advantage_mode_to_every_cycle(cli_home,
     out = runner.invoke(app, ["learn", "--cycles", "1", "--step-scorer", "prm_head", "--home", str(cli_home)])
     assert out.exit_code != 0 and not seen
     assert "v0002 reads the model's own surprise" in " ".join(out.output.split()) and "--features hidden" in out.output
+
+
+def test_learn_guide_on_terminal_hands_the_rescue_to_every_cycle(cli_home, monkeypatch):
+    """`learn --tasks terminal --method guide --guide-rescue prefix` turns guidance on with the expert prefix
+    (the cycle itself is recorded here, not run)."""
+    import tentalis_pipelines.cli.cycle as cycle
+
+    seen = []
+    monkeypatch.setattr(cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
+    monkeypatch.setattr("tentalis_pipelines.promotion.benchmark_history", lambda *a, **k: {"history": ""})
+    out = runner.invoke(app, ["learn", "--cycles", "1", "--tasks", "terminal", "--method", "guide", "--guide-rescue", "prefix",
+                              "--home", str(cli_home)])
+    assert out.exit_code == 0, out.output
+    [opts] = seen
+    trainer = opts.resources["trainer"]["config"]
+    assert trainer["guide"] is True and trainer["guide_rescue"] == "prefix"
 
 
 def test_manager_train_warns_when_the_accepted_answers_run_short():

@@ -52,7 +52,8 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
                "scale_rewards": "none", "dynamic_sampling": False, "overlong_buffer": 5, "advantage_mode": "process",
                "w_rl": 0.5, "w_opd": 2.0, "opd_teacher": "/models/teacher", "opd_teacher_model": "big-teacher", "opd_clip": 0.5, "opd_min_effect": 0.1,
                "guide": True, "guide_generations": 3, "guide_importance": "shaping", "guide_shaping_gamma": 0.5,
-               "guide_with_hint": False, "guide_answer_format": "tagged",
+               "guide_with_hint": False, "guide_answer_format": "tagged", "guide_rescue": "both", "guide_prefix_max_fraction": 0.8,
+               "guide_prefix_threshold": 0.3, "episode_format_weight": 0.1,
                "max_policy_lag": 2, "grounding_policy": "penalize", "grounding_penalty": 0.5}
     assert set(changed) == {f.name for f in dataclasses.fields(GRPOConfig)} - FROM_POLICY
     cfg = TrainerResource(**changed).config(max_completion_length=77)
@@ -65,8 +66,9 @@ def test_each_trainer_field_set_on_the_resource_reaches_the_config():
 def test_trajectory_settings_follow_the_algorithm():
     assert TrainerResource().trajectory_settings(96) == {
         "scale_rewards": "group", "dynamic_sampling": True, "overlong_buffer": 24, "max_completion_length": 96,
-        "advantage_mode": "outcome", "w_rl": 1.0, "w_opd": 0.0, "guide_answer_format": "lenient"}
+        "advantage_mode": "outcome", "w_rl": 1.0, "w_opd": 0.0, "guide_answer_format": "lenient", "episode_format_weight": 0.0}
     assert TrainerResource(guide_answer_format="tagged").trajectory_settings(96)["guide_answer_format"] == "tagged"
+    assert TrainerResource(episode_format_weight=0.25).trajectory_settings(96)["episode_format_weight"] == 0.25
     dr = TrainerResource(loss_type="dr_grpo").trajectory_settings(96)
     assert (dr["scale_rewards"], dr["dynamic_sampling"], dr["overlong_buffer"]) == ("none", False, 0)
     assert TrainerResource(loss_type="grpo", overlong_buffer=10).trajectory_settings(96)["overlong_buffer"] == 10
