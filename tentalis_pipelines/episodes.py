@@ -224,7 +224,12 @@ TURN_COMPARE = [c for c in to_table("turns", []).column_names if c != "created_a
 def _plan(doc: Any, k: int, *, tenant: str, vocab_size: int | None, now: datetime) -> _Plan:
     """The trajectory's rows, checked against the tables' schemas too, so that nothing can fail once
     the writes begin (:class:`~tentalis_pipelines.envs.atif.ATIFError` otherwise)."""
-    rows, metadata, review = episode_rows(doc, tenant=tenant, now=now, vocab_size=vocab_size)
+    try:
+        rows, metadata, review = episode_rows(doc, tenant=tenant, now=now, vocab_size=vocab_size)
+    except atif.ATIFError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a case the validator missed: name it, and still land nothing
+        raise atif.ATIFError(f"could not be read ({type(exc).__name__}: {exc}); fix the field it names") from None
     try:
         to_table("turns", rows)
         if review is not None:

@@ -188,6 +188,10 @@ def _check_tentalis_root(t: Any, path: str, problems: list[str]) -> None:
         _check_str(t, key, path, problems, required=False, nonempty=True)
     if t.get("max_tokens") is not None and not (_is_int(t["max_tokens"]) and 1 <= t["max_tokens"] < 2**31):
         problems.append(f"{path}.max_tokens: must be a positive integer below 2^31, not {t['max_tokens']!r}")
+    if t.get("reward") is not None and not _is_number(t["reward"]):
+        problems.append(f"{path}.reward: must be a number, not {t['reward']!r}")
+    if t.get("info") is not None:
+        _check_obj(t["info"], f"{path}.info", problems)
 
 
 def _unencodable(obj: Any, path: str, problems: list[str]) -> None:
@@ -208,6 +212,28 @@ def _unencodable(obj: Any, path: str, problems: list[str]) -> None:
     elif isinstance(obj, list):
         for i, v in enumerate(obj):
             _unencodable(v, f"{path}[{i}]", problems)
+
+
+def _check_tentalis_step(t: dict, path: str, problems: list[str]) -> None:
+    """The fields of a step's ``extra.tentalis`` that :func:`atif_to_episode` reads (another tool may
+    write the key too: what it holds must still be what this module expects)."""
+    _check_str(t, "finish_reason", path, problems, required=False)
+    _check_str(t, "action", path, problems, required=False)
+    for key in ("seconds_policy", "seconds_env"):
+        if t.get(key) is not None and not (_is_number(t[key]) and t[key] >= 0):
+            problems.append(f"{path}.{key}: must be a number of seconds >= 0, not {t[key]!r}")
+    for key in ("info", "message"):
+        if t.get(key) is not None:
+            _check_obj(t[key], f"{path}.{key}", problems)
+    kinds = t.get("observation_messages")
+    if kinds is not None:
+        if not isinstance(kinds, list):
+            problems.append(f"{path}.observation_messages: must be an array of objects, not {type(kinds).__name__}")
+        else:
+            for j, k in enumerate(kinds):
+                _check_obj(k, f"{path}.observation_messages[{j}]", problems)
+    if t.get("observation_in_context") is not None and not isinstance(t["observation_in_context"], bool):
+        problems.append(f"{path}.observation_in_context: must be true or false, not {t['observation_in_context']!r}")
 
 
 def validate_atif(doc: Any, *, vocab_size: int | None = None) -> None:
@@ -324,8 +350,8 @@ def validate_atif(doc: Any, *, vocab_size: int | None = None) -> None:
             _check_metrics(metrics, f"{path}.metrics", problems, vocab_size)
         if step.get("extra") is not None and _check_obj(step["extra"], f"{path}.extra", problems):
             t = step["extra"].get(KEY)
-            if t is not None:
-                _check_obj(t, f"{path}.extra.{KEY}", problems)
+            if t is not None and _check_obj(t, f"{path}.extra.{KEY}", problems):
+                _check_tentalis_step(t, f"{path}.extra.{KEY}", problems)
     if problems:
         shown = problems[:12]
         more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
