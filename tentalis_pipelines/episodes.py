@@ -15,7 +15,10 @@ and, when the trajectory carries a verdict, the verifier's review of the session
 'verifier'``, score = the verdict's reward, critique and hint as an environment batch's review) in the
 live reviews. The ``fresh_sessions`` sensor then cuts the session into a sessions batch, which trains on
 it as on any session: one segment, the assistant-only mask, the review's score as every turn's reward.
-Every trajectory is validated before anything lands; re-importing a file changes nothing.
+All or nothing (:func:`import_file`): every trajectory of the file is validated (Unicode text, token ids
+inside the policy's vocabulary, rows the tables can hold) before anything lands, the bad ones named and
+kept in ``quarantine``; then one Delta commit per table lands them all. Re-importing the same content
+changes nothing; changed content for a session already landed is refused unless ``replace``.
 """
 
 from __future__ import annotations
