@@ -377,8 +377,10 @@ def land_plans(lake: Lakehouse, planned: list[_Plan], *, n_docs: int, tenant: st
     records = [{"kind": "turn", "row": r, "session_metadata": p.metadata} for p in landing_now for r in p.rows]
     landed = landing.land_records(lake, records) if records else {"turns": 0}  # turns: one append; sessions: one replace
     turns_written += landed["turns"]
-    reviews = [p.review for p in landing_now if p.review is not None
-               and not (p in fresh and old_reviews.get(p.review["review_id"]) is not None)]
+    # A fresh session's review may have landed already (an import that died after the reviews' commit):
+    # _differences found it the same, so it is not written again.
+    reviews = ([p.review for p in fresh if p.review is not None and p.review["review_id"] not in old_reviews]
+               + [p.review for p, _ in replaced if p.review is not None])
     dropped = [_review_id(tenant, p.sid) for p, _ in replaced if p.review is None and _review_id(tenant, p.sid) in old_reviews]
     if reviews or dropped:  # one commit for every review of the import
         lake.replace_in("reviews", "review_id", [r["review_id"] for r in reviews] + dropped, reviews,
