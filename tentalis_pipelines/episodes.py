@@ -15,7 +15,10 @@ and, when the trajectory carries a verdict, the verifier's review of the session
 'verifier'``, score = the verdict's reward, critique and hint as an environment batch's review) in the
 live reviews. The ``fresh_sessions`` sensor then cuts the session into a sessions batch, which trains on
 it as on any session: one segment, the assistant-only mask, the review's score as every turn's reward.
-Every trajectory is validated before anything lands; re-importing a file changes nothing.
+All or nothing (:func:`import_file`): every trajectory of the file is validated (Unicode text, token ids
+inside the policy's vocabulary, rows the tables can hold) before anything lands, the bad ones named and
+kept in ``quarantine``; then one Delta commit per table lands them all. Re-importing the same content
+changes nothing; changed content for a session already landed is refused unless ``replace``.
 """
 
 from __future__ import annotations
@@ -23,14 +26,17 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from tentalis_pipelines.envs import atif
 from tentalis_pipelines.envs.base import Episode
 from tentalis_pipelines.envs.runner import episode_to_turns
 from tentalis_pipelines.gateway import landing
-from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.lakehouse import Lakehouse, LakehouseError, to_table
 
 DEFAULT_TENANT = "envs"
 TURN_COLUMNS = ["turn_index", "choice_index", "model", "policy_version", "backend", "temperature", "max_tokens",
@@ -169,12 +175,14 @@ def verdict_review_row(doc: dict[str, Any], episode: Episode, tenant: str) -> di
     sid = doc["session_id"]
     return landing.review_row(tenant=tenant, session_id=sid, turn_id=None, score=fields["score"], critique=fields["critique"],
                               hint=fields["hint"], reviewer=VERIFIER, rubric=f"{episode.environment}-final-state",
-                              review_id="verdict-" + hashlib.sha256(f"{tenant}\x1f{sid}".encode()).hexdigest()[:24])
+                              review_id=_review_id(tenant, sid))
 
 
-def episode_rows(doc: dict[str, Any], *, tenant: str = DEFAULT_TENANT, now: datetime | None = None) -> tuple[list[dict], dict, dict | None]:
-    """(turn rows, session metadata, review row or None) that one trajectory lands as (validated first)."""
-    episode = atif.atif_to_episode(doc)
+def episode_rows(doc: dict[str, Any], *, tenant: str = DEFAULT_TENANT, now: datetime | None = None,
+                 vocab_size: int | None = None) -> tuple[list[dict], dict, dict | None]:
+    """(turn rows, session metadata, review row or None) that one trajectory lands as (validated first,
+    token ids against ``vocab_size`` when given)."""
+    episode = atif.atif_to_episode(doc, vocab_size=vocab_size)
     extra = atif.tentalis_extra(doc)
     sid = doc["session_id"]
     model = doc["agent"].get("model_name") or ""
@@ -197,48 +205,234 @@ def episode_rows(doc: dict[str, Any], *, tenant: str = DEFAULT_TENANT, now: date
     return rows, metadata, review
 
 
-def _same(old: list[dict], new: list[dict]) -> bool:
-    key = lambda r: (r["turn_id"], list(r["prompt_token_ids"] or []), list(r["completion_token_ids"] or []))  # noqa: E731
-    return sorted(map(key, old)) == sorted(map(key, new))
+@dataclass
+class _Plan:
+    """What one trajectory lands as: its turn rows, the session's metadata (JSON), its review (or None),
+    and which of its turns the trajectory stamped (the others take the import's time, so a re-import
+    does not compare it)."""
+
+    index: int
+    sid: str
+    rows: list[dict[str, Any]]
+    metadata: str
+    review: dict[str, Any] | None
+    stamped: set[str]
 
 
-def import_episodes(lake: Lakehouse, docs: list[dict[str, Any]], *, tenant: str = DEFAULT_TENANT) -> dict[str, int]:
-    """Land trajectories as live sessions (see the module doc). All are checked before any lands:
-    :class:`~tentalis_pipelines.envs.atif.ATIFError` for a bad field, :class:`ImportRefused` for a
-    session id used twice in the input or already in the lakehouse with other turns or another tenant.
-    Returns counts: trajectories, sessions landed, unchanged (imported before), skipped (no policy turn:
-    nothing to land), turns, reviews."""
+# Compared on a re-import: what the rows say, not when the import ran (created_at is compared only where
+# the trajectory stamped the turn).
+TURN_COMPARE = [c for c in to_table("turns", []).column_names if c != "created_at"]
+
+
+def _plan(doc: Any, k: int, *, tenant: str, vocab_size: int | None, now: datetime) -> _Plan:
+    """The trajectory's rows, checked against the tables' schemas too, so that nothing can fail once
+    the writes begin (:class:`~tentalis_pipelines.envs.atif.ATIFError` otherwise)."""
+    try:
+        rows, metadata, review = episode_rows(doc, tenant=tenant, now=now, vocab_size=vocab_size)
+    except atif.ATIFError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a case the validator missed: name it, and still land nothing
+        raise atif.ATIFError(f"could not be read ({type(exc).__name__}: {exc}); fix the field it names") from None
+    try:
+        to_table("turns", rows)
+        if review is not None:
+            to_table("reviews", [review])
+        text = landing.dumps(metadata)
+        text.encode("utf-8")
+    except (LakehouseError, UnicodeEncodeError, ValueError, TypeError) as exc:
+        raise atif.ATIFError(f"does not fit the lakehouse's tables: {exc}; fix the field it names") from None
+    stamps = atif.step_timestamps(doc)
+    stamped = {r["turn_id"] for r, st in zip(rows, stamps) if st}
+    return _Plan(k, doc["session_id"], rows, text, review, stamped)
+
+
+def _has_token_ids(doc: Any) -> bool:
+    steps = doc.get("steps") if isinstance(doc, dict) else None
+    return any(isinstance(s, dict) and isinstance(s.get("metrics"), dict)
+               and (s["metrics"].get("prompt_token_ids") or s["metrics"].get("completion_token_ids"))
+               for s in steps or [])
+
+
+def _episode_meta(text: str | None) -> dict[str, Any] | None:
+    """The part of a session's metadata a re-import compares: the transcript and the extra details
+    (not the agent's version: a newer export of the same episode names a newer Tentalis)."""
+    if not text:
+        return None
+    ep = (json.loads(text) or {}).get("episode") or {}
+    return {"transcript": ep.get("transcript"), "extra": ep.get("extra")}
+
+
+def _differences(p: _Plan, old_turns: list[dict], old_meta: str | None, old_review: dict | None) -> list[str]:
+    """What the lakehouse holds for the session that this trajectory would change (empty: the same, or
+    not landed yet). Rows are compared as the tables store them (log-probs as float32)."""
+    what = []
+    if old_turns:
+        new = {r["turn_id"]: r for r in to_table("turns", p.rows).to_pylist()}
+        old = {r["turn_id"]: r for r in old_turns}
+        if set(new) != set(old):
+            what.append(f"turns ({len(old)} landed, {len(new)} in the file)")
+        else:
+            cols = [c for c in TURN_COMPARE if c != "turn_id"]
+            bad = sorted(t for t in new if any(new[t][c] != old[t][c] for c in cols)
+                         or (t in p.stamped and new[t]["created_at"] != old[t]["created_at"]))
+            if bad:
+                what.append(f"turn(s) {', '.join(bad[:3])}")
+    if old_meta is not None and _episode_meta(old_meta) not in (None, _episode_meta(p.metadata)):
+        what.append("transcript")
+    if old_review is not None:
+        if p.review is None:
+            what.append("verdict (landed, none in the file)")
+        elif any(old_review.get(c) != p.review[c] for c in landing.REVIEW_COMPARE):
+            what.append("verdict")
+    return what
+
+
+def import_episodes(lake: Lakehouse, docs: list[dict[str, Any]], *, tenant: str = DEFAULT_TENANT,
+                    vocab_size: int | None = None, replace: bool = False) -> dict[str, int]:
+    """Land trajectories as live sessions (see the module doc), all or nothing.
+
+    Every trajectory is checked before anything lands: :class:`~tentalis_pipelines.envs.atif.ATIFError`
+    names every bad one (a bad field, text that is not Unicode, a token id outside ``[0, vocab_size)``,
+    a row the tables cannot hold), :class:`ImportRefused` a session id used twice in the input, or already
+    in the lakehouse for another tenant, or with other content (turns, transcript or verdict) unless
+    ``replace``, which replaces those sessions' turns, metadata and review with the file's. A session
+    landed with the same content is left alone (re-importing a file changes nothing), one landed in part
+    (an import that died between its commits) is completed. The writes are one commit per table (two
+    for ``turns`` when replacing), whatever the number of trajectories. Returns counts: trajectories,
+    sessions landed, replaced, unchanged, skipped (no policy turn: nothing to land), turns, reviews."""
+    planned = plan_import(docs, tenant=tenant, vocab_size=vocab_size)
+    return land_plans(lake, planned, n_docs=len(docs), tenant=tenant, replace=replace)
+
+
+def plan_import(docs: list[Any], *, tenant: str = DEFAULT_TENANT, vocab_size: int | None = None,
+                labels: list[str] | None = None) -> list[_Plan]:
+    """Check every trajectory and build its rows (nothing is written): :class:`ATIFError` names every bad
+    one (``labels``: how to name each, default ``trajectory <k>``), :class:`ImportRefused` a duplicate id."""
     if not tenant or not tenant.strip():
         raise ImportRefused("the tenant must not be empty")
-    planned, seen = [], {}
+    now = datetime.now(timezone.utc)
+    planned, seen, problems = [], {}, []
     for k, doc in enumerate(docs):
+        label = labels[k] if labels else f"trajectory {k}"
         try:
-            rows, metadata, review = episode_rows(doc, tenant=tenant)
+            p = _plan(doc, k, tenant=tenant, vocab_size=vocab_size, now=now)
         except atif.ATIFError as exc:
-            raise atif.ATIFError(f"trajectory {k}: {exc}") from None
-        sid = doc["session_id"]
-        if sid in seen:
-            raise ImportRefused(f"trajectories {seen[sid]} and {k} share session_id {sid!r}: each episode needs its own")
-        seen[sid] = k
-        if rows:  # an episode that failed before its first turn has nothing to land (or to train on)
-            planned.append((sid, rows, metadata, review))
-    ids = [p[0] for p in planned]
-    owners = {r["session_id"]: r["tenant"] for r in landing.select(lake, "sessions", ["tenant"], "session_id", ids)}
-    existing: dict[str, list[dict]] = defaultdict(list)
-    for t in landing.select(lake, "turns", ["turn_id", "prompt_token_ids", "completion_token_ids"], "session_id", ids):
-        existing[t["session_id"]].append(t)
-    fresh, unchanged = [], 0
-    for sid, rows, metadata, review in planned:
-        if sid in owners and owners[sid] != tenant:
-            raise ImportRefused(f"session {sid!r} already exists for another tenant: import it under that tenant "
+            problems.append((k, f"{label}: {exc}"))
+            continue
+        if p.sid in seen:
+            raise ImportRefused(f"{label} and {seen[p.sid]} share session_id {p.sid!r}: each episode needs its own")
+        seen[p.sid] = label
+        if p.rows:  # an episode that failed before its first turn has nothing to land (or to train on)
+            planned.append(p)
+    if problems:
+        raise PlanErrors(problems)
+    return planned
+
+
+class PlanErrors(atif.ATIFError):
+    """Every bad trajectory of an import (``problems``: (index, message) pairs); nothing landed."""
+
+    def __init__(self, problems: list[tuple[int, str]]):
+        self.problems = problems
+        shown = [m for _, m in problems[:10]]
+        more = f"\n... and {len(problems) - 10} more bad trajectories" if len(problems) > 10 else ""
+        super().__init__("\n".join(shown) + more)
+
+
+def land_plans(lake: Lakehouse, planned: list[_Plan], *, n_docs: int, tenant: str, replace: bool = False) -> dict[str, int]:
+    """Land checked trajectories (:func:`plan_import`): see :func:`import_episodes`."""
+    ids = [p.sid for p in planned]
+    sessions = {r["session_id"]: r for r in landing.select(lake, "sessions", ["tenant", "metadata"], "session_id", ids)}
+    old_turns: dict[str, list[dict]] = defaultdict(list)
+    for t in landing.select(lake, "turns", TURN_COMPARE + ["created_at"], "session_id", ids):
+        old_turns[t["session_id"]].append(t)
+    review_ids = [p.review["review_id"] for p in planned if p.review] + [_review_id(tenant, p.sid) for p in planned if not p.review]
+    old_reviews = {r["review_id"]: r for r in landing.select(lake, "reviews", [*landing.REVIEW_COMPARE, "batch_id", "tenant"],
+                                                             "review_id", review_ids) if r["batch_id"] == landing.LIVE_BATCH}
+    fresh, replaced, changed, unchanged = [], [], [], 0
+    for p in planned:
+        owner = sessions.get(p.sid, {}).get("tenant") or next((t["tenant"] for t in old_turns.get(p.sid, [])), None)
+        rid = p.review["review_id"] if p.review else _review_id(tenant, p.sid)
+        if (owner is not None and owner != tenant) or (rid in old_reviews and old_reviews[rid]["tenant"] != tenant):
+            raise ImportRefused(f"session {p.sid!r} already exists for another tenant: import it under that tenant "
                                 "or give the trajectory another session_id")
-        if existing.get(sid):
-            if not _same(existing[sid], rows):
-                raise ImportRefused(f"session {sid!r} already exists with other turns: give the trajectory another session_id")
-            unchanged += 1
-        fresh.append((sid, rows, metadata, review))
-    records = [{"kind": "turn", "row": r, "session_metadata": landing.dumps(metadata)} for _, rows, metadata, _ in fresh for r in rows]
-    landed = landing.land_records(lake, records) if records else {"turns": 0}
-    reviews = sum(landing.land_review(lake, review) for *_, review in fresh if review is not None)
-    return {"trajectories": len(docs), "sessions": len(fresh) - unchanged, "unchanged": unchanged,
-            "skipped": len(docs) - len(planned), "turns": landed["turns"], "reviews": reviews}
+        what = _differences(p, old_turns.get(p.sid, []), sessions.get(p.sid, {}).get("metadata"), old_reviews.get(rid))
+        if what:
+            (replaced if replace else changed).append((p, what))
+        elif old_turns.get(p.sid) and p.sid in sessions and (p.review is None or rid in old_reviews):
+            unchanged += 1  # landed whole before: nothing to write
+        else:
+            fresh.append(p)  # new, or landed in part by an import that died between its commits
+    if changed:
+        listed = "; ".join(f"{p.sid!r} ({', '.join(what)})" for p, what in changed[:5])
+        more = f" and {len(changed) - 5} more" if len(changed) > 5 else ""
+        raise ImportRefused(f"session(s) {listed}{more} already exist with other content; a changed re-import is refused "
+                            "so that nothing landed is overwritten silently: give the trajectories other session_ids, or "
+                            "import with --replace (replace=True) to replace those sessions' turns, transcript and review")
+    turns_written = 0
+    if replaced:  # one commit: the sessions' old turns out, the file's in (none of another session is touched)
+        rep = [p for p, _ in replaced]
+        turns_written += lake.replace_in("turns", "session_id", [p.sid for p in rep], [r for p in rep for r in p.rows])
+    landing_now = fresh + [p for p, _ in replaced]
+    records = [{"kind": "turn", "row": r, "session_metadata": p.metadata} for p in landing_now for r in p.rows]
+    landed = landing.land_records(lake, records) if records else {"turns": 0}  # turns: one append; sessions: one replace
+    turns_written += landed["turns"]
+    # A fresh session's review may have landed already (an import that died after the reviews' commit):
+    # _differences found it the same, so it is not written again.
+    reviews = ([p.review for p in fresh if p.review is not None and p.review["review_id"] not in old_reviews]
+               + [p.review for p, _ in replaced if p.review is not None])
+    dropped = [_review_id(tenant, p.sid) for p, _ in replaced if p.review is None and _review_id(tenant, p.sid) in old_reviews]
+    if reviews or dropped:  # one commit for every review of the import
+        lake.replace_in("reviews", "review_id", [r["review_id"] for r in reviews] + dropped, reviews,
+                        where={"batch_id": landing.LIVE_BATCH})
+    return {"trajectories": n_docs, "sessions": len(fresh), "replaced": len(replaced), "unchanged": unchanged,
+            "skipped": n_docs - len(planned), "turns": turns_written, "reviews": len(reviews)}
+
+
+def _review_id(tenant: str, sid: str) -> str:
+    return "verdict-" + hashlib.sha256(f"{tenant}\x1f{sid}".encode()).hexdigest()[:24]
+
+
+QUARANTINE_STAGE = "episodes-import"
+
+
+def import_file(lake: Lakehouse, path: Path | str, *, tenant: str = DEFAULT_TENANT,
+                vocab_size: int | Callable[[], int] | None = None, replace: bool = False) -> dict[str, int]:
+    """Import an ATIF file (``.json`` or ``.jsonl``) all or nothing. Every trajectory is read and checked
+    first; when any is bad, each bad one is kept in ``quarantine`` (``source`` = the file, ``line``, the
+    raw text and the error, secrets redacted, ``stage = 'episodes-import'``) and
+    :class:`~tentalis_pipelines.envs.atif.ATIFError` names them all (file, line or item, trajectory
+    index, field, fix): nothing lands in ``turns``, ``sessions`` or ``reviews``. ``vocab_size``: the
+    policy's vocabulary (or a function giving it, called only when a trajectory carries token ids)."""
+    from tentalis_pipelines.redact import redact
+
+    path = Path(path)
+    entries = atif.read_entries(path)
+    if not entries:
+        raise atif.ATIFError(f"{path.name}: holds no trajectory (an empty file): nothing to import")
+    parsed = [e for e in entries if e.error is None]
+    if callable(vocab_size):
+        vocab_size = vocab_size() if any(_has_token_ids(e.doc) for e in parsed) else None
+    problems: list[tuple[int, str]] = [(e.index, f"{e.error} (trajectory {e.index})") for e in entries if e.error is not None]
+    planned: list[_Plan] = []
+    try:
+        planned = plan_import([e.doc for e in parsed], tenant=tenant, vocab_size=vocab_size,
+                              labels=[f"{e.where} (trajectory {e.index})" for e in parsed])
+    except PlanErrors as exc:
+        problems += [(parsed[k].index, msg) for k, msg in exc.problems]
+    if problems:
+        problems.sort()
+        lake.quarantine([{"source": str(path), "line": entries[k].line, "raw": redact(entries[k].raw)[:10_000],
+                          "error": redact(msg), "batch_id": None, "stage": QUARANTINE_STAGE} for k, msg in problems])
+        raise PlanErrors(problems)
+    return land_plans(lake, planned, n_docs=len(entries), tenant=tenant, replace=replace)
+
+
+def tokenizer_vocab_size(model: str, models_dir: Path) -> int:
+    """The size of the vocabulary of ``model``'s tokenizer (``embedded`` or a local folder): the token ids
+    an imported trajectory may hold, if the policy is to train on them."""
+    from transformers import AutoTokenizer
+
+    from tentalis_pipelines.inference.models import resolve_model
+
+    return len(AutoTokenizer.from_pretrained(resolve_model(model, models_dir)))

@@ -390,11 +390,14 @@ class Lakehouse:
         self._replace(name, predicate, table, partition_by=partition_by)
         return table.num_rows
 
-    def replace_in(self, name: str, column: str, values: Sequence[str], rows: Sequence[Mapping[str, Any]] | pa.Table) -> int:
+    def replace_in(self, name: str, column: str, values: Sequence[str], rows: Sequence[Mapping[str, Any]] | pa.Table,
+                   *, where: Mapping[str, str] | None = None) -> int:
         """Replace the rows whose ``column`` is one of ``values`` with ``rows`` (one atomic commit; every
         row written must carry one of ``values``). Unlike ``upsert`` (a Delta merge, whose files store
         strings as ``string_view``, which pyarrow cannot filter beside plain ``string`` files), this
-        writes plain Arrow types, so filtered reads and ``tentalis sql ... where`` keep working."""
+        writes plain Arrow types, so filtered reads and ``tentalis sql ... where`` keep working.
+        ``where`` narrows the replaced rows to those whose columns equal the given values too (every row
+        written must carry them): ``{"batch_id": "live"}`` touches one partition only."""
         table = to_table(name, rows)
         wanted = set(values)
         if not wanted:
@@ -403,6 +406,13 @@ class Lakehouse:
         if others:
             raise LakehouseError(f"rows for {column} in {sorted(wanted)[:5]} carry other values {sorted(map(str, others))[:5]}")
         predicate = f"{column} IN ({', '.join(repr_sql(v) for v in sorted(wanted))})"
+        for col, value in (where or {}).items():
+            if not isinstance(value, str) or not value:
+                raise LakehouseError(f"invalid {col} {value!r}")
+            stray = set(table.column(col).to_pylist()) - {value} if table.num_rows else set()
+            if stray:
+                raise LakehouseError(f"rows for {col}={value!r} carry other {col} values {sorted(map(str, stray))[:5]}")
+            predicate = f"{col} = {repr_sql(value)} AND {predicate}"
         self._replace(name, predicate, table, partition_by=_partition_by(name))
         return table.num_rows
 

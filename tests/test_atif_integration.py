@@ -31,6 +31,7 @@ from tentalis_pipelines.training import multiturn
 needs_sandbox = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                    reason="the sandbox needs Linux namespaces and root (CI runs as root)")
 runner = CliRunner()
+VOCAB = ["--vocab-size", str(0x110000)]  # WithIds's token ids are Unicode code points
 
 
 class WithIds:
@@ -86,7 +87,7 @@ def test_an_environment_batch_exports_to_atif_and_imports_as_sessions_that_train
         assert [t.token_ids for t in ep.turns] == [t.token_ids for t in originals[d["session_id"]].turns]
 
     dst = Paths.from_env(str(tmp_path / "dst")).ensure()
-    assert "4 new session(s)" in _cli("episodes", "import", str(out), "--home", str(dst.home))
+    assert "4 new session(s)" in _cli("episodes", "import", str(out), "--home", str(dst.home), *VOCAB)
     lake2 = Lakehouse(dst.lakehouse)
     turns = lake2.read("turns").to_pylist()
     for eid, ep in originals.items():
@@ -114,7 +115,7 @@ def test_an_environment_batch_exports_to_atif_and_imports_as_sessions_that_train
     again = tmp_path / "again.json"
     _cli("episodes", "export", *sum((["--session", s] for s in sorted(originals)), []), "--out", str(again), "--home", str(dst.home))
     assert atif.read_atif(again) == docs
-    assert "0 new session(s)" in _cli("episodes", "import", str(again), "--home", str(dst.home))  # nothing changes
+    assert "0 new session(s)" in _cli("episodes", "import", str(again), "--home", str(dst.home), *VOCAB)  # nothing changes
     assert lake2.count("turns") == len(turns)
 
     # Cut into a sessions batch, the imported episodes train as the environment batch's do.
@@ -144,7 +145,7 @@ def test_import_of_a_bad_file_names_the_field_and_lands_nothing(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps(doc))
     home = tmp_path / "h"
-    result = runner.invoke(app, ["episodes", "import", str(bad), "--home", str(home)])
+    result = runner.invoke(app, ["episodes", "import", str(bad), "--home", str(home), *VOCAB])
     assert result.exit_code == 2
     text = " ".join(result.output.split())
     assert f"steps[{len(doc['steps']) - 1}].metrics.logprobs" in text and "nothing was imported" in text

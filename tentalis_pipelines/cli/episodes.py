@@ -42,21 +42,44 @@ def export(
 def import_(
     path: Path = typer.Argument(..., help="ATIF trajectories: .json (one, or an array) or .jsonl (one per line)."),
     tenant: str = typer.Option("envs", help="The tenant the sessions land under."),
+    replace: bool = typer.Option(False, "--replace", help="Replace sessions already landed with other content "
+                                 "(their turns, transcript and review) with the file's; without it they are refused."),
+    vocab_size: int | None = typer.Option(None, "--vocab-size", min=1, help="Token ids must lie in [0, N): the "
+                                          "vocabulary of the tokenizer that sampled them (default: the policy's, --model)."),
+    model: str | None = typer.Option(None, "--model", help="The policy whose tokenizer's vocabulary bounds the token ids "
+                                     "(default $TENTALIS_MODEL, else embedded); read only when a trajectory carries ids."),
     home: str | None = HomeOpt,
 ):
     """Land ATIF trajectories as live sessions (turns with their token ids and log-probs) and their
     verdicts as the sessions' reviews; the fresh_sessions sensor cuts them into batches that train.
-    Every trajectory is checked first: a bad field is named and nothing lands."""
+    All or nothing: every trajectory is checked first; the bad ones are named (and kept in quarantine)
+    and nothing lands. Re-importing the same file changes nothing; changed content for a session
+    already landed is refused unless --replace."""
     if not path.is_file():
         fail(f"{path}: no such file")
     paths = home_paths(home)
+    import os
+
     from tentalis_pipelines import episodes
-    from tentalis_pipelines.envs.atif import ATIFError, read_atif
+    from tentalis_pipelines.envs.atif import ATIFError
     from tentalis_pipelines.lakehouse import Lakehouse
 
+    def policy_vocab() -> int:
+        name = model or os.environ.get("TENTALIS_MODEL") or "embedded"
+        try:
+            return episodes.tokenizer_vocab_size(name, paths.models)
+        except Exception as exc:  # noqa: BLE001 - no model, no tokenizer files, an unreadable folder: say how to go on
+            fail(f"{path}: cannot check the token ids against the vocabulary of the policy {name!r} ({exc}); give "
+                 "--vocab-size N (the size of the tokenizer that sampled them) or --model PATH; nothing was imported")
+
     try:
-        out = episodes.import_episodes(Lakehouse(paths.lakehouse), read_atif(path), tenant=tenant)
+        out = episodes.import_file(Lakehouse(paths.lakehouse), path, tenant=tenant, replace=replace,
+                                   vocab_size=vocab_size if vocab_size is not None else policy_vocab)
+    except episodes.PlanErrors as exc:
+        fail(f"{path}: {len(exc.problems)} bad trajectory(ies), kept in the quarantine table "
+             f"(stage {episodes.QUARANTINE_STAGE!r}):\n{exc}\nfix them and import the file again; nothing was imported")
     except (ATIFError, episodes.ImportRefused) as exc:
         fail(f"{path}: {exc}; nothing was imported")
-    console.print(f"imported {out['trajectories']} trajectory(ies): {out['sessions']} new session(s), {out['turns']} turn(s), "
-                  f"{out['reviews']} review(s); {out['unchanged']} already there, {out['skipped']} without a policy turn")
+    console.print(f"imported {out['trajectories']} trajectory(ies): {out['sessions']} new session(s), {out['replaced']} replaced, "
+                  f"{out['turns']} turn(s), {out['reviews']} review(s); {out['unchanged']} already there, "
+                  f"{out['skipped']} without a policy turn")

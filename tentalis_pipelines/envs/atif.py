@@ -40,6 +40,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -113,7 +114,7 @@ def _check_count(obj: dict, key: str, path: str, problems: list[str]) -> None:
         problems.append(f"{path}.{key}: must be a non-negative integer, not {obj[key]!r}")
 
 
-def _check_ids(obj: dict, key: str, path: str, problems: list[str]) -> list[int] | None:
+def _check_ids(obj: dict, key: str, path: str, problems: list[str], vocab_size: int | None) -> list[int] | None:
     ids = obj.get(key)
     if ids is None:
         return None
@@ -125,17 +126,27 @@ def _check_ids(obj: dict, key: str, path: str, problems: list[str]) -> list[int]
         problems.append(f"{path}.{key}[{bad[0]}]: token ids must be integers in [0, 2^31), not {ids[bad[0]]!r}"
                         f"{f' ({len(bad)} bad in all)' if len(bad) > 1 else ''}")
         return None
+    if vocab_size is not None:
+        # An id the policy's tokenizer does not have cannot be trained on (its embedding row does not
+        # exist, or is padding): refuse it here rather than fail, or train on garbage, later.
+        out = [i for i, t in enumerate(ids) if t >= vocab_size]
+        if out:
+            problems.append(f"{path}.{key}[{out[0]}]: token id {ids[out[0]]} is outside the policy's vocabulary of "
+                            f"{vocab_size} ids ([0, {vocab_size})){f' ({len(out)} outside in all)' if len(out) > 1 else ''}; "
+                            "these ids come from another tokenizer: import trajectories sampled from this policy, "
+                            "or give the vocabulary of the tokenizer that made them")
+            return None
     return ids
 
 
-def _check_metrics(m: dict, path: str, problems: list[str]) -> None:
+def _check_metrics(m: dict, path: str, problems: list[str], vocab_size: int | None) -> None:
     _check_keys(m, METRICS_KEYS, path, problems)
     for key in ("prompt_tokens", "completion_tokens", "cached_tokens"):
         _check_count(m, key, path, problems)
     if m.get("cost_usd") is not None and not _is_number(m["cost_usd"]):
         problems.append(f"{path}.cost_usd: must be a number, not {m['cost_usd']!r}")
-    prompt = _check_ids(m, "prompt_token_ids", path, problems)
-    completion = _check_ids(m, "completion_token_ids", path, problems)
+    prompt = _check_ids(m, "prompt_token_ids", path, problems, vocab_size)
+    completion = _check_ids(m, "completion_token_ids", path, problems, vocab_size)
     lps = m.get("logprobs")
     if lps is not None:
         if not isinstance(lps, list):
@@ -175,14 +186,70 @@ def _check_tentalis_root(t: Any, path: str, problems: list[str]) -> None:
         problems.append(f"{path}.temperature: must be a number >= 0, not {t['temperature']!r}")
     for key in ("policy_version", "backend", "check_kind"):
         _check_str(t, key, path, problems, required=False, nonempty=True)
+    if t.get("max_tokens") is not None and not (_is_int(t["max_tokens"]) and 1 <= t["max_tokens"] < 2**31):
+        problems.append(f"{path}.max_tokens: must be a positive integer below 2^31, not {t['max_tokens']!r}")
+    if t.get("reward") is not None and not _is_number(t["reward"]):
+        problems.append(f"{path}.reward: must be a number, not {t['reward']!r}")
+    if t.get("info") is not None:
+        _check_obj(t["info"], f"{path}.info", problems)
 
 
-def validate_atif(doc: Any) -> None:
+def _unencodable(obj: Any, path: str, problems: list[str]) -> None:
+    """Name every string (key or value) of ``obj`` that UTF-8 cannot encode: a lone surrogate, which
+    JSON's ``\\udXXX`` escapes can spell but no Unicode text holds (every table stores UTF-8)."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            problems.append(f"{path}: holds a lone surrogate {obj[exc.start]!r} at character {exc.start}, which is not "
+                            "Unicode text (UTF-8 cannot encode it); fix the tool that wrote it, or replace the "
+                            "character (e.g. with U+FFFD) before importing")
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            _unencodable(k, f"{path or 'trajectory'} (a key)", problems)
+            name = ascii(k)[1:-1] if isinstance(k, str) else str(k)
+            _unencodable(v, f"{path}.{name}" if path else name, problems)
+    elif isinstance(obj, list):
+        for i, v in enumerate(obj):
+            _unencodable(v, f"{path}[{i}]", problems)
+
+
+def _check_tentalis_step(t: dict, path: str, problems: list[str]) -> None:
+    """The fields of a step's ``extra.tentalis`` that :func:`atif_to_episode` reads (another tool may
+    write the key too: what it holds must still be what this module expects)."""
+    _check_str(t, "finish_reason", path, problems, required=False)
+    _check_str(t, "action", path, problems, required=False)
+    for key in ("seconds_policy", "seconds_env"):
+        if t.get(key) is not None and not (_is_number(t[key]) and t[key] >= 0):
+            problems.append(f"{path}.{key}: must be a number of seconds >= 0, not {t[key]!r}")
+    for key in ("info", "message"):
+        if t.get(key) is not None:
+            _check_obj(t[key], f"{path}.{key}", problems)
+    kinds = t.get("observation_messages")
+    if kinds is not None:
+        if not isinstance(kinds, list):
+            problems.append(f"{path}.observation_messages: must be an array of objects, not {type(kinds).__name__}")
+        else:
+            for j, k in enumerate(kinds):
+                _check_obj(k, f"{path}.observation_messages[{j}]", problems)
+    if t.get("observation_in_context") is not None and not isinstance(t["observation_in_context"], bool):
+        problems.append(f"{path}.observation_in_context: must be true or false, not {t['observation_in_context']!r}")
+
+
+def validate_atif(doc: Any, *, vocab_size: int | None = None) -> None:
     """Raise :class:`ATIFError` naming every field of ``doc`` that is not valid ATIF v1.4 (and, where
-    ``extra.tentalis`` is present, every field of it this module relies on)."""
+    ``extra.tentalis`` is present, every field of it this module relies on): types, required fields,
+    text that is not Unicode (a lone surrogate) and, with ``vocab_size``, token ids outside
+    ``[0, vocab_size)``."""
     problems: list[str] = []
     if not _check_obj(doc, "trajectory", problems):
         raise ATIFError(problems[0])
+    try:  # the fast path: one encode of the whole document; the walk only runs to name what failed
+        json.dumps(doc, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        _unencodable(doc, "", problems)
+    except (TypeError, ValueError):
+        pass  # not JSON-ready (NaN is fine for dumps): the field checks below name it
     _check_keys(doc, ROOT_KEYS, "trajectory", problems)
     version = doc.get("schema_version")
     if version not in ACCEPTED_VERSIONS:
@@ -280,11 +347,11 @@ def validate_atif(doc: Any) -> None:
                                 _check_str(ref, "session_id", f"{rpath}.subagent_trajectory_ref[{k}]", problems, required=True)
         metrics = step.get("metrics")
         if metrics is not None and _check_obj(metrics, f"{path}.metrics", problems):
-            _check_metrics(metrics, f"{path}.metrics", problems)
+            _check_metrics(metrics, f"{path}.metrics", problems, vocab_size)
         if step.get("extra") is not None and _check_obj(step["extra"], f"{path}.extra", problems):
             t = step["extra"].get(KEY)
-            if t is not None:
-                _check_obj(t, f"{path}.extra.{KEY}", problems)
+            if t is not None and _check_obj(t, f"{path}.extra.{KEY}", problems):
+                _check_tentalis_step(t, f"{path}.extra.{KEY}", problems)
     if problems:
         shown = problems[:12]
         more = f"\n  ... and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
@@ -433,9 +500,10 @@ def _action(step: dict[str, Any], ours: dict[str, Any]) -> str | None:
     return None
 
 
-def atif_to_episode(doc: dict[str, Any]) -> Episode:
-    """The episode an ATIF trajectory records (validated first: :class:`ATIFError` names what is wrong)."""
-    validate_atif(doc)
+def atif_to_episode(doc: dict[str, Any], *, vocab_size: int | None = None) -> Episode:
+    """The episode an ATIF trajectory records (validated first, token ids against ``vocab_size`` when
+    given: :class:`ATIFError` names what is wrong)."""
+    validate_atif(doc, vocab_size=vocab_size)
     root = tentalis_extra(doc)
     messages: list[dict[str, Any]] = []
     turns: list[AssistantTurn] = []
@@ -496,31 +564,85 @@ def write_atif(docs: Iterable[dict[str, Any]], path: Path | str) -> int:
     return len(docs)
 
 
-def read_atif(path: Path | str) -> list[dict[str, Any]]:
-    """Trajectories from a ``.json`` file (one object or an array) or a ``.jsonl`` file (one per line),
-    each validated; :class:`ATIFError` names the file, the line or item and the bad field."""
+@dataclass
+class Entry:
+    """One trajectory of a file as read, parsed or not: ``index`` counts the file's trajectories from 0,
+    ``where`` names it for a person (``t.jsonl line 3``, ``t.json item 2``), ``line`` is its line in a
+    ``.jsonl`` file (None in a ``.json`` one), ``raw`` the text as it came, and ``doc`` the parsed JSON
+    or ``error`` why it is not JSON."""
+
+    index: int
+    where: str
+    line: int | None
+    raw: str
+    doc: Any = None
+    error: str | None = None
+
+
+def _decode(data: bytes, name: str) -> tuple[str | None, str | None]:
+    try:
+        return data.decode("utf-8"), None
+    except UnicodeDecodeError as exc:
+        return None, (f"{name}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+                      "save the file as UTF-8 and import it again")
+
+
+def read_entries(path: Path | str) -> list[Entry]:
+    """Every trajectory of a ``.jsonl`` file (one per non-blank line) or a ``.json`` file (one object or
+    an array), each parsed on its own so that every bad one can be named (and quarantined), not only
+    the first. Lines split on ``\\n`` alone: a message may hold U+2028 or U+0085, which JSON allows
+    raw and :func:`write_atif` writes raw, and which ``str.splitlines`` would take for line ends."""
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
-    docs: list[tuple[str, Any]] = []
+    data = path.read_bytes()
+    entries: list[Entry] = []
     if path.suffix == ".jsonl":
-        for n, line in enumerate(text.splitlines(), 1):
-            if line.strip():
+        for n, line in enumerate(data.split(b"\n"), 1):
+            if not line.strip():
+                continue
+            where = f"{path.name} line {n}"
+            text, error = _decode(line, where)
+            entry = Entry(len(entries), where, n, text if text is not None else line.decode("utf-8", "replace"))
+            if error is None:
                 try:
-                    docs.append((f"{path.name} line {n}", json.loads(line)))
+                    entry.doc = json.loads(text)
                 except json.JSONDecodeError as exc:
-                    raise ATIFError(f"{path.name} line {n}: not JSON ({exc.msg} at column {exc.colno})") from None
-    else:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ATIFError(f"{path.name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})") from None
-        items = obj if isinstance(obj, list) else [obj]
-        docs = [(f"{path.name} item {k}" if isinstance(obj, list) else path.name, d) for k, d in enumerate(items)]
-    if not docs:
+                    error = f"{where}: not JSON ({exc.msg} at column {exc.colno})"
+            entry.error = error
+            entries.append(entry)
+        return entries
+    text, error = _decode(data, path.name)
+    if error is not None:
+        return [Entry(0, path.name, None, data.decode("utf-8", "replace"), error=error)]
+    if not text.strip():
+        return []
+    try:
+        obj = json.loads(text)
+    except json.JSONDecodeError as exc:
+        return [Entry(0, path.name, None, text, error=f"{path.name}: not JSON ({exc.msg} at line {exc.lineno} column {exc.colno})")]
+    if not isinstance(obj, list):
+        return [Entry(0, path.name, None, text, doc=obj)]
+    # ensure_ascii: an item may hold a lone surrogate, which only an escape can carry
+    return [Entry(k, f"{path.name} item {k}", None, json.dumps(d), doc=d) for k, d in enumerate(obj)]
+
+
+def read_atif(path: Path | str, *, vocab_size: int | None = None) -> list[dict[str, Any]]:
+    """Trajectories from a ``.json`` file (one object or an array) or a ``.jsonl`` file (one per line),
+    each validated; :class:`ATIFError` names the file, the line or item and the bad field of every bad
+    trajectory (the first 10)."""
+    path = Path(path)
+    entries = read_entries(path)
+    if not entries:
         raise ATIFError(f"{path.name}: holds no trajectory")
-    for where, d in docs:
+    problems = []
+    for e in entries:
+        if e.error is not None:
+            problems.append(e.error)
+            continue
         try:
-            validate_atif(d)
+            validate_atif(e.doc, vocab_size=vocab_size)
         except ATIFError as exc:
-            raise ATIFError(f"{where}: {exc}") from None
-    return [d for _, d in docs]
+            problems.append(f"{e.where}: {exc}")
+    if problems:
+        more = f"\n... and {len(problems) - 10} more bad trajectories" if len(problems) > 10 else ""
+        raise ATIFError("\n".join(problems[:10]) + more)
+    return [e.doc for e in entries]

@@ -198,7 +198,7 @@ def test_import_lands_session_turns_and_the_verdict_review_and_export_gives_the_
     doc = good_doc()
     ep = atif.atif_to_episode(doc)
     out = episodes.import_episodes(lake, [doc])
-    assert out == {"trajectories": 1, "sessions": 1, "unchanged": 0, "skipped": 0, "turns": 3, "reviews": 1}
+    assert out == {"trajectories": 1, "sessions": 1, "replaced": 0, "unchanged": 0, "skipped": 0, "turns": 3, "reviews": 1}
     turns = sorted(lake.read("turns").to_pylist(), key=lambda t: t["turn_index"])
     assert [t["turn_id"] for t in turns] == ["s-1-0", "s-1-1", "s-1-2"] and {t["tenant"] for t in turns} == {"envs"}
     for t, turn in zip(turns, ep.turns):
@@ -224,7 +224,7 @@ def test_import_lands_session_turns_and_the_verdict_review_and_export_gives_the_
     # Re-importing changes nothing; the same session id with other turns is refused, nothing lands.
     assert episodes.import_episodes(lake, [again])["unchanged"] == 1 and lake.count("turns") == 3 and lake.count("reviews") == 1
     other = atif.episode_to_atif(toy_episode(("ls", "ls", "ls")), session_id="s-1", model="m")
-    with pytest.raises(episodes.ImportRefused, match="session 's-1' already exists with other turns"):
+    with pytest.raises(episodes.ImportRefused, match=r"session\(s\) 's-1' \(turn\(s\) s-1-0, s-1-1, s-1-2.*--replace"):
         episodes.import_episodes(lake, [other])
     with pytest.raises(episodes.ImportRefused, match="another tenant"):
         episodes.import_episodes(lake, [again], tenant="someone-else")

@@ -6,6 +6,7 @@ A = "tentalis_pipelines/envs/atif.py"
 E = "tentalis_pipelines/episodes.py"
 TU = ["tests/unit/test_atif.py"]
 TI = ["tests/test_atif_integration.py"]
+TM = ["tests/unit/test_atif_import.py"]
 
 MUTANTS = [
     {"id": "atif-logprobs-dropped", "file": A, "find": "    if turn.logprobs is not None:\n        metrics[\"logprobs\"] = list(turn.logprobs)\n",
@@ -34,11 +35,37 @@ MUTANTS = [
      "tests": TU, "why": "a step whose source is not system, user or agent is accepted"},
     {"id": "atif-turn-count-unchecked", "file": A, "find": "    if written != len(episode.turns):\n", "replace": "    if False:\n",
      "tests": TU, "why": "an episode whose turns and policy messages disagree is exported, pairing turns with the wrong messages"},
-    {"id": "import-other-turns-unchanged", "file": E, "find": "            if not _same(existing[sid], rows):\n",
-     "replace": "            if False:\n", "tests": TU + TI,
+    {"id": "import-other-turns-unchanged", "file": E, "find": "            if bad:\n                what.append(",
+     "replace": "            if False:\n                what.append(", "tests": TU + TM + TI,
      "why": "a trajectory reusing an imported session id with other turns is counted unchanged (its turns silently lost)"},
-    {"id": "import-duplicate-ids-accepted", "file": E, "find": "        if sid in seen:\n", "replace": "        if False:\n",
+    {"id": "import-duplicate-ids-accepted", "file": E, "find": "        if p.sid in seen:\n", "replace": "        if False:\n",
      "tests": TU + TI, "why": "two trajectories with one session_id in one import land as one session"},
-    {"id": "import-other-tenant", "file": E, "find": "        if sid in owners and owners[sid] != tenant:\n", "replace": "        if False:\n",
-     "tests": TU + TI, "why": "a session of another tenant is overwritten by an import"},
+    {"id": "import-other-tenant", "file": E,
+     "find": "        if (owner is not None and owner != tenant) or (rid in old_reviews and old_reviews[rid][\"tenant\"] != tenant):\n",
+     "replace": "        if False:\n", "tests": TU + TI, "why": "a session of another tenant is overwritten by an import"},
+    # issue 73: what a hostile tester broke or found weak in the import
+    {"id": "atif-lone-surrogate-accepted", "file": A, "find": "        _unencodable(doc, \"\", problems)\n", "replace": "        pass\n",
+     "tests": TU + TM, "why": "a lone surrogate passes validation, then fails the first write that encodes it: half the file lands"},
+    {"id": "atif-vocabulary-unchecked", "file": A, "find": "    if vocab_size is not None:\n        # An id",
+     "replace": "    if False:\n        # An id", "tests": TU + TM, "why": "token ids outside the policy's vocabulary land and are trained on"},
+    {"id": "atif-vocabulary-off-by-one", "file": A, "find": "if t >= vocab_size]", "replace": "if t > vocab_size]", "tests": TU + TM,
+     "why": "the id equal to the vocabulary's size (one past the last) is accepted"},
+    {"id": "import-changed-verdict-unchanged", "file": E,
+     "find": "        elif any(old_review.get(c) != p.review[c] for c in landing.REVIEW_COMPARE):\n",
+     "replace": "        elif False:\n", "tests": TU + TM, "why": "a re-import with another verdict is counted unchanged: the old review stays silently"},
+    {"id": "import-changed-transcript-unchanged", "file": E,
+     "find": "    if old_meta is not None and _episode_meta(old_meta) not in (None, _episode_meta(p.metadata)):\n",
+     "replace": "    if False:\n", "tests": TU + TM, "why": "a re-import with other observations (same tokens) is counted unchanged"},
+    {"id": "import-replace-keeps-old-turns", "file": E,
+     "find": "        turns_written += lake.replace_in(\"turns\", \"session_id\", [p.sid for p in rep], [r for p in rep for r in p.rows])\n",
+     "replace": "        pass\n", "tests": TU + TM, "why": "--replace keeps the session's old turns (the file's are skipped as landed)"},
+    {"id": "import-partial-not-completed", "file": E,
+     "find": "        elif old_turns.get(p.sid) and p.sid in sessions and (p.review is None or rid in old_reviews):\n",
+     "replace": "        elif old_turns.get(p.sid):\n", "tests": TU + TM,
+     "why": "an import that died between its commits is never completed: the session lacks its review for good"},
+    {"id": "import-file-bad-not-quarantined", "file": E, "find": "        lake.quarantine([{\"source\": str(path)",
+     "replace": "        [([{\"source\": str(path)", "tests": TM, "why": "a bad trajectory is refused but not kept in quarantine"},
+    {"id": "read-jsonl-splitlines", "file": A, "find": "        for n, line in enumerate(data.split(b\"\\n\"), 1):\n",
+     "replace": "        for n, line in enumerate(data.decode(\"utf-8\", \"replace\").splitlines(), 1):\n            line = line.encode()\n",
+     "tests": TM, "why": "a message holding U+2028 or U+0085 (JSON allows them raw) cuts its line in two"},
 ]
