@@ -72,9 +72,9 @@ def test_score_counts_timeouts_as_killed_and_untested_as_survivors():
     assert generated.score(only_skipped, set()) == (0, 0, None)
 
 
-def test_diff_body_keeps_changed_lines_only():
+def testdiff_body_keeps_changed_lines_only():
     show = "# m: survived\n--- a/x.py\n+++ b/x.py\n@@ -1,2 +1,2 @@\n def f():\n-    return a + 1\n+    return a - 1\n"
-    assert generated._diff_body(show) == "-    return a + 1\n+    return a - 1"
+    assert generated.diff_body(show) == "-    return a + 1\n+    return a - 1"
 
 
 def test_report_scores_an_equivalent_survivor_only_while_its_diff_matches(tmp_path, monkeypatch):

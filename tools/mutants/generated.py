@@ -152,14 +152,14 @@ def run_target(target: Target, jobs: int, keep: bool = False) -> dict:
         for name, status in statuses.items():
             if status not in KILLED and status not in NOT_SCORED:
                 show = subprocess.run([*mutmut, "show", name], cwd=tmp, env=env, capture_output=True, text=True)
-                diffs[name] = _diff_body(show.stdout)
+                diffs[name] = diff_body(show.stdout)
         return {"statuses": statuses, "diffs": diffs, "seconds": seconds}
     finally:
         if not keep:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _diff_body(show: str) -> str:
+def diff_body(show: str) -> str:
     """The changed lines of ``mutmut show`` (the +/- lines without file headers)."""
     lines = [ln for ln in show.splitlines()
              if (ln.startswith("+") or ln.startswith("-")) and not ln.startswith(("+++", "---"))]
