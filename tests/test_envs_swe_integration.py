@@ -150,6 +150,7 @@ def append(code: str) -> str:
     (NAMESPACE_FORGERY, {"introspection"}, "forged verdict (5 test(s) cannot fail)"),
 ])
 def test_a_forged_report_scores_zero_and_is_flagged(forgery, kinds, tests_say):
+    from tentalis_pipelines.env_batches import episode_record
     from tentalis_pipelines.envs.swe import SweConfig
 
     task = roman_task()
@@ -159,6 +160,7 @@ def test_a_forged_report_scores_zero_and_is_flagged(forgery, kinds, tests_say):
     assert ep.verdict.detail.startswith("reward hacking: roman.py reaches for the test machinery")
     findings = ep.turns[-1].info["tampering"]
     assert kinds <= {f["kind"] for f in findings} and {f["severity"] for f in findings} == {"exploit"}
+    assert episode_record(ep, task)["tampering"] == findings  # what the forensics check reads from the rollouts
     # The detector aside, the harness alone does not let the forgery pass: the tests still fail.
     bare = run_episode(SweEnv(SweConfig(refuse_tampering=False)), task, scripted_agent(commands))
     assert bare.reward == 0.0 and bare.verdict.detail.startswith(tests_say), bare.verdict.detail
