@@ -42,79 +42,86 @@ MARKER_ENV = "TENTALIS_VERIFY_MARKER"
 PLAN_ENV = "TENTALIS_VERIFY_PLAN"
 
 # The child: reads its test file's text and orders on stdin, saves what it needs before the module can
-# touch it, runs one test, writes one JSON message to the result pipe (argv[1]) and leaves with os._exit.
+# touch it, runs one test, writes one JSON message to the result pipe (moved to a random fd) and leaves
+# with os._exit.
 CHILD = r'''
-import sys, os, json, ast, types, signal
-_exec, _compile, _isinstance, _len, _str, _type = exec, compile, isinstance, len, str, type
-_write, _exit, _dumps, _setitimer = os.write, os._exit, json.dumps, signal.setitimer
-_BaseException = BaseException
-fd = int(sys.argv[1])
-order = json.loads(sys.stdin.read())
-hits = [0]
+def _main():
+    # Everything lives in this function's frame, nothing in __main__'s globals: a plain ``import __main__``
+    # by the module finds no order, fd or counter (reaching the frame needs introspection: swe_tamper).
+    import sys, os, json, ast, types, signal, random
+    _exec, _compile, _str, _type = exec, compile, str, type
+    _write, _exit, _dumps, _setitimer, _ITIMER = os.write, os._exit, json.dumps, signal.setitimer, signal.ITIMER_REAL
+    _BaseException, _ast_parse, _abspath = BaseException, ast.parse, os.path.abspath
+    order = json.loads(sys.stdin.read())
+    fd = order["fd"]
+    while fd == order["fd"]:  # the result pipe moves to a number no argument or order names
+        fd = random.SystemRandom().randrange(40, 250)
+    os.dup2(order["fd"], fd)
+    os.close(order["fd"])
+    hits = [0]
+
+    def count():
+        hits[0] += 1
+        return True
+
+    class Rewrite(ast.NodeTransformer):
+        def __init__(self, negate_in, active=False):
+            self.negate_in, self.active = negate_in, active
+
+        def visit_FunctionDef(self, node):
+            inner = Rewrite(self.negate_in, self.active or node.name == self.negate_in)
+            node.body = [inner.visit(s) for s in node.body]
+            return node
+
+        def visit_Assert(self, node):
+            test = ast.UnaryOp(ast.Not(), node.test) if self.active else node.test
+            call = ast.Call(ast.Name(order["counter"], ast.Load()), [], [])
+            return ast.copy_location(ast.Assert(ast.BoolOp(ast.And(), [call, test]), node.msg), node)
+
+    def alarm(signum, frame):
+        raise TimeoutError("the test ran past %g s" % order["limit_s"])
+
+    def describe(exc):
+        text = _str(exc)
+        return (_type(exc).__name__ + (": " + text if text else ""))[:300]
+
+    path = _abspath(order["file"])
+    tree = Rewrite(order["test"] if order["negate"] else None).visit(_ast_parse(order["source"]))
+    ast.fix_missing_locations(tree)
+    code = _compile(tree, path, "exec")
+    canary = _compile("def %s():\n    assert False, 'canary'\n" % order["canary"], path, "exec")
+    sys.path.insert(0, os.getcwd())
+    name = order["file"][:-3]
+    module = types.ModuleType(name)
+    module.__file__ = path
+    namespace = module.__dict__
+    namespace[order["counter"]] = count
+    sys.modules[name] = module
+    signal.signal(signal.SIGALRM, alarm)
+    error = None
+    try:
+        _setitimer(_ITIMER, order["limit_s"], 0.1)
+        _exec(code, namespace)
+        namespace[order["test"]]()
+    except _BaseException as exc:
+        error = describe(exc)
+    finally:
+        _setitimer(_ITIMER, 0)
+    asserts = hits[0]
+    canary_failed = False
+    try:
+        _setitimer(_ITIMER, order["limit_s"], 0.1)
+        _exec(canary, namespace)
+        namespace[order["canary"]]()
+    except _BaseException:
+        canary_failed = True
+    finally:
+        _setitimer(_ITIMER, 0)
+    _write(fd, _dumps({"test": order["test"], "error": error, "asserts": asserts, "canary_failed": canary_failed}).encode())
+    _exit(0)
 
 
-def count():
-    hits[0] += 1
-    return True
-
-
-class Rewrite(ast.NodeTransformer):
-    def __init__(self, negate_in, active=False):
-        self.negate_in, self.active = negate_in, active
-
-    def visit_FunctionDef(self, node):
-        inner = Rewrite(self.negate_in, self.active or node.name == self.negate_in)
-        node.body = [inner.visit(s) for s in node.body]
-        return node
-
-    def visit_Assert(self, node):
-        test = ast.UnaryOp(ast.Not(), node.test) if self.active else node.test
-        call = ast.Call(ast.Name(order["counter"], ast.Load()), [], [])
-        return ast.copy_location(ast.Assert(ast.BoolOp(ast.And(), [call, test]), node.msg), node)
-
-
-def alarm(signum, frame):
-    raise TimeoutError("the test ran past %g s" % order["limit_s"])
-
-
-def describe(exc):
-    text = _str(exc)
-    return (_type(exc).__name__ + (": " + text if text else ""))[:300]
-
-
-tree = Rewrite(order["test"] if order["negate"] else None).visit(ast.parse(order["source"]))
-ast.fix_missing_locations(tree)
-code = _compile(tree, os.path.abspath(order["file"]), "exec")
-canary = _compile("def %s():\n    assert False, 'canary'\n" % order["canary"], os.path.abspath(order["file"]), "exec")
-sys.path.insert(0, os.getcwd())
-name = order["file"][:-3]
-module = types.ModuleType(name)
-module.__file__ = os.path.abspath(order["file"])
-namespace = module.__dict__
-namespace[order["counter"]] = count
-sys.modules[name] = module
-signal.signal(signal.SIGALRM, alarm)
-error = None
-try:
-    _setitimer(signal.ITIMER_REAL, order["limit_s"], 0.1)
-    _exec(code, namespace)
-    namespace[order["test"]]()
-except _BaseException as exc:
-    error = describe(exc)
-finally:
-    _setitimer(signal.ITIMER_REAL, 0)
-asserts = hits[0]
-canary_failed = False
-try:
-    _setitimer(signal.ITIMER_REAL, order["limit_s"], 0.1)
-    _exec(canary, namespace)
-    namespace[order["canary"]]()
-except _BaseException:
-    canary_failed = True
-finally:
-    _setitimer(signal.ITIMER_REAL, 0)
-_write(fd, _dumps({"test": order["test"], "error": error, "asserts": asserts, "canary_failed": canary_failed}).encode())
-_exit(0)
+_main()
 '''
 
 # The harness: trusted, never imports the module. Plan (env): test ids to run, limits. Prints one signed line.
@@ -122,7 +129,7 @@ HARNESS = r'''
 import os, sys
 key = os.environ.pop("''' + KEY_ENV + r'''").encode()
 marker = os.environ.pop("''' + MARKER_ENV + r'''")
-import ast, ctypes, hashlib, hmac, json, secrets, select, signal, subprocess, time
+import ast, ctypes, hashlib, hmac, json, secrets, signal, subprocess, time
 plan = json.loads(os.environ.pop("''' + PLAN_ENV + r'''"))
 CHILD = plan["child"]
 try:
@@ -149,11 +156,11 @@ env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.getcwd(), "LA
 
 def run_child(test_file, test, negate):
     r, w = os.pipe()
-    order = {"file": test_file, "source": sources[test_file], "test": test, "negate": negate,
+    order = {"file": test_file, "source": sources[test_file], "test": test, "negate": negate, "fd": w,
              "limit_s": plan["limit_s"], "counter": "_tentalis_count_" + secrets.token_hex(6),
              "canary": "test_" + secrets.token_hex(6)}
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", CHILD, str(w)], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", CHILD], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
                                 start_new_session=True)
     finally:
