@@ -165,7 +165,7 @@ def append(code: str) -> str:
     (ATEXIT_FORGERY, {"exit_hook", "runner_marker"}, "FAIL_TO_PASS 0/4"),
     (GETATTR_FORGERY, {"builtins"}, "FAIL_TO_PASS 0/4"),
     (NAMESPACE_FORGERY, {"introspection"}, "forged verdict (5 test(s) cannot fail)"),
-    (PIPE_FORGERY, {"introspection", "exit_hook"}, "forged verdict (5 test(s) cannot fail)"),
+    (PIPE_FORGERY, {"introspection", "exit_hook"}, "forged verdict (4 test(s) cannot fail)"),  # the 4 FAIL_TO_PASS
 ])
 def test_a_forged_report_scores_zero_and_is_flagged(forgery, kinds, tests_say):
     from tentalis_pipelines.env_batches import episode_record

@@ -113,16 +113,19 @@ def parse_report(output: str, marker: str, *, exit_code: int | None = 0, timed_o
 
 
 def verify_tests(test_files: dict[str, str], module_file: str, source: str, tests: list[str], *,
-                 timeout_s: float = TEST_TIMEOUT_S, hide_dirs: list[str] | None = None) -> SuiteRun:
+                 negate: list[str] | None = None, timeout_s: float = TEST_TIMEOUT_S,
+                 hide_dirs: list[str] | None = None) -> SuiteRun:
     """The verdict's test run (``swe_verify``): ``tests`` (ids) run by the two-process harness on the pristine
-    ``test_files`` and the agent's module ``source``, in a fresh sandbox; the report is the harness's signed
-    last line, never what the tested code printed."""
+    ``test_files`` and the agent's module ``source``, in a fresh sandbox (``negate``: those that also run
+    with their asserts negated when they pass; default all); the report is the harness's signed last line,
+    never what the tested code printed."""
     marker, key = new_secrets()
     harness = f"_tentalis_verify_{secrets.token_hex(6)}.py"
     files = {p: t for p, t in test_files.items() if p != "run_tests.py"}
     files.update({module_file: source, harness: HARNESS})
     child_timeout_s = max(1.0, min(5.0, timeout_s / 6))
-    env = {**SESSION_ENV, **harness_env(marker, key, tests, child_timeout_s=child_timeout_s, budget_s=timeout_s / 2)}
+    env = {**SESSION_ENV, **harness_env(marker, key, tests, negate=negate, child_timeout_s=child_timeout_s,
+                                        budget_s=timeout_s / 2)}
     try:
         with ShellSession(files, ShellLimits(command_timeout_s=timeout_s), hide_dirs=hide_dirs, env=env) as session:
             result = session.run(f"exec python3 -I -B {harness}")
@@ -240,7 +243,7 @@ class SweEnv(TerminalEnv):
         if source is None:
             return Verdict(False, 0.0, f"{task.source_file} is missing or not a readable text file"), 0, required
         run = verify_tests(task.test_files, task.source_file, source, list(task.fail_to_pass) + list(task.pass_to_pass),
-                           timeout_s=self.swe_config.test_timeout_s, hide_dirs=self.hide_dirs)
+                           negate=list(task.fail_to_pass), timeout_s=self.swe_config.test_timeout_s, hide_dirs=self.hide_dirs)
         verdict, passed, total = suite_verdict(task, run)
         exploits = [f for f in module_findings(task.tree.get(task.source_file), source, task.source_file) if f.severity == EXPLOIT]
         if exploits and self.swe_config.refuse_tampering:

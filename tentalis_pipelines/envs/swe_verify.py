@@ -20,8 +20,9 @@ files and the agent's module, and trusts nothing the module's process says beyon
   (the test file is compiled with each ``assert T`` rewritten as ``assert count() and T``), and after
   the test runs a *canary* (``assert False`` compiled into the test module) that must fail. A test
   passes only when it raised nothing, executed an ``assert`` where it has one, and the canary failed. A
-  test that passed with ``assert`` statements runs once more in a fresh child with every ``assert T``
-  negated: it must fail there (the first assert that held now fails). A passing canary or negated run is
+  FAIL_TO_PASS test that passed with ``assert`` statements runs once more in a fresh child with every
+  ``assert T`` negated: it must fail there (the first assert that held now fails). (A PASS_TO_PASS test
+  passes on the buggy module already, so forging it gains nothing.) A passing canary or negated run is
   a **forged** verdict: the report names the test and why, and the reward is 0.
 
 What is left (docs/environments.md): the module still runs in the child's process, so a module that finds
@@ -160,7 +161,7 @@ def run_child(test_file, test, negate):
              "limit_s": plan["limit_s"], "counter": "_tentalis_count_" + secrets.token_hex(6),
              "canary": "test_" + secrets.token_hex(6)}
     try:
-        proc = subprocess.Popen([sys.executable, "-I", "-B", "-c", CHILD], stdin=subprocess.PIPE,
+        proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", CHILD], stdin=subprocess.PIPE,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
                                 start_new_session=True)
     finally:
@@ -226,7 +227,7 @@ for test_id in plan["tests"]:
         forged.setdefault(test_id, why[test_id])
         continue
     results[test_id] = "PASSED"
-    if need:
+    if need and test_id in plan["negate"]:
         negated, detail = run_child(test_file, test, True)
         if negated is not None and not negated.get("error"):
             forged.setdefault(test_id, "the test with its asserts negated passed too")
@@ -252,11 +253,13 @@ def new_secrets() -> tuple[str, str]:
     return f"@@SWE-VERDICT-{secrets.token_hex(8)}@@", secrets.token_hex(32)
 
 
-def harness_env(marker: str, key: str, tests: list[str], *, limit_s: float = 1.0, child_timeout_s: float = 5.0,
-                budget_s: float = 20.0) -> dict[str, str]:
-    """The environment that carries the harness its secrets and plan (it removes them before any child)."""
-    plan = {"tests": list(tests), "limit_s": limit_s, "child_timeout_s": child_timeout_s, "budget_s": budget_s,
-            "child": CHILD}
+def harness_env(marker: str, key: str, tests: list[str], *, negate: list[str] | None = None, limit_s: float = 1.0,
+                child_timeout_s: float = 5.0, budget_s: float = 20.0) -> dict[str, str]:
+    """The environment that carries the harness its secrets and plan (it removes them before any child):
+    ``tests`` to run, and those of them that run again negated when they pass (default: all; the verdict
+    names FAIL_TO_PASS: a PASS_TO_PASS test passes without a forgery, so forging it gains nothing)."""
+    plan = {"tests": list(tests), "negate": list(tests if negate is None else negate), "limit_s": limit_s,
+            "child_timeout_s": child_timeout_s, "budget_s": budget_s, "child": CHILD}
     return {KEY_ENV: key, MARKER_ENV: marker, PLAN_ENV: json.dumps(plan)}
 
 
