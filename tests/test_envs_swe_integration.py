@@ -227,3 +227,36 @@ def test_every_pristine_repository_passes_the_harness_with_no_forgery():
         run = verify_tests({p: t for p, t in tree.items() if p != f"{module}.py"}, f"{module}.py", tree[f"{module}.py"], names)
         assert run.results == dict.fromkeys(names, "PASSED") and run.forged == {}, (module, run.error, run.why)
     assert "SWE_REPORT" in RUNNER  # the agent's runner keeps its own report for the agent
+
+
+# A module whose import fails while a process left by an earlier test's run is still alive, and which
+# leaves one (a new session, out of reach of a process-group kill) each time it is imported.
+LEFTOVER = '''
+import os, time
+def _alive(pid):
+    try:
+        with open("/proc/%s/stat" % pid) as fh:
+            return fh.read().split(")")[-1].split()[0] not in "ZX"
+    except OSError:
+        return False
+if os.path.exists("leftover.pid") and _alive(open("leftover.pid").read().strip()):
+    raise RuntimeError("a process of an earlier test is still running")
+if os.fork() == 0:
+    os.setsid()
+    with open("leftover.pid", "w") as fh:
+        fh.write(str(os.getpid()))
+    time.sleep(60)
+    os._exit(0)
+time.sleep(0.2)
+'''
+
+
+@needs_sandbox
+def test_no_process_of_one_test_outlives_it_into_the_next():
+    from tentalis_pipelines.envs.swe import verify_tests
+    from tentalis_pipelines.envs.swe_repos import REPOS
+
+    task = roman_task()
+    tests = task.fail_to_pass + task.pass_to_pass
+    run = verify_tests(task.test_files, "roman.py", REPOS["roman"][1] + LEFTOVER, tests)
+    assert run.results == dict.fromkeys(tests, "PASSED") and not run.forged, (run.why, run.error)

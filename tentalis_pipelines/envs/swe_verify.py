@@ -11,10 +11,11 @@ files and the agent's module, and trusts nothing the module's process says beyon
   ``/proc/<pid>/fd`` nor ptrace it) and runs each test in a child of its own. A child gets the test file's
   text on stdin (edits on disk by an earlier child do not count), its own output pipes (never the
   harness's) and a result pipe whose write end is its only way to report; it reports once, then leaves
-  with ``os._exit(0)`` (no ``atexit`` hook runs). The harness prints one line: a marker random per run,
-  the report (JSON) and its HMAC under a key random per run that only the harness holds; the host
-  (:func:`parse_signed_report`) accepts that line only, signature checked. Nothing printed by the tested
-  code is read as a result.
+  with ``os._exit(0)`` (no ``atexit`` hook runs); after each child the harness kills every other process
+  of its uid (``kill(-1)``), so no descendant of one test's module outlives it. The harness prints one
+  line: a marker random per run, the report (JSON) and its HMAC under a key random per run that only the
+  harness holds; the host (:func:`parse_signed_report`) accepts that line only, signature checked.
+  Nothing printed by the tested code is read as a result.
 * **Vacuous tests.** The child runs the test with the builtins it saved before importing anything (a
   patched ``getattr`` or ``exec`` does not reach it), counts the ``assert`` statements the test executed
   (the test file is compiled with each ``assert T`` rewritten as ``assert count() and T``), and after
@@ -130,7 +131,7 @@ HARNESS = r'''
 import os, sys
 key = os.environ.pop("''' + KEY_ENV + r'''").encode()
 marker = os.environ.pop("''' + MARKER_ENV + r'''")
-import ast, ctypes, hashlib, hmac, json, secrets, signal, subprocess, time
+import ast, ctypes, hashlib, hmac, json, secrets, signal, subprocess, tempfile, time
 plan = json.loads(os.environ.pop("''' + PLAN_ENV + r'''"))
 CHILD = plan["child"]
 try:
@@ -160,19 +161,27 @@ def run_child(test_file, test, negate):
     order = {"file": test_file, "source": sources[test_file], "test": test, "negate": negate, "fd": w,
              "limit_s": plan["limit_s"], "counter": "_tentalis_count_" + secrets.token_hex(6),
              "canary": "test_" + secrets.token_hex(6)}
+    out_file = tempfile.TemporaryFile()  # not a pipe: a descendant holding it open cannot stall the wait
     try:
         proc = subprocess.Popen([sys.executable, "-I", "-S", "-B", "-c", CHILD], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, pass_fds=(w,), env=env,
-                                start_new_session=True)
+                                stdout=out_file, stderr=out_file, pass_fds=(w,), env=env, start_new_session=True)
     finally:
         os.close(w)
     try:
-        out, _ = proc.communicate(json.dumps(order).encode(), timeout=plan["child_timeout_s"])
-        code = proc.returncode
+        proc.stdin.write(json.dumps(order).encode())
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        code = proc.wait(timeout=plan["child_timeout_s"])
     except subprocess.TimeoutExpired:
-        code, out = None, b""
+        code = None
     try:
         os.killpg(proc.pid, signal.SIGKILL)
+    except Exception:
+        pass
+    try:  # every other process of this uid (a child's escaped descendants): the next child runs alone
+        os.kill(-1, signal.SIGKILL)
     except Exception:
         pass
     if code is None:
@@ -189,7 +198,10 @@ def run_child(test_file, test, negate):
     except BlockingIOError:
         pass
     os.close(r)
-    output = out.decode("utf-8", "replace")[-300:]
+    size = out_file.seek(0, 2)
+    out_file.seek(max(0, size - 300))
+    output = out_file.read().decode("utf-8", "replace")
+    out_file.close()
     if code is None:
         return None, "timed out after %g s" % plan["child_timeout_s"]
     if code != 0:
