@@ -128,7 +128,7 @@ def verify_tests(test_files: dict[str, str], module_file: str, source: str, test
                                         budget_s=timeout_s / 2)}
     try:
         with ShellSession(files, ShellLimits(command_timeout_s=timeout_s), hide_dirs=hide_dirs, env=env) as session:
-            result = session.run(f"exec python3 -I -B {harness}")
+            result = session.run(f"exec python3 -I -B {harness} {session.uid}")
     except SandboxUnavailableError as exc:
         raise EnvironmentUnavailable(f"the mini-SWE environment needs the sandbox: {exc}") from exc
     output = result.head + result.tail

@@ -128,6 +128,16 @@ def scan_source(source: str, filename: str = "<module>") -> list[Finding]:
     docstrings = {id(n.body[0].value) for n in ast.walk(tree)
                   if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and n.body
                   and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    # ``import sys as s``: ``s._getframe`` is ``sys._getframe`` (an assignment ``m = sys`` is not followed)
+    aliases = {a.asname: a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names if a.asname}
+
+    def dotted(node: ast.AST) -> str | None:
+        name = _dotted(node)
+        if name is None:
+            return None
+        head, _, rest = name.partition(".")
+        return aliases.get(head, head) + ("." + rest if rest else "")
+
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -142,22 +152,22 @@ def scan_source(source: str, filename: str = "<module>") -> list[Finding]:
         elif isinstance(node, ast.Name) and node.id in ("__builtins__", "__import__"):
             add("builtins" if node.id == "__builtins__" else "introspection", node.id, node)
         elif isinstance(node, ast.Attribute):
-            dotted = _dotted(node)
-            if dotted in ATTRIBUTES:
-                add(ATTRIBUTES[dotted], dotted, node)
+            full = dotted(node)
+            if full in ATTRIBUTES:
+                add(ATTRIBUTES[full], full, node)
             elif node.attr in FRAME_ATTRIBUTES:
                 add("introspection", f".{node.attr}", node)
         elif isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
             targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
             for t in targets:
                 base = t.value if isinstance(t, (ast.Attribute, ast.Subscript)) else None
-                root = (_dotted(base) or "").split(".")[0] if base is not None else ""
+                root = (dotted(base) or "").split(".")[0] if base is not None else ""
                 if root in PATCHED_ROOTS:
                     add("builtins" if root in ("builtins", "__builtins__") else "exit_hook" if root in ("sys", "atexit", "signal")
-                        else "introspection", f"assignment to {_dotted(t) or root + '[...]'}", node)
+                        else "introspection", f"assignment to {dotted(t) or root + '[...]'}", node)
         elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name):
             fn = node.func.id
-            root = (_dotted(node.args[0]) or "").split(".")[0] if node.args else ""
+            root = (dotted(node.args[0]) or "").split(".")[0] if node.args else ""
             if fn in ("setattr", "delattr") and root in PATCHED_ROOTS:
                 add("builtins" if root in ("builtins", "__builtins__") else "introspection", f"{fn}({root}, ...)", node)
             elif fn in DYNAMIC_CALLS:

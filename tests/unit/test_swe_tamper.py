@@ -44,6 +44,8 @@ def kinds(source: str) -> list[tuple[str, str]]:
     ("import sys\nname = '_get' + 'frame'\nf = getattr(sys, name)\n", ("introspection", "getattr() with a computed name")),
     ("try:\n    1 / 0\nexcept Exception as e:\n    t = e.__traceback__\n", ("introspection", ".__traceback__")),
     ("import os\nos.fstat(3)\n", ("introspection", "os.fstat")),
+    ("import sys as s\nf = s._getframe(1)\n", ("introspection", "sys._getframe")),
+    ("import os as o\no._exit(0)\n", ("exit_hook", "os._exit")),
 ])
 def test_each_construct_of_the_test_machinery_is_an_exploit_finding(snippet, expected):
     found = module_findings(GIVEN, GIVEN + snippet, "m.py")
