@@ -141,10 +141,10 @@ sys.settrace(lambda *a: None)
 # the stack, write a "passed" message to every pipe the process holds (the result pipe among them) and
 # leave before the test can fail. It cannot tell the real run from the negated one, so both "pass".
 PIPE_FORGERY = '''
-import json, os, stat, traceback
+import os, stat, traceback
 def _forge(*args, **kwargs):
     name = next(f.name for f in reversed(traceback.extract_stack()) if f.name.startswith("test_"))
-    message = json.dumps({"test": name, "error": None, "asserts": 1, "canary_failed": True}).encode()
+    message = repr((name, None, 1, True)).encode()  # the child's message: (test, error, asserts, canary failed)
     for fd in range(3, 256):
         try:
             if stat.S_ISFIFO(os.fstat(fd).st_mode):
@@ -154,6 +154,16 @@ def _forge(*args, **kwargs):
     os._exit(0)
 to_roman = from_roman = _forge
 '''
+
+# The same, remembering in a file which tests it forged already: a schedule of "real run, then its negated
+# run" with files kept between them would let it forge the first and fail the second honestly.
+STATEFUL_PIPE_FORGERY = PIPE_FORGERY.replace(
+    "    name = next(f.name for f in reversed(traceback.extract_stack()) if f.name.startswith(\"test_\"))\n",
+    "    name = next(f.name for f in reversed(traceback.extract_stack()) if f.name.startswith(\"test_\"))\n"
+    "    if os.path.exists(\"seen-\" + name):\n"
+    "        return _buggy(*args, **kwargs)\n"
+    "    open(\"seen-\" + name, \"w\").close()\n",
+).replace("to_roman = from_roman = _forge", "_buggy = to_roman\nto_roman = _forge")
 
 
 def append(code: str) -> str:
@@ -166,6 +176,7 @@ def append(code: str) -> str:
     (GETATTR_FORGERY, {"builtins"}, "FAIL_TO_PASS 0/4"),
     (NAMESPACE_FORGERY, {"introspection"}, "forged verdict (5 test(s) cannot fail)"),
     (PIPE_FORGERY, {"introspection", "exit_hook"}, "forged verdict (4 test(s) cannot fail)"),  # the 4 FAIL_TO_PASS
+    (STATEFUL_PIPE_FORGERY, {"introspection", "exit_hook"}, "forged verdict (4 test(s) cannot fail)"),
 ])
 def test_a_forged_report_scores_zero_and_is_flagged(forgery, kinds, tests_say):
     from tentalis_pipelines.env_batches import episode_record

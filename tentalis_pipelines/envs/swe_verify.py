@@ -9,8 +9,9 @@ files and the agent's module, and trusts nothing the module's process says beyon
   output pipe alone) never imports the module: it reads the test files' text and its secrets first, makes
   itself undumpable (``prctl(PR_SET_DUMPABLE, 0)``: a process of the same uid can then neither open its
   ``/proc/<pid>/fd`` nor ptrace it) and runs each test in a child of its own. A child gets the test file's
-  text on stdin (edits on disk by an earlier child do not count), its own output pipes (never the
-  harness's) and a result pipe whose write end is its only way to report; it reports once, then leaves
+  text on stdin (edits on disk by an earlier child do not count), its own output file (never the
+  harness's output) and a result pipe whose write end is its only way to report; it reports once (a tuple
+  literal built with ``repr`` and ``%``, which no module can patch, unlike ``json``'s encoder), then leaves
   with ``os._exit(0)`` (no ``atexit`` hook runs); after each child the harness kills every other process
   of its uid (``kill(-1)``), so no descendant of one test's module outlives it. The harness prints one
   line: a marker random per run, the report (JSON) and its HMAC under a key random per run that only the
@@ -21,10 +22,12 @@ files and the agent's module, and trusts nothing the module's process says beyon
   (the test file is compiled with each ``assert T`` rewritten as ``assert count() and T``), and after
   the test runs a *canary* (``assert False`` compiled into the test module) that must fail. A test
   passes only when it raised nothing, executed an ``assert`` where it has one, and the canary failed. A
-  FAIL_TO_PASS test that passed with ``assert`` statements runs once more in a fresh child with every
-  ``assert T`` negated: it must fail there (the first assert that held now fails). (A PASS_TO_PASS test
-  passes on the buggy module already, so forging it gains nothing.) A passing canary or negated run is
-  a **forged** verdict: the report names the test and why, and the reward is 0.
+  FAIL_TO_PASS test with ``assert`` statements also runs in a fresh child with every ``assert T``
+  negated: when the real run passed, the negated one must fail (the first assert that held now fails).
+  (A PASS_TO_PASS test passes on the buggy module already, so forging it gains nothing.) Real and negated
+  runs go in a random order, the working directory is restored after each and no process outlives
+  one, so a child cannot learn from its pid, the files or a leftover process which run it is. A passing
+  canary or negated run is a **forged** verdict: the report names the test and why, and the reward is 0.
 
 What is left (docs/environments.md): the module still runs in the child's process, so a module that finds
 and imitates the child's own machinery (its result pipe, its frames, its counters) for the real run but
@@ -52,7 +55,9 @@ def _main():
     # by the module finds no order, fd or counter (reaching the frame needs introspection: swe_tamper).
     import sys, os, json, ast, types, signal, random
     _exec, _compile, _str, _type = exec, compile, str, type
-    _write, _exit, _dumps, _setitimer, _ITIMER = os.write, os._exit, json.dumps, signal.setitimer, signal.ITIMER_REAL
+    # The message is a tuple literal built with repr and %: C code of str and int that no module can patch
+    # (json.dumps looks its encoder up at call time, so a module could swap it).
+    _write, _exit, _repr, _setitimer, _ITIMER = os.write, os._exit, repr, signal.setitimer, signal.ITIMER_REAL
     _BaseException, _ast_parse, _abspath = BaseException, ast.parse, os.path.abspath
     order = json.loads(sys.stdin.read())
     fd = order["fd"]
@@ -84,8 +89,11 @@ def _main():
         raise TimeoutError("the test ran past %g s" % order["limit_s"])
 
     def describe(exc):
-        text = _str(exc)
-        return (_type(exc).__name__ + (": " + text if text else ""))[:300]
+        try:
+            text = _str(exc)
+            return (_str(_type(exc).__name__) + (": " + text if text else ""))[:300]
+        except _BaseException:
+            return "an exception that cannot be described"
 
     path = _abspath(order["file"])
     tree = Rewrite(order["test"] if order["negate"] else None).visit(_ast_parse(order["source"]))
@@ -119,7 +127,7 @@ def _main():
         canary_failed = True
     finally:
         _setitimer(_ITIMER, 0)
-    _write(fd, _dumps({"test": order["test"], "error": error, "asserts": asserts, "canary_failed": canary_failed}).encode())
+    _write(fd, ("(%s, %s, %d, %s)" % (_repr(order["test"]), _repr(error), asserts, _repr(canary_failed))).encode())
     _exit(0)
 
 
@@ -131,7 +139,7 @@ HARNESS = r'''
 import os, sys
 key = os.environ.pop("''' + KEY_ENV + r'''").encode()
 marker = os.environ.pop("''' + MARKER_ENV + r'''")
-import ast, ctypes, hashlib, hmac, json, secrets, signal, subprocess, tempfile, time
+import ast, ctypes, hashlib, hmac, json, secrets, shutil, signal, subprocess, tempfile, time
 plan = json.loads(os.environ.pop("''' + PLAN_ENV + r'''"))
 CHILD = plan["child"]
 try:
@@ -139,6 +147,11 @@ try:
     dumpable = False
 except Exception:
     dumpable = True
+start_files = {}  # the working directory as the host wrote it (restored after every child)
+for name in os.listdir("."):
+    if os.path.isfile(name) and not os.path.islink(name):
+        with open(name, "rb") as fh:
+            start_files[name] = fh.read()
 sources, asserts_in = {}, {}
 for test_id in plan["tests"]:
     test_file = test_id.split("::")[0]
@@ -211,24 +224,67 @@ def run_child(test_file, test, negate):
     if code != 0:
         return None, "the test process exited with status %d without reporting: %s" % (code, output.strip()[-200:])
     try:
-        message = json.loads(data.decode())
-        assert isinstance(message, dict) and message.get("test") == test
+        sent = ast.literal_eval(data.decode())
+        assert type(sent) is tuple and len(sent) == 4 and sent[0] == test and type(sent[2]) is int
+        message = {"test": sent[0], "error": sent[1], "asserts": sent[2], "canary_failed": sent[3] is True}
     except Exception:
         return None, "the test process sent no valid report (%d bytes)" % len(data)
     return message, output
 
 
+def restore():
+    """The working directory back to what it held at the start: no file one child wrote reaches the next."""
+    try:
+        os.chmod(".", 0o700)
+        for name in os.listdir("."):
+            if name in start_files and os.path.isfile(name) and not os.path.islink(name):
+                continue
+            if os.path.isdir(name) and not os.path.islink(name):
+                for root, dirs, _ in os.walk(name):
+                    for d in dirs:
+                        os.chmod(os.path.join(root, d), 0o700)
+                os.chmod(name, 0o700)
+                shutil.rmtree(name)
+            else:
+                os.unlink(name)
+        for name, data in start_files.items():
+            with open(name, "rb") as fh:
+                same = fh.read() == data
+            if not same:
+                with open(name, "wb") as fh:
+                    fh.write(data)
+        return True
+    except Exception:
+        return False
+
+
 results, why, forged = {}, {}, {}
-start = time.monotonic()
+runs = []
 for test_id in plan["tests"]:
     test_file, _, test = test_id.partition("::")
     if sources.get(test_file) is None or test_id not in asserts_in:
         results[test_id], why[test_id] = "FAILED", "no such test in the pristine test files"
         continue
+    runs.append((test_id, False))
+    if asserts_in[test_id] and test_id in plan["negate"]:
+        runs.append((test_id, True))
+# A random order, every negated run whatever the real one gives, each child in a restored directory and
+# alone: a child cannot learn from its pid, the files or a leftover process whether it is a real or a negated run.
+secrets.SystemRandom().shuffle(runs)
+outcomes = {}
+start = time.monotonic()
+for test_id, negate in runs:
     if time.monotonic() - start > plan["budget_s"]:
-        results[test_id], why[test_id] = "FAILED", "not run: the tests used up their %g s" % plan["budget_s"]
+        outcomes[test_id, negate] = None, "not run: the tests used up their %g s" % plan["budget_s"]
         continue
-    message, detail = run_child(test_file, test, False)
+    test_file, _, test = test_id.partition("::")
+    outcomes[test_id, negate] = run_child(test_file, test, negate)
+    if not restore():
+        outcomes[test_id, negate] = None, "the working directory could not be restored after it"
+for test_id in plan["tests"]:
+    if test_id in results:
+        continue
+    message, detail = outcomes[test_id, False]
     if message is None:
         results[test_id], why[test_id] = "FAILED", detail
         continue
@@ -243,9 +299,11 @@ for test_id in plan["tests"]:
         forged.setdefault(test_id, why[test_id])
         continue
     results[test_id] = "PASSED"
-    if need and test_id in plan["negate"]:
-        negated, detail = run_child(test_file, test, True)
-        if negated is not None and not negated.get("error"):
+    if (test_id, True) in outcomes:
+        negated, detail = outcomes[test_id, True]
+        if negated is None and detail.startswith("not run"):
+            results[test_id], why[test_id] = "FAILED", "its negated run did not run: " + detail
+        elif negated is not None and not negated.get("error"):
             forged.setdefault(test_id, "the test with its asserts negated passed too")
 report = json.dumps({"results": results, "why": why, "forged": forged, "dumpable": dumpable}, sort_keys=True)
 mac = hmac.new(key, report.encode(), hashlib.sha256).hexdigest()
