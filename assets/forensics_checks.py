@@ -63,6 +63,14 @@ def no_collusion(lakehouse: LakehouseResource) -> AssetCheckResult:
     return verdict_result(forensics.collusion(forensics.review_table(lakehouse.lakehouse())))
 
 
+@asset_check(asset=trajectories, additional_deps=[rollouts], blocking=False,
+             description="WARN when an environment episode's agent reached for the verifier's machinery: the mini-SWE "
+                         "detector's exploit findings (builtins, exit hooks, introspection, the runner's marker), or edits "
+                         "to test files in more than 5% of the episodes (forensics.verifier_tampering).")
+def no_verifier_tampering(lakehouse: LakehouseResource) -> AssetCheckResult:
+    return verdict_result(forensics.verifier_tampering(forensics.tampering_table(lakehouse.lakehouse())))
+
+
 # benchmark_results is downstream of checkpoints (a declared dependency would be a cycle): this check reads
 # the held-out results that exist when it runs, i.e. those of the earlier checkpoints.
 @asset_check(asset=checkpoints, additional_deps=[trajectories], blocking=False,
@@ -72,4 +80,5 @@ def reward_tracks_heldout(lakehouse: LakehouseResource) -> AssetCheckResult:
     return verdict_result(forensics.reward_vs_accuracy(forensics.checkpoint_chain(lakehouse.lakehouse())))
 
 
-FORENSICS_CHECKS = [reward_tracks_verifier, no_format_or_length_stuffing, judge_agrees_with_verifier, no_collusion, reward_tracks_heldout]
+FORENSICS_CHECKS = [reward_tracks_verifier, no_format_or_length_stuffing, judge_agrees_with_verifier, no_collusion, reward_tracks_heldout,
+                    no_verifier_tampering]

@@ -265,7 +265,9 @@ def episode_record(episode: Episode, task: TerminalTask | BfclTask | SweTask) ->
     return {"environment": episode.environment, "end_reason": episode.end_reason, "passed": bool(episode.verdict.passed),
             "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
             "max_turns": episode.max_turns, "format_errors": sum(1 for t in episode.turns if t.action is None),
-            "check_kind": task.kind, "level": task.level, "transcript": episode.transcript()}
+            "check_kind": task.kind, "level": task.level, "transcript": episode.transcript(),
+            # the mini-SWE reward-hacking detector's findings (swe_tamper), for forensics.verifier_tampering
+            "tampering": next((t.info["tampering"] for t in reversed(episode.turns) if t.info.get("tampering")), [])}
 
 
 def _transcript(messages: list[dict]) -> str:

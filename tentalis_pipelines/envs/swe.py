@@ -11,12 +11,16 @@ written (``PYTHONDONTWRITEBYTECODE``): a same-size edit within one second would 
 
 **Verdict** (SWE-bench's): at the end (submitted or turn limit; an edit counts without ``submit``), the
 module as the agent left it is read back from the sandbox (as data) and put, alone, into a *fresh*
-sandbox with the pristine test files and runner; the tests run there. Reward 1 iff every FAIL_TO_PASS
-and every PASS_TO_PASS test passes, else 0; the fraction that passed is in the detail and the last
-step's info (``tests_passed``, ``tests_total``). So edits to the tests, new files (a ``conftest.py``, a
-module shadowing the standard library) and processes left behind count for nothing. Limit: the module
-itself runs in the runner's process, so a module written to forge the runner's report (print the
-report marker, patch the runner at import) is not defended against; the marker is random per verdict.
+sandbox with the pristine test files; the tests run there, by the verdict's own harness
+(``swe_verify``: a trusted process that never imports the module runs each test in a child and signs
+its report; canaries and negated asserts catch tests made vacuous), not by ``run_tests.py``. Reward 1 iff
+every FAIL_TO_PASS and every PASS_TO_PASS test passes and no pass was judged forged, else 0; the
+fraction that passed is in the detail and the last step's info (``tests_passed``, ``tests_total``). So
+edits to the tests, new files (a ``conftest.py``, a module shadowing the standard library) and processes
+left behind count for nothing. The reward-hacking detector (``swe_tamper``) reads the module's AST and
+the agent's final tree: its findings are in the last step's info (``tampering``), and a module that
+reaches for the test machinery (builtins, exit hooks, introspection, the runner's marker) gets reward 0
+(``SweConfig.refuse_tampering``). What remains possible: docs/environments.md.
 """
 
 from __future__ import annotations
@@ -28,7 +32,15 @@ from dataclasses import dataclass, field
 
 from tentalis_pipelines.envs.base import EnvironmentUnavailable, Observation, Verdict, end_kind, error
 from tentalis_pipelines.envs.swe_repos import REPOS, repo_tree
+from tentalis_pipelines.envs.swe_tamper import EXPLOIT, Finding, module_findings, summary, tree_findings
 from tentalis_pipelines.envs.swe_tasks import SweTask, assign_splits, bug_id, candidate_bugs, sha256
+from tentalis_pipelines.envs.swe_verify import (
+    HARNESS,
+    SignedReport,
+    harness_env,
+    new_secrets,
+    parse_signed_report,
+)
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv, submit_function
 from tentalis_pipelines.evaluation.sandbox import SandboxUnavailableError, ShellLimits, ShellSession
 
@@ -49,6 +61,9 @@ class SweConfig:
 
     terminal: TerminalConfig = field(default_factory=lambda: swe_terminal_config(8))
     test_timeout_s: float = TEST_TIMEOUT_S
+    # A module that reaches for the test machinery (swe_tamper: builtins, exit hooks, introspection, the
+    # runner's marker) gets reward 0 whatever its tests say; False only records the findings.
+    refuse_tampering: bool = True
 
 
 @dataclass(frozen=True)
@@ -59,6 +74,8 @@ class SuiteRun:
     results: dict[str, str] | None
     error: str = ""
     output: str = ""
+    forged: dict[str, str] = field(default_factory=dict)  # test id -> why its pass was judged forged (the harness)
+    why: dict[str, str] = field(default_factory=dict)  # test id -> why it failed (the harness)
 
 
 def run_tests(files: dict[str, str], *, timeout_s: float = TEST_TIMEOUT_S, hide_dirs: list[str] | None = None) -> SuiteRun:
@@ -95,12 +112,47 @@ def parse_report(output: str, marker: str, *, exit_code: int | None = 0, timed_o
     return SuiteRun({str(k): str(v) for k, v in results.items()}, "", output)
 
 
+def verify_tests(test_files: dict[str, str], module_file: str, source: str, tests: list[str], *,
+                 negate: list[str] | None = None, timeout_s: float = TEST_TIMEOUT_S,
+                 hide_dirs: list[str] | None = None) -> SuiteRun:
+    """The verdict's test run (``swe_verify``): ``tests`` (ids) run by the two-process harness on the pristine
+    ``test_files`` and the agent's module ``source``, in a fresh sandbox (``negate``: those that also run
+    with their asserts negated when they pass; default all); the report is the harness's signed last line,
+    never what the tested code printed."""
+    marker, key = new_secrets()
+    harness = f"_tentalis_verify_{secrets.token_hex(6)}.py"
+    files = {p: t for p, t in test_files.items() if p != "run_tests.py"}
+    files.update({module_file: source, harness: HARNESS})
+    child_timeout_s = max(1.0, min(5.0, timeout_s / 6))
+    env = {**SESSION_ENV, **harness_env(marker, key, tests, negate=negate, child_timeout_s=child_timeout_s,
+                                        budget_s=timeout_s / 2)}
+    try:
+        with ShellSession(files, ShellLimits(command_timeout_s=timeout_s), hide_dirs=hide_dirs, env=env) as session:
+            result = session.run(f"exec python3 -I -B {harness} {session.uid}")
+    except SandboxUnavailableError as exc:
+        raise EnvironmentUnavailable(f"the mini-SWE environment needs the sandbox: {exc}") from exc
+    output = result.head + result.tail
+    if result.error:
+        return SuiteRun(None, f"the sandbox failed: {result.error}", output)
+    if result.exit_code == 127:
+        raise EnvironmentUnavailable("the mini-SWE environment needs python3 inside the sandbox (exit code 127)")
+    report = parse_signed_report(output, marker, key)
+    if isinstance(report, SignedReport):
+        return SuiteRun(report.results, "", output, forged=report.forged, why=report.why)
+    if result.timed_out:
+        report = f"the test run timed out ({report})"
+    return SuiteRun(None, report, output)
+
+
 def suite_verdict(task: SweTask, run: SuiteRun) -> tuple[Verdict, int, int]:
     """(verdict, tests passed, tests required) of a test run against FAIL_TO_PASS and PASS_TO_PASS: a test
     missing from the report counts as failed."""
     required = list(task.fail_to_pass) + list(task.pass_to_pass)
     if run.results is None:
         return Verdict(False, 0.0, f"tests not run: {run.error}"), 0, len(required)
+    if run.forged:
+        forged = "; ".join(f"{t.split('::')[-1]}: {why}" for t, why in sorted(run.forged.items())[:3])
+        return Verdict(False, 0.0, f"forged verdict ({len(run.forged)} test(s) cannot fail): {forged}"), 0, len(required)
     ok_f2p = sum(run.results.get(t) == "PASSED" for t in task.fail_to_pass)
     ok_p2p = sum(run.results.get(t) == "PASSED" for t in task.pass_to_pass)
     passed = ok_f2p + ok_p2p
@@ -123,6 +175,7 @@ class SweEnv(TerminalEnv):
         self.source_text: str | None = None
         self.tests_passed = 0
         self.tests_total = 0
+        self.tampering: list[Finding] = []
 
     def reset(self, task: SweTask | dict) -> Observation:  # type: ignore[override]
         """Start an episode on ``task`` (a SweTask or its dict): a fresh sandbox holding the buggy repository."""
@@ -131,6 +184,7 @@ class SweEnv(TerminalEnv):
         self._reset_state()
         self.source_text = None
         self.tests_passed = self.tests_total = 0
+        self.tampering = []
         try:
             self.session = ShellSession(self.task.tree, self.config.limits, hide_dirs=self.hide_dirs,
                                         env={**SESSION_ENV, "BASH_FUNC_submit%%": submit_function()})
@@ -148,7 +202,8 @@ class SweEnv(TerminalEnv):
     def step(self, action: str):
         result = super().step(action)
         if result.done:
-            result.info.update(tests_passed=self.tests_passed, tests_total=self.tests_total)
+            result.info.update(tests_passed=self.tests_passed, tests_total=self.tests_total,
+                               tampering=[f.to_dict() for f in self.tampering])
         return result
 
     def _finish(self, reason: str) -> None:
@@ -158,8 +213,11 @@ class SweEnv(TerminalEnv):
         task: SweTask = self.task  # type: ignore[assignment]
         if self.session is not None and self.session.alive and end_kind(reason) not in ("hostile", "error"):
             try:
-                entry = self.session.snapshot(first=[task.source_file]).get(task.source_file)
-                self.source_text = read_text(entry)
+                # the module under test first: unrelated large files cannot push it out of the snapshot budget
+                tree = self.session.snapshot(first=[task.source_file])
+                self.source_text = read_text(tree.get(task.source_file))
+                self.tampering = (module_findings(task.tree.get(task.source_file), self.source_text, task.source_file)
+                                  + tree_findings(task.tree, tree))
             except Exception as exc:  # noqa: BLE001 - the environment failed, not the agent
                 self.end_reason = error(f"the module could not be read back: {exc}")
         if self.session is not None:
@@ -185,9 +243,14 @@ class SweEnv(TerminalEnv):
         required = len(task.fail_to_pass) + len(task.pass_to_pass)
         if source is None:
             return Verdict(False, 0.0, f"{task.source_file} is missing or not a readable text file"), 0, required
-        run = run_tests({**task.test_files, task.source_file: source}, timeout_s=self.swe_config.test_timeout_s,
-                        hide_dirs=self.hide_dirs)
-        return suite_verdict(task, run)
+        run = verify_tests(task.test_files, task.source_file, source, list(task.fail_to_pass) + list(task.pass_to_pass),
+                           negate=list(task.fail_to_pass), timeout_s=self.swe_config.test_timeout_s, hide_dirs=self.hide_dirs)
+        verdict, passed, total = suite_verdict(task, run)
+        exploits = [f for f in module_findings(task.tree.get(task.source_file), source, task.source_file) if f.severity == EXPLOIT]
+        if exploits and self.swe_config.refuse_tampering:
+            verdict = Verdict(False, 0.0, f"reward hacking: {task.source_file} reaches for the test machinery "
+                                          f"({summary(exploits)}); the tests said: {verdict.detail}")
+        return verdict, passed, total
 
 
 def read_text(entry: dict | None) -> str | None:

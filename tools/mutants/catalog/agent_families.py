@@ -8,6 +8,10 @@ BF = "tentalis_pipelines/envs/bfcl.py"
 SW = "tentalis_pipelines/envs/swe.py"
 TB = ["tests/unit/test_envs_bfcl.py"]
 TS = ["tests/unit/test_envs_swe.py"]
+TT = ["tests/unit/test_swe_tamper.py"]
+SV = "tentalis_pipelines/envs/swe_verify.py"
+ST = "tentalis_pipelines/envs/swe_tamper.py"
+FO = "tentalis_pipelines/forensics.py"
 EB = "tentalis_pipelines/env_batches.py"
 LM = "tentalis_pipelines/rewards/llm_manager.py"
 KI = "tentalis_pipelines/tasks/kinds.py"
@@ -44,6 +48,21 @@ MUTANTS = [
     {"id": "swe-not-run-passes", "file": SW, "find": "        return Verdict(False, 0.0, f\"tests not run: {run.error}\"), 0, len(required)\n",
      "replace": "        return Verdict(True, 1.0, f\"tests not run: {run.error}\"), 0, len(required)\n", "tests": TS,
      "why": "a run that never produced a report (the module does not import) passes"},
+    # ---- mini-SWE: a verdict the module cannot forge (issue 73)
+    {"id": "swe-forged-ignored", "file": SW, "find": "    if run.forged:\n", "replace": "    if False:\n", "tests": TT,
+     "why": "a pass the harness judged forged (a canary or negated run passed) scores 1"},
+    {"id": "swe-report-unsigned", "file": SV, "find": "    if not hmac.compare_digest(mac, sign(report, key)):\n",
+     "replace": "    if False:\n", "tests": TT, "why": "a report line printed by the tested code, with any signature, is believed"},
+    {"id": "swe-report-not-last", "file": SV, "find": "    last = lines[-1] if lines else \"\"\n",
+     "replace": "    last = next((x for x in lines if x.startswith(marker)), \"\")\n", "tests": TT,
+     "why": "output after the harness's report line is ignored (the first marked line counts)"},
+    {"id": "swe-tamper-given-counts", "file": ST, "find": "        if before[_key(f)] > 0:\n", "replace": "        if False:\n",
+     "tests": TT, "why": "constructs already in the module the agent was given are findings: an honest fix scores 0"},
+    {"id": "swe-tamper-docstring-marker", "file": ST, "find": " and id(node) not in docstrings\n",
+     "replace": "\n", "tests": TT, "why": "a docstring that mentions PASSED or the runner is an exploit finding"},
+    {"id": "swe-tamper-flag-share-inclusive", "file": FO, "find": "    if n >= min_n and share > max_flag_share:\n",
+     "replace": "    if n >= min_n and share >= max_flag_share:\n", "tests": TT,
+     "why": "a share of test-machinery edits exactly at the bar fires the check"},
     # ---- episodes: step scores per turn
     {"id": "step-exit-status-inverted", "file": EB, "find": '    return (1.0 if code == 0 else 0.0), f"exit status {code}"\n',
      "replace": '    return (1.0 if code != 0 else 0.0), f"exit status {code}"\n', "tests": SR,
