@@ -26,7 +26,7 @@ from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths, data_dir
 from tentalis_pipelines.stages.training import fresh_trajectory_count
 from tentalis_pipelines.tasks.batches import (
-    DEFAULT_TERMINAL_MAX_TURNS,
+    family_recipe,
     interrupted_cycle_batch,
     next_bfcl_seed,
     next_generator_seed,
@@ -63,7 +63,10 @@ class CycleOptions:
     # training split, tasks/batches.register_swe_batch) or a dataset's training split ("gsm8k": consecutive
     # slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
     task_source: str = "arithmetic"
-    max_turns: int = DEFAULT_TERMINAL_MAX_TURNS  # terminal: the episodes' turn limit
+    max_turns: int | None = None  # agent families: the episodes' turn limit (None: the family's recipe)
+    # Overrides of the family's recipe written into the batch's manifest (temperature, max_new_tokens,
+    # num_generations; None or absent: the family's). The rollout stage samples with the manifest's recipe.
+    recipe: dict[str, Any] = field(default_factory=dict)
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
     skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
@@ -77,29 +80,32 @@ class JobRun:
 
 
 def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
-                   levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int = DEFAULT_TERMINAL_MAX_TURNS) -> str:
+                   levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int | None = None,
+                   recipe: dict[str, Any] | None = None) -> str:
     """Snapshot a seeded arithmetic (or, with ``task_source='terminal'``, terminal) batch, then add its
     ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
-    the batch id."""
+    the batch id. The manifest records the family's recipe for ``levels`` with ``max_turns`` and the
+    ``recipe`` overrides that are set (``tasks/families``)."""
+    if task_source not in ("arithmetic", "terminal", "bfcl", "swe"):
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe")
+    chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
-        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "bfcl":  # generated tool-calling tasks on BFCL's simulators; max_turns: steps per user turn
         seed = seed if seed is not None else next_bfcl_seed(paths.batches)
-        batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "swe":
         seed = seed if seed is not None else next_swe_seed(paths.batches)
-        batch_id = register_swe_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_swe_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
-    if task_source != "arithmetic":
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe")
     seed = seed if seed is not None else next_generator_seed(paths.batches)
-    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
+    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
     _ensure_batch_partition(instance, batch_id)
     return batch_id
 
@@ -182,12 +188,13 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
     elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe"):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
-                                  task_source=opts.task_source, max_turns=opts.max_turns)
+                                  task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe)
     else:
         root = data_dir()
         if root is None:
             raise ValueError(f"task source {opts.task_source!r} reads its training split from TENTALIS_DATA_DIR, which is not set")
-        batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks)
+        batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks,
+                                          recipe=family_recipe(opts.task_source, **opts.recipe))
         _ensure_batch_partition(instance, batch_id)
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
     if opts.skills:

@@ -17,10 +17,9 @@ from tentalis_pipelines.cli.common import (
     home_paths,
     parse_levels,
 )
-from tentalis_pipelines.tasks.batches import TERMINAL_TEMPERATURE, terminal_max_turns
 
-TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts (default: the task source's recipe: terminal 0.4, "
-                              "else the policy resource's 0.8).")
+TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts, written into the batch's manifest (default: the task "
+                              "family's recipe: terminal 0.4, else the policy resource's 0.8).")
 
 
 @app.command()
@@ -123,10 +122,9 @@ def run(
     check_seeded_source(tasks)
     t0 = time.time()
     lv = tuple(parse_levels(levels, tasks))
-    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks,
-                        max_turns=max_turns or terminal_max_turns(lv),
-                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend,
-                                                   temperature=recipe_temperature(tasks, temperature)))
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks, max_turns=max_turns,
+                        recipe={"temperature": check_temperature(temperature)},
+                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
     out = _execute_cycle(opts, "learning cycle")
     gate = out["decision"]
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
@@ -139,14 +137,12 @@ def run(
 SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl", "swe")
 
 
-def recipe_temperature(tasks: str, temperature: float | None) -> float | None:
-    """The rollouts' sampling temperature: the one given, else the task source's recipe (terminal:
-    ``TERMINAL_TEMPERATURE``), else None (the policy resource's, 0.8)."""
-    if temperature is not None:
-        if not 0.0 < temperature <= 2.0:
-            fail(f"--temperature {temperature!r}: choose a value in (0, 2]; GRPO needs samples that differ, so not 0")
-        return temperature
-    return TERMINAL_TEMPERATURE if tasks == "terminal" else None
+def check_temperature(temperature: float | None) -> float | None:
+    """``--temperature`` as given (None: the family's recipe decides, ``tasks/families``), refused
+    outside (0, 2]. The value goes into the batch's manifest, not the policy resource's run config."""
+    if temperature is not None and not 0.0 < temperature <= 2.0:
+        fail(f"--temperature {temperature!r}: choose a value in (0, 2]; GRPO needs samples that differ, so not 0")
+    return temperature
 
 
 def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
@@ -176,6 +172,9 @@ def batch_new(
                        "(tool-calling episodes on BFCL's simulators) | swe (bug-fixing episodes in the sandbox)."),
     max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
+    temperature: float | None = TemperatureOpt,
+    max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit, written into the batch's manifest "
+                                              "(default: the family's recipe: terminal 128 per turn, else the policy resource's)."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
@@ -189,8 +188,9 @@ def batch_new(
     check_seeded_source(tasks)
     try:
         lv = tuple(parse_levels(levels, tasks))
-        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv,
-                                  task_source=tasks, max_turns=max_turns or terminal_max_turns(lv))
+        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv, task_source=tasks,
+                                  max_turns=max_turns, recipe={"temperature": check_temperature(temperature),
+                                                               "max_new_tokens": max_new_tokens})
     except ValueError as exc:
         fail(str(exc))
     typer.echo(batch_id)
@@ -302,13 +302,15 @@ def learn(
             fail(f"--step-scorer prm_head: {exc}")
     if tasks in ("terminal", "bfcl", "swe") and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
-    sampling_temperature = recipe_temperature(tasks, temperature)
-    max_new_tokens = max_new_tokens or (128 if tasks in ("terminal", "bfcl", "swe") else 96)
-    max_turns = max_turns or terminal_max_turns(tuple(lv))
+    from tentalis_pipelines.tasks.families import get_family
+
+    # The family's recipe goes into each batch's manifest (tasks/families); the flags override it there.
+    recipe = {"temperature": check_temperature(temperature), "max_new_tokens": max_new_tokens}
+    max_new_tokens = max_new_tokens or get_family(tasks).recipe(tuple(lv)).max_new_tokens or 96
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
-                                     skills_top_k=skills_top_k if skills else None, temperature=sampling_temperature)
+                                     skills_top_k=skills_top_k if skills else None)
         if manager is not None:
             resources.setdefault("review", {"config": {}})["config"]["manager"] = manager
         if step_scorer is not None:
@@ -323,7 +325,7 @@ def learn(
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
-                            skills_config=skills_config, max_turns=max_turns)
+                            skills_config=skills_config, max_turns=max_turns, recipe=recipe)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, tuple(lv)))["history"])
