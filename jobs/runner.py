@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dagster import AssetKey, DagsterInstance, Definitions, MultiPartitionKey
@@ -28,6 +29,7 @@ from tentalis_pipelines.stages.training import fresh_trajectory_count
 from tentalis_pipelines.tasks.batches import (
     family_recipe,
     interrupted_cycle_batch,
+    is_task_file_source,
     next_bfcl_seed,
     next_generator_seed,
     next_swe_seed,
@@ -37,6 +39,7 @@ from tentalis_pipelines.tasks.batches import (
     register_generated_batch,
     register_swe_batch,
     register_terminal_batch,
+    register_terminal_file_batch,
 )
 
 
@@ -86,8 +89,13 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
     ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
     the batch id. The manifest records the family's recipe for ``levels`` with ``max_turns`` and the
     ``recipe`` overrides that are set (``tasks/families``)."""
+    if is_task_file_source(task_source):  # a bring-your-own terminal task file: its next slice
+        batch_id = register_terminal_file_batch(paths.batches, Path(task_source), num_tasks=num_tasks, max_turns=max_turns,
+                                                overrides=recipe)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
     if task_source not in ("arithmetic", "terminal", "bfcl", "swe"):
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe")
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe, or a terminal task file (.jsonl)")
     chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
@@ -186,7 +194,7 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
-    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe"):
+    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
                                   task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe)
     else:

@@ -119,9 +119,8 @@ def run(
     backend = check_policy_settings(backend)
     if seed is not None:
         check_seed(seed)
-    check_seeded_source(tasks)
     t0 = time.time()
-    lv = tuple(parse_levels(levels, tasks))
+    lv = tuple(source_levels(tasks, levels))
     opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks, max_turns=max_turns,
                         recipe={"temperature": check_temperature(temperature)},
                         resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
@@ -145,9 +144,40 @@ def check_temperature(temperature: float | None) -> float | None:
     return temperature
 
 
+def report_task_file(path: str):
+    """A bring-your-own terminal task file (``tasks/terminal_file.py``), read and validated: every bad
+    line printed as ``<file>:<line>: <problem>; fix: <how>`` (it is quarantined, the good lines run);
+    refused when the file is missing, empty, not a terminal task file, or has no good line."""
+    from rich.markup import escape
+
+    from tentalis_pipelines.tasks.terminal_file import (
+        TerminalFileError,
+        is_terminal_task_file,
+        read_terminal_file,
+    )
+
+    try:
+        parsed = read_terminal_file(path)
+    except (TerminalFileError, OSError) as exc:
+        fail(f"--tasks: {exc}")
+    if not parsed.tasks and not is_terminal_task_file(path):
+        fail(f"--tasks {path}: not a terminal task file (no line has an \"instruction\"); math and code task files go into "
+             "the inbox, see docs/tasks.md")
+    for line in parsed.errors():
+        err.print(f"[yellow]{escape(line)}[/] [dim](quarantined; the good lines run)[/]")
+    if not parsed.tasks:
+        fail(f"--tasks {path}: no line is a usable task (each is listed above with its fix)")
+    return parsed
+
+
 def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
     """The benchmark a learning run is evaluated and gated on: the task source's own held-out split;
-    for terminal tasks of one level, that level's partition (``terminal-l0`` ...)."""
+    for terminal tasks of one level, that level's partition (``terminal-l0`` ...). A terminal task file
+    is gated on the terminal benchmark of its levels (levels outside 0-3: the whole benchmark)."""
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    if is_task_file_source(tasks):
+        tasks, levels = "terminal", tuple(lv for lv in levels if lv in (0, 1, 2, 3)) or (0, 1)
     if tasks == "terminal" and len(set(levels)) == 1:
         return f"terminal-l{levels[0]}"
     return tasks
@@ -155,7 +185,21 @@ def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
 
 def check_seeded_source(tasks: str) -> None:
     if tasks not in SEEDED_SOURCES:
-        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}")
+        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}, or a terminal task file (path/to/tasks.jsonl)")
+
+
+def source_levels(tasks: str, levels: str) -> list[int]:
+    """The levels of a batch of ``--tasks``: a task file's training lines' own levels (the file is
+    validated and its bad lines reported), else ``--levels`` checked for the family."""
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    if is_task_file_source(tasks):
+        train = report_task_file(tasks).train
+        if not train:
+            fail(f"--tasks {tasks}: every good line is marked heldout; mark some \"split\": \"train\" to learn from")
+        return sorted({t.level for t in train})
+    check_seeded_source(tasks)
+    return parse_levels(levels, tasks)
 
 
 batch_app = typer.Typer(help="Task batches (the task_batches partitions).")
@@ -185,13 +229,12 @@ def batch_new(
     paths = home_paths(home)
     if seed is not None:
         check_seed(seed)
-    check_seeded_source(tasks)
     try:
-        lv = tuple(parse_levels(levels, tasks))
+        lv = tuple(source_levels(tasks, levels))
         batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv, task_source=tasks,
                                   max_turns=max_turns, recipe={"temperature": check_temperature(temperature),
                                                                "max_new_tokens": max_new_tokens})
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         fail(str(exc))
     typer.echo(batch_id)
 
@@ -260,7 +303,10 @@ def learn(
     from tentalis_pipelines.resources import TrainerResource
 
     check_policy_settings()
-    lv = parse_levels(levels, tasks)
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    task_file = is_task_file_source(tasks)
+    lv = source_levels(tasks, levels) if task_file else parse_levels(levels, tasks)
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
@@ -273,8 +319,8 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe"):
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe")
+    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe") and not task_file:
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe, or a terminal task file (path/to/tasks.jsonl)")
     if manager not in (None, "verifier", "llm"):
         fail(f"--manager {manager!r}: choose verifier or llm")
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
@@ -300,13 +346,13 @@ def learn(
             step_scorer_version(paths.home)
         except PRMHeadNotTrained as exc:
             fail(f"--step-scorer prm_head: {exc}")
-    if tasks in ("terminal", "bfcl", "swe") and skills:
+    if (tasks in ("terminal", "bfcl", "swe") or task_file) and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
     from tentalis_pipelines.tasks.families import get_family
 
     # The family's recipe goes into each batch's manifest (tasks/families); the flags override it there.
     recipe = {"temperature": check_temperature(temperature), "max_new_tokens": max_new_tokens}
-    max_new_tokens = max_new_tokens or get_family(tasks).recipe(tuple(lv)).max_new_tokens or 96
+    max_new_tokens = max_new_tokens or get_family("terminal" if task_file else tasks).recipe(tuple(lv)).max_new_tokens or 96
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,

@@ -287,6 +287,9 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [swe_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif is_task_file_source(task_source):  # a terminal task file: its slices, as a dataset's
+        done = terminal_file_batches(batches_dir, Path(task_source), num_tasks)
+        newest = done[-1] if done else None
     else:
         done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
@@ -306,6 +309,8 @@ def batch_manifest(batches_dir: Path, batch_id: str) -> dict[str, Any]:
 def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_options: Any) -> LoadedTasks:
     """The task rows (and quarantined lines) of a registered batch (``jsonl_options``: see ``load_jsonl_tasks``)."""
     manifest = batch_manifest(batches_dir, batch_id)
+    if manifest["kind"] == "jsonl" and manifest.get("family") == TERMINAL_MANIFEST:
+        return load_terminal_file_batch(batches_dir, batch_id, manifest, created_at)
     if manifest["kind"] == "jsonl":
         return load_jsonl_tasks(batches_dir / batch_id / manifest["file"], batch_id, created_at, source=manifest["source"],
                                 **jsonl_options)
@@ -623,3 +628,70 @@ def swe_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
 
 def next_swe_seed(batches_dir: Path) -> int:
     return next_manifest_seed(batches_dir, SWE_MANIFEST)
+
+
+# --------------------------------------------------------------------------- bring-your-own terminal task files
+def is_task_file_source(task_source: str) -> bool:
+    """Whether a ``--tasks`` value names a task file (a path ending in ``.jsonl``, or one that exists)
+    rather than a built-in family."""
+    return task_source.endswith(".jsonl") or ("/" in task_source and Path(task_source).expanduser().exists())
+
+
+def _terminal_file_prefix(path: Path, data: bytes, num_tasks: int) -> str:
+    return f"{inbox_batch_id(path, data)}-n{num_tasks}-"
+
+
+def terminal_file_batches(batches_dir: Path, path: Path, num_tasks: int) -> list[str]:
+    """The registered batches of one terminal task file (its bytes) sliced ``num_tasks`` at a time, in order."""
+    path = Path(path).expanduser()
+    prefix = _terminal_file_prefix(path, read_inbox_file(path), num_tasks)
+    return sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
+
+
+def register_terminal_file_batch(batches_dir: Path, path: Path, *, num_tasks: int, max_turns: int | None = None,
+                                 overrides: dict[str, Any] | None = None) -> str:
+    """The next ``num_tasks`` training tasks of a bring-your-own terminal task file (``tasks/terminal_file.py``)
+    as a batch: the file's bytes snapshotted, its good training lines in file order, consecutive slices
+    per batch, wrapping around to the start (never the same task twice in one batch). Bad lines are
+    quarantined by the batch's ``tasks`` stage; held-out lines are never in a batch. Raises ValueError
+    (file, line and fix) when the file has no usable training line."""
+    from tentalis_pipelines.tasks.terminal_file import read_terminal_file
+
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    path = Path(path).expanduser()
+    data = read_inbox_file(path)
+    parsed = read_terminal_file(path)
+    train = parsed.train
+    if not train:
+        why = "; ".join(parsed.errors()[:3]) or "every line is marked heldout"
+        raise ValueError(f"{path}: no usable training task ({why}); fix the lines named, or mark some \"split\": \"train\"")
+    prefix = _terminal_file_prefix(path, data, num_tasks)
+    index = len(terminal_file_batches(batches_dir, path, num_tasks))
+    batch_id = validate_batch_id(f"{prefix}{index:04d}")
+    levels = tuple(sorted({t.level for t in train}))
+    chosen = family_recipe(TERMINAL_MANIFEST, levels, max_turns=max_turns, **(overrides or {}))
+    folder = Path(batches_dir) / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".tasks.jsonl.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, folder / "tasks.jsonl")
+    _atomic_write(folder / "manifest.json", json.dumps({
+        "kind": "jsonl", "family": TERMINAL_MANIFEST, "source": str(path), "file": "tasks.jsonl", "levels": list(levels),
+        "start": (index * num_tasks) % len(train), "num_tasks": num_tasks, "recipe": chosen.to_json()}))
+    return batch_id
+
+
+def load_terminal_file_batch(batches_dir: Path, batch_id: str, manifest: dict[str, Any], created_at) -> LoadedTasks:
+    """A terminal task file batch's rows: its slice of the file's training tasks, and its bad lines as
+    quarantine rows (``<file>:<line>: <problem>; fix: <how>``)."""
+    from tentalis_pipelines.tasks.terminal_file import read_terminal_file
+
+    parsed = read_terminal_file(Path(batches_dir) / batch_id / manifest["file"], source=manifest["source"], display=manifest["source"])
+    train = parsed.train
+    n = min(int(manifest["num_tasks"]), len(train))
+    start = int(manifest.get("start", 0))
+    chosen = [train[(start + i) % len(train)] for i in range(n)] if train else []
+    rows = terminal_task_rows(batch_id, chosen, created_at, max_turns=int(manifest_recipe(manifest).max_turns))
+    rows = [{**r, "source": manifest["source"]} for r in rows]
+    return LoadedTasks(tasks=rows, rejects=[{**r, "batch_id": batch_id} for r in parsed.rejects])
