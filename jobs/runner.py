@@ -70,6 +70,9 @@ class CycleOptions:
     # Overrides of the family's recipe written into the batch's manifest (temperature, max_new_tokens,
     # num_generations; None or absent: the family's). The rollout stage samples with the manifest's recipe.
     recipe: dict[str, Any] = field(default_factory=dict)
+    # terminal: draw each batch's levels by the policy's recent success per level (tasks/curriculum.py),
+    # from ``levels`` (every terminal level when empty); the choice is recorded in the batch's manifest.
+    curriculum: bool = False
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
     skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
@@ -84,7 +87,7 @@ class JobRun:
 
 def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
                    levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int | None = None,
-                   recipe: dict[str, Any] | None = None) -> str:
+                   recipe: dict[str, Any] | None = None, curriculum: dict[str, Any] | None = None) -> str:
     """Snapshot a seeded arithmetic (or, with ``task_source='terminal'``, terminal) batch, then add its
     ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
     the batch id. The manifest records the family's recipe for ``levels`` with ``max_turns`` and the
@@ -99,7 +102,8 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
     chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
-        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
+        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen,
+                                           curriculum=curriculum)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "bfcl":  # generated tool-calling tasks on BFCL's simulators; max_turns: steps per user turn
@@ -116,6 +120,23 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
     batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
     _ensure_batch_partition(instance, batch_id)
     return batch_id
+
+
+def register_curriculum_batch(instance: DagsterInstance, paths: Paths, lake: Lakehouse, opts: CycleOptions):
+    """A terminal batch whose levels the curriculum draws from the policy's recent success per level
+    (``tasks/curriculum.py``), with the choice recorded in its manifest. Returns (batch id, the choice)."""
+    import random
+
+    from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS
+    from tentalis_pipelines.tasks import curriculum
+
+    if opts.task_source != "terminal":
+        raise ValueError(f"the curriculum draws terminal levels; --tasks {opts.task_source!r} has none to draw (use --levels)")
+    seed = opts.seed if opts.seed is not None else next_terminal_seed(paths.batches)
+    choice = curriculum.plan(lake, opts.num_tasks, random.Random(f"tentalis-curriculum:{seed}"), levels=tuple(opts.levels) or ALL_LEVELS)
+    batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=seed, levels=choice.levels, task_source="terminal",
+                              max_turns=opts.max_turns, recipe=opts.recipe, curriculum=choice.record())
+    return batch_id, choice
 
 
 def _ensure_batch_partition(instance: DagsterInstance, batch_id: str) -> None:
@@ -188,12 +209,17 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     resumed = None
     if opts.seed is None:
         resumed = interrupted_cycle_batch(paths.batches, task_source=opts.task_source, num_tasks=opts.num_tasks,
-                                          levels=tuple(opts.levels), settled=settled_batches(lake, instance))
+                                          levels=None if opts.curriculum else tuple(opts.levels), settled=settled_batches(lake, instance))
     if resumed is not None:
         batch_id = resumed
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
+    elif opts.curriculum:
+        batch_id, choice = register_curriculum_batch(instance, paths, lake, opts)
+        if on_note:
+            on_note(f"curriculum: {batch_id} draws levels {dict(choice.record()['tasks_per_level'])} from recent success "
+                    f"{ {k: f'{v:.0%}' for k, v in sorted(choice.success_by_level.items())} or 'none yet'}")
     elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
                                   task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe)

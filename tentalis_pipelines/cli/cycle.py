@@ -256,7 +256,12 @@ def learn(
     max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit (terminal: per turn; default: "
                                               "arithmetic 96, terminal 128)."),
     gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
-    levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
+    levels: str | None = typer.Option(None, help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the "
+                                      "command); default 1, and for --tasks terminal the curriculum's choice."),
+    curriculum: bool | None = typer.Option(None, "--curriculum/--no-curriculum", help="--tasks terminal: draw each batch's levels by "
+                                           "the policy's recent success per level (most where it succeeds 20-80%, some always on the "
+                                           "lowest level not yet at 80%; climbs as levels are mastered), from --levels or all of 0-3; "
+                                           "default on when --levels is not given."),
     loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
     learning_rate: float | None = typer.Option(None, help="LoRA learning rate (> 0; default: the trainer resource's, 2e-4)."),
     beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
@@ -306,7 +311,11 @@ def learn(
     from tentalis_pipelines.tasks.batches import is_task_file_source
 
     task_file = is_task_file_source(tasks)
-    lv = source_levels(tasks, levels) if task_file else parse_levels(levels, tasks)
+    if curriculum is None:  # the curriculum picks terminal levels unless they are given
+        curriculum = tasks == "terminal" and levels is None
+    if curriculum and tasks != "terminal":
+        fail(f"--curriculum: draws terminal levels; --tasks {tasks} takes --levels")
+    lv = source_levels(tasks, levels or "1") if task_file else parse_levels(levels or ("0,1,2,3" if curriculum else "1"), tasks)
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
@@ -353,6 +362,8 @@ def learn(
     # The family's recipe goes into each batch's manifest (tasks/families); the flags override it there.
     recipe = {"temperature": check_temperature(temperature), "max_new_tokens": max_new_tokens}
     max_new_tokens = max_new_tokens or get_family("terminal" if task_file else tasks).recipe(tuple(lv)).max_new_tokens or 96
+    # A curriculum run's levels change batch by batch: it is gated on the whole terminal benchmark.
+    gated_levels = (0, 1, 2, 3) if curriculum else tuple(lv)
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
@@ -366,15 +377,15 @@ def learn(
         if hint_prefix is not None:
             resources.setdefault("review", {"config": {}})["config"]["hint_prefix"] = hint_prefix
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
-            held_out = held_out_benchmark(tasks, tuple(lv))
+            held_out = held_out_benchmark(tasks, gated_levels)
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
-                            skills_config=skills_config, max_turns=max_turns, recipe=recipe)
+                            skills_config=skills_config, max_turns=max_turns, recipe=recipe, curriculum=curriculum)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
-    console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, tuple(lv)))["history"])
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, gated_levels))["history"])
     if skills:
         from tentalis_pipelines.cli.skills import print_skills
 

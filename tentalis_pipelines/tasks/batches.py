@@ -250,7 +250,7 @@ def _generated_batches(batches_dir: Path) -> dict[int, list[str]]:
     return seeds
 
 
-def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...],
+def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...] | None,
                             settled: Collection[str], shuffle_seed: int = 0) -> str | None:
     """The batch that a cycle of this shape registered last and left unfinished, or None.
 
@@ -260,7 +260,8 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
     it, so a run killed and resumed trains on other tasks in its later cycles than the same run never
     killed. ``settled`` is every batch that has trajectories or a checkpoint trained on it; only the
     newest batch of the sequence qualifies (an older gap is not a cycle in progress), and for
-    arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's).
+    arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's). ``levels``
+    None: a terminal curriculum cycle, whose batch's levels the curriculum chose (``tasks/curriculum.py``).
     """
     newest: str | None = None
     if task_source == "arithmetic":
@@ -273,7 +274,11 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
         seeds = terminal_batch_seeds(batches_dir)
         if seeds:
             top = max(seeds)
-            if seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
+            if levels is None:  # a curriculum cycle: its levels were chosen, so any of this size the curriculum chose
+                (only,) = seeds[top] if len(seeds[top]) == 1 else (None,)
+                if only is not None and only.startswith(f"terminal-s{top}-n{num_tasks}-") and "curriculum" in batch_manifest(batches_dir, only):
+                    newest = only
+            elif seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
     elif task_source == "bfcl":
         seeds = bfcl_batch_seeds(batches_dir)
@@ -390,7 +395,8 @@ def terminal_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str
 
 
 def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
-                            max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None) -> str:
+                            max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None,
+                            curriculum: dict[str, Any] | None = None) -> str:
     """Record the parameters of a seeded terminal batch (agent episodes in the sandbox; the batch kind
     ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training
     split only (:func:`terminal_training_tasks`)."""
@@ -406,6 +412,8 @@ def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, lev
     folder.mkdir(parents=True, exist_ok=True)
     manifest = {"kind": TERMINAL_MANIFEST, "family": "terminal", "source": "terminal", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
                 "recipe": chosen.to_json()}
+    if curriculum:  # why these levels: the curriculum's choice and the success figures it used
+        manifest["curriculum"] = curriculum
     _store_manifest(folder, batch_id, manifest)
     return batch_id
 
