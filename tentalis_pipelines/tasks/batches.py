@@ -160,8 +160,12 @@ def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = No
     """Snapshot a JSONL task file as a batch. Idempotent for the same batch id.
 
     The snapshot is the bytes the batch id was hashed from (read with :func:`read_inbox_file`, so a
-    symlink or special file is refused), not a second read that could see a newer version.
+    symlink or special file is refused), not a second read that could see a newer version. A terminal
+    task file (lines with an ``instruction``, ``tasks/terminal_file.py``) dropped into the inbox is a
+    ``terminal`` family batch of all its training lines, with the terminal recipe for their levels.
     """
+    from tentalis_pipelines.tasks.terminal_file import is_terminal_task_file, read_terminal_file
+
     data = read_inbox_file(path)
     batch_id = validate_batch_id(batch_id or inbox_batch_id(path, data))
     if batch_id != inbox_batch_id(path, data):
@@ -172,8 +176,14 @@ def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = No
         tmp = folder / ".tasks.jsonl.tmp"
         tmp.write_bytes(data)
         os.replace(tmp, folder / "tasks.jsonl")
+        levels: tuple[int, ...] = ()
+        if family == "jsonl" and is_terminal_task_file(folder / "tasks.jsonl"):
+            family = TERMINAL_MANIFEST
+            levels = tuple(sorted({t.level for t in read_terminal_file(folder / "tasks.jsonl").train}))
         manifest = {"kind": "jsonl", "family": family, "source": str(path), "file": "tasks.jsonl",
-                    "recipe": family_recipe(family, recipe=recipe).to_json()}
+                    "recipe": family_recipe(family, levels, recipe=recipe).to_json()}
+        if levels:
+            manifest["levels"] = list(levels)
         _atomic_write(folder / "manifest.json", json.dumps(manifest))
     return batch_id
 
@@ -697,7 +707,7 @@ def load_terminal_file_batch(batches_dir: Path, batch_id: str, manifest: dict[st
 
     parsed = read_terminal_file(Path(batches_dir) / batch_id / manifest["file"], source=manifest["source"], display=manifest["source"])
     train = parsed.train
-    n = min(int(manifest["num_tasks"]), len(train))
+    n = min(int(manifest.get("num_tasks") or len(train)), len(train))  # an inbox file: all its training lines
     start = int(manifest.get("start", 0))
     chosen = [train[(start + i) % len(train)] for i in range(n)] if train else []
     rows = terminal_task_rows(batch_id, chosen, created_at, max_turns=int(manifest_recipe(manifest).max_turns))

@@ -172,3 +172,14 @@ def test_the_benchmark_of_a_task_file_is_its_held_out_lines_or_all_of_them(tmp_p
     assert items[0].environment == "terminal" and items[0].extra["task"]["split"] == "test"
     _, items = load_benchmark(str(_file(tmp_path, GOOD, {**GOOD, "id": "x"}, name="all.jsonl")))
     assert [it.item_id for it in items] == ["all-L00001", "x"]  # none marked held out: every good line
+
+
+def test_a_terminal_task_file_dropped_into_the_inbox_is_a_terminal_batch_of_its_training_lines(tmp_path):
+    path = _file(tmp_path, {**GOOD, "level": 0}, "{bad", {**GOOD, "id": "b", "level": 0}, TREE, name="drop.jsonl")
+    bid = batches.register_file_batch(tmp_path / "b", path)
+    manifest = json.loads((tmp_path / "b" / bid / "manifest.json").read_text())
+    assert (manifest["family"], manifest["levels"], manifest["recipe"]["max_turns"], manifest["recipe"]["temperature"]) == ("terminal", [0], 4, 0.4)
+    loaded = batches.load_batch(tmp_path / "b", bid, datetime.now(timezone.utc))
+    assert [r["task_id"] for r in loaded.tasks] == ["drop-L00001", "b"] and [r["line"] for r in loaded.rejects] == [2]
+    math = _file(tmp_path, {"prompt": "1+1", "reference": "2"}, name="math.jsonl")  # a math file stays a jsonl batch
+    assert json.loads((tmp_path / "b" / batches.register_file_batch(tmp_path / "b", math) / "manifest.json").read_text())["family"] == "jsonl"
