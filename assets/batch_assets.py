@@ -27,6 +27,7 @@ from tentalis_pipelines.stages.step_scores import build_step_scores
 from tentalis_pipelines.stages.tasks import SCREEN_KEY, build_tasks
 from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
 from tentalis_pipelines.stages.trajectories import build_trajectories
+from tentalis_pipelines.tasks.families import batch_policy
 from tentalis_pipelines.training import serving
 
 
@@ -89,8 +90,8 @@ def tasks(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: 
        check_specs=[AssetCheckSpec("rollouts_per_task", asset="rollouts", description="Every task has exactly num_generations rollouts.")])
 def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, policy: PolicyResource) -> MaterializeResult:
     """`num_generations` sampled answers per task from the serving checkpoint (the serving pointer; or the base model)."""
-    lake, settings = lakehouse.lakehouse(), policy.settings()
-    res = build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)
+    lake, settings = lakehouse.lakehouse(), batch_policy(lakehouse.paths().batches, context.partition_key, policy.settings())
+    res = build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)  # sampled with the batch's recipe
     checks = [check_result("rollouts_per_task", quality.rollouts_per_task(lake, context.partition_key, settings.num_generations))]
     return to_materialize_result(res, "rollouts", lake, checks)
 
@@ -142,7 +143,7 @@ def guided_rollouts(
     resampled with its manager's hint in the context; the correct samples train the student without the hint,
     weighted by the ratio to the hinted behaviour policy (off when trainer.guide = false)."""
     lake = lakehouse.lakehouse()
-    settings = policy.settings()
+    settings = batch_policy(lakehouse.paths().batches, context.partition_key, policy.settings())  # the batch's recipe
     res = build_guided_rollouts(lake, lakehouse.paths(), context.partition_key, settings, trainer.config(settings.max_new_tokens))
     return to_materialize_result(res, "guided_rollouts", lake)
 

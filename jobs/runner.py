@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from dagster import AssetKey, DagsterInstance, Definitions, MultiPartitionKey
@@ -26,8 +27,9 @@ from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths, data_dir
 from tentalis_pipelines.stages.training import fresh_trajectory_count
 from tentalis_pipelines.tasks.batches import (
-    DEFAULT_TERMINAL_MAX_TURNS,
+    family_recipe,
     interrupted_cycle_batch,
+    is_task_file_source,
     next_bfcl_seed,
     next_generator_seed,
     next_swe_seed,
@@ -37,6 +39,7 @@ from tentalis_pipelines.tasks.batches import (
     register_generated_batch,
     register_swe_batch,
     register_terminal_batch,
+    register_terminal_file_batch,
 )
 
 
@@ -63,7 +66,13 @@ class CycleOptions:
     # training split, tasks/batches.register_swe_batch) or a dataset's training split ("gsm8k": consecutive
     # slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl in a fixed order).
     task_source: str = "arithmetic"
-    max_turns: int = DEFAULT_TERMINAL_MAX_TURNS  # terminal: the episodes' turn limit
+    max_turns: int | None = None  # agent families: the episodes' turn limit (None: the family's recipe)
+    # Overrides of the family's recipe written into the batch's manifest (temperature, max_new_tokens,
+    # num_generations; None or absent: the family's). The rollout stage samples with the manifest's recipe.
+    recipe: dict[str, Any] = field(default_factory=dict)
+    # terminal: draw each batch's levels by the policy's recent success per level (tasks/curriculum.py),
+    # from ``levels`` (every terminal level when empty); the choice is recorded in the batch's manifest.
+    curriculum: bool = False
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
     skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
@@ -77,31 +86,57 @@ class JobRun:
 
 
 def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
-                   levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int = DEFAULT_TERMINAL_MAX_TURNS) -> str:
+                   levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int | None = None,
+                   recipe: dict[str, Any] | None = None, curriculum: dict[str, Any] | None = None) -> str:
     """Snapshot a seeded arithmetic (or, with ``task_source='terminal'``, terminal) batch, then add its
     ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
-    the batch id."""
+    the batch id. The manifest records the family's recipe for ``levels`` with ``max_turns`` and the
+    ``recipe`` overrides that are set (``tasks/families``)."""
+    if is_task_file_source(task_source):  # a bring-your-own terminal task file: its next slice
+        batch_id = register_terminal_file_batch(paths.batches, Path(task_source), num_tasks=num_tasks, max_turns=max_turns,
+                                                overrides=recipe)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
+    if task_source not in ("arithmetic", "terminal", "bfcl", "swe"):
+        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe, or a terminal task file (.jsonl)")
+    chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
-        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen,
+                                           curriculum=curriculum)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "bfcl":  # generated tool-calling tasks on BFCL's simulators; max_turns: steps per user turn
         seed = seed if seed is not None else next_bfcl_seed(paths.batches)
-        batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_bfcl_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "swe":
         seed = seed if seed is not None else next_swe_seed(paths.batches)
-        batch_id = register_swe_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), max_turns=max_turns)
+        batch_id = register_swe_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
-    if task_source != "arithmetic":
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe")
     seed = seed if seed is not None else next_generator_seed(paths.batches)
-    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels))
+    batch_id = register_generated_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
     _ensure_batch_partition(instance, batch_id)
     return batch_id
+
+
+def register_curriculum_batch(instance: DagsterInstance, paths: Paths, lake: Lakehouse, opts: CycleOptions):
+    """A terminal batch whose levels the curriculum draws from the policy's recent success per level
+    (``tasks/curriculum.py``), with the choice recorded in its manifest. Returns (batch id, the choice)."""
+    import random
+
+    from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS
+    from tentalis_pipelines.tasks import curriculum
+
+    if opts.task_source != "terminal":
+        raise ValueError(f"the curriculum draws terminal levels; --tasks {opts.task_source!r} has none to draw (use --levels)")
+    seed = opts.seed if opts.seed is not None else next_terminal_seed(paths.batches)
+    choice = curriculum.plan(lake, opts.num_tasks, random.Random(f"tentalis-curriculum:{seed}"), levels=tuple(opts.levels) or ALL_LEVELS)
+    batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=seed, levels=choice.levels, task_source="terminal",
+                              max_turns=opts.max_turns, recipe=opts.recipe, curriculum=choice.record())
+    return batch_id, choice
 
 
 def _ensure_batch_partition(instance: DagsterInstance, batch_id: str) -> None:
@@ -174,20 +209,26 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     resumed = None
     if opts.seed is None:
         resumed = interrupted_cycle_batch(paths.batches, task_source=opts.task_source, num_tasks=opts.num_tasks,
-                                          levels=tuple(opts.levels), settled=settled_batches(lake, instance))
+                                          levels=None if opts.curriculum else tuple(opts.levels), settled=settled_batches(lake, instance))
     if resumed is not None:
         batch_id = resumed
         _ensure_batch_partition(instance, batch_id)
         if on_note:
             on_note(f"resuming {batch_id}: an interrupted cycle registered it and wrote no trajectories")
-    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe"):
+    elif opts.curriculum:
+        batch_id, choice = register_curriculum_batch(instance, paths, lake, opts)
+        if on_note:
+            on_note(f"curriculum: {batch_id} draws levels {dict(choice.record()['tasks_per_level'])} from recent success "
+                    f"{ {k: f'{v:.0%}' for k, v in sorted(choice.success_by_level.items())} or 'none yet'}")
+    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
-                                  task_source=opts.task_source, max_turns=opts.max_turns)
+                                  task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe)
     else:
         root = data_dir()
         if root is None:
             raise ValueError(f"task source {opts.task_source!r} reads its training split from TENTALIS_DATA_DIR, which is not set")
-        batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks)
+        batch_id = register_dataset_batch(paths.batches, root, opts.task_source, num_tasks=opts.num_tasks,
+                                          recipe=family_recipe(opts.task_source, **opts.recipe))
         _ensure_batch_partition(instance, batch_id)
     step("rollout_job", f"rollouts, scores, reviews, trajectories of {batch_id}", partition_key=batch_id)
     if opts.skills:

@@ -37,11 +37,12 @@ def test_a_terminal_batch_lands_episodes_reviews_and_multi_turn_trajectories_and
     monkeypatch.setattr(terminal, "verify", alternate)
     paths = Paths.from_env(str(home)).ensure()
     lake = Lakehouse(paths.lakehouse)
-    config = {"resources": {"policy": {"config": {"model": str(tiny_model_dir), "num_generations": 2, "max_new_tokens": 12,
-                                                  "temperature": 1.0}}},
+    config = {"resources": {"policy": {"config": {"model": str(tiny_model_dir), "num_generations": 2, "max_new_tokens": 12}}},
               "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
     with DagsterInstance.ephemeral() as instance:
-        batch_id = runner.register_batch(instance, paths, num_tasks=2, seed=None, levels=(1,), task_source="terminal", max_turns=2)
+        # The sampling recipe is the batch's (its manifest), not the policy resource's run config.
+        batch_id = runner.register_batch(instance, paths, num_tasks=2, seed=None, levels=(1,), task_source="terminal", max_turns=2,
+                                         recipe={"temperature": 1.0, "max_new_tokens": 12})
         assert batch_id == "terminal-s1-n2-l1"
         runner.run_job(defs, instance, "rollout_job", partition_key=batch_id, run_config=config)
         before = {r["checkpoint_id"] for r in lake.read("checkpoints").to_pylist()} if lake.exists("checkpoints") else set()

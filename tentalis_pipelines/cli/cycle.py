@@ -17,10 +17,9 @@ from tentalis_pipelines.cli.common import (
     home_paths,
     parse_levels,
 )
-from tentalis_pipelines.tasks.batches import TERMINAL_TEMPERATURE, terminal_max_turns
 
-TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts (default: the task source's recipe: terminal 0.4, "
-                              "else the policy resource's 0.8).")
+TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts, written into the batch's manifest (default: the task "
+                              "family's recipe: terminal 0.4, else the policy resource's 0.8).")
 
 
 @app.command()
@@ -120,13 +119,11 @@ def run(
     backend = check_policy_settings(backend)
     if seed is not None:
         check_seed(seed)
-    check_seeded_source(tasks)
     t0 = time.time()
-    lv = tuple(parse_levels(levels, tasks))
-    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks,
-                        max_turns=max_turns or terminal_max_turns(lv),
-                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend,
-                                                   temperature=recipe_temperature(tasks, temperature)))
+    lv = tuple(source_levels(tasks, levels))
+    opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks, max_turns=max_turns,
+                        recipe={"temperature": check_temperature(temperature)},
+                        resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
     out = _execute_cycle(opts, "learning cycle")
     gate = out["decision"]
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
@@ -139,19 +136,48 @@ def run(
 SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl", "swe")
 
 
-def recipe_temperature(tasks: str, temperature: float | None) -> float | None:
-    """The rollouts' sampling temperature: the one given, else the task source's recipe (terminal:
-    ``TERMINAL_TEMPERATURE``), else None (the policy resource's, 0.8)."""
-    if temperature is not None:
-        if not 0.0 < temperature <= 2.0:
-            fail(f"--temperature {temperature!r}: choose a value in (0, 2]; GRPO needs samples that differ, so not 0")
-        return temperature
-    return TERMINAL_TEMPERATURE if tasks == "terminal" else None
+def check_temperature(temperature: float | None) -> float | None:
+    """``--temperature`` as given (None: the family's recipe decides, ``tasks/families``), refused
+    outside (0, 2]. The value goes into the batch's manifest, not the policy resource's run config."""
+    if temperature is not None and not 0.0 < temperature <= 2.0:
+        fail(f"--temperature {temperature!r}: choose a value in (0, 2]; GRPO needs samples that differ, so not 0")
+    return temperature
+
+
+def report_task_file(path: str):
+    """A bring-your-own terminal task file (``tasks/terminal_file.py``), read and validated: every bad
+    line printed as ``<file>:<line>: <problem>; fix: <how>`` (it is quarantined, the good lines run);
+    refused when the file is missing, empty, not a terminal task file, or has no good line."""
+    from rich.markup import escape
+
+    from tentalis_pipelines.tasks.terminal_file import (
+        TerminalFileError,
+        is_terminal_task_file,
+        read_terminal_file,
+    )
+
+    try:
+        parsed = read_terminal_file(path)
+    except (TerminalFileError, OSError) as exc:
+        fail(f"--tasks: {exc}")
+    if not parsed.tasks and not is_terminal_task_file(path):
+        fail(f"--tasks {path}: not a terminal task file (no line has an \"instruction\"); math and code task files go into "
+             "the inbox, see docs/tasks.md")
+    for line in parsed.errors():
+        err.print(f"[yellow]{escape(line)}[/] [dim](quarantined; the good lines run)[/]")
+    if not parsed.tasks:
+        fail(f"--tasks {path}: no line is a usable task (each is listed above with its fix)")
+    return parsed
 
 
 def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
     """The benchmark a learning run is evaluated and gated on: the task source's own held-out split;
-    for terminal tasks of one level, that level's partition (``terminal-l0`` ...)."""
+    for terminal tasks of one level, that level's partition (``terminal-l0`` ...). A terminal task file
+    is gated on the terminal benchmark of its levels (levels outside 0-3: the whole benchmark)."""
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    if is_task_file_source(tasks):
+        tasks, levels = "terminal", tuple(lv for lv in levels if lv in (0, 1, 2, 3)) or (0, 1)
     if tasks == "terminal" and len(set(levels)) == 1:
         return f"terminal-l{levels[0]}"
     return tasks
@@ -159,7 +185,21 @@ def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
 
 def check_seeded_source(tasks: str) -> None:
     if tasks not in SEEDED_SOURCES:
-        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}")
+        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}, or a terminal task file (path/to/tasks.jsonl)")
+
+
+def source_levels(tasks: str, levels: str) -> list[int]:
+    """The levels of a batch of ``--tasks``: a task file's training lines' own levels (the file is
+    validated and its bad lines reported), else ``--levels`` checked for the family."""
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    if is_task_file_source(tasks):
+        train = report_task_file(tasks).train
+        if not train:
+            fail(f"--tasks {tasks}: every good line is marked heldout; mark some \"split\": \"train\" to learn from")
+        return sorted({t.level for t in train})
+    check_seeded_source(tasks)
+    return parse_levels(levels, tasks)
 
 
 batch_app = typer.Typer(help="Task batches (the task_batches partitions).")
@@ -176,6 +216,9 @@ def batch_new(
                        "(tool-calling episodes on BFCL's simulators) | swe (bug-fixing episodes in the sandbox)."),
     max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
+    temperature: float | None = TemperatureOpt,
+    max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit, written into the batch's manifest "
+                                              "(default: the family's recipe: terminal 128 per turn, else the policy resource's)."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
     `dagster job execute -j rollout_job --tags '{"dagster/partition": "<id>"}'`)."""
@@ -186,12 +229,12 @@ def batch_new(
     paths = home_paths(home)
     if seed is not None:
         check_seed(seed)
-    check_seeded_source(tasks)
     try:
-        lv = tuple(parse_levels(levels, tasks))
-        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv,
-                                  task_source=tasks, max_turns=max_turns or terminal_max_turns(lv))
-    except ValueError as exc:
+        lv = tuple(source_levels(tasks, levels))
+        batch_id = register_batch(DagsterInstance.get(), paths, num_tasks=num_tasks, seed=seed, levels=lv, task_source=tasks,
+                                  max_turns=max_turns, recipe={"temperature": check_temperature(temperature),
+                                                               "max_new_tokens": max_new_tokens})
+    except (ValueError, OSError) as exc:
         fail(str(exc))
     typer.echo(batch_id)
 
@@ -213,7 +256,12 @@ def learn(
     max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit (terminal: per turn; default: "
                                               "arithmetic 96, terminal 128)."),
     gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
-    levels: str = typer.Option("1", help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
+    levels: str | None = typer.Option(None, help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the "
+                                      "command); default 1, and for --tasks terminal the curriculum's choice."),
+    curriculum: bool | None = typer.Option(None, "--curriculum/--no-curriculum", help="--tasks terminal: draw each batch's levels by "
+                                           "the policy's recent success per level (most where it succeeds 20-80%, some always on the "
+                                           "lowest level not yet at 80%; climbs as levels are mastered), from --levels or all of 0-3; "
+                                           "default on when --levels is not given."),
     loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
     learning_rate: float | None = typer.Option(None, help="LoRA learning rate (> 0; default: the trainer resource's, 2e-4)."),
     beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
@@ -264,7 +312,14 @@ def learn(
     from tentalis_pipelines.resources import TrainerResource
 
     check_policy_settings()
-    lv = parse_levels(levels, tasks)
+    from tentalis_pipelines.tasks.batches import is_task_file_source
+
+    task_file = is_task_file_source(tasks)
+    if curriculum is None:  # the curriculum picks terminal levels unless they are given
+        curriculum = tasks == "terminal" and levels is None
+    if curriculum and tasks != "terminal":
+        fail(f"--curriculum: draws terminal levels; --tasks {tasks} takes --levels")
+    lv = source_levels(tasks, levels or "1") if task_file else parse_levels(levels or ("0,1,2,3" if curriculum else "1"), tasks)
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
@@ -277,8 +332,8 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe"):
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe")
+    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe") and not task_file:
+        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe, or a terminal task file (path/to/tasks.jsonl)")
     if manager not in (None, "verifier", "llm"):
         fail(f"--manager {manager!r}: choose verifier or llm")
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
@@ -304,15 +359,19 @@ def learn(
             step_scorer_version(paths.home)
         except PRMHeadNotTrained as exc:
             fail(f"--step-scorer prm_head: {exc}")
-    if tasks in ("terminal", "bfcl", "swe") and skills:
+    if (tasks in ("terminal", "bfcl", "swe") or task_file) and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
-    sampling_temperature = recipe_temperature(tasks, temperature)
-    max_new_tokens = max_new_tokens or (128 if tasks in ("terminal", "bfcl", "swe") else 96)
-    max_turns = max_turns or terminal_max_turns(tuple(lv))
+    from tentalis_pipelines.tasks.families import get_family
+
+    # The family's recipe goes into each batch's manifest (tasks/families); the flags override it there.
+    recipe = {"temperature": check_temperature(temperature), "max_new_tokens": max_new_tokens}
+    max_new_tokens = max_new_tokens or get_family("terminal" if task_file else tasks).recipe(tuple(lv)).max_new_tokens or 96
+    # A curriculum run's levels change batch by batch: it is gated on the whole terminal benchmark.
+    gated_levels = (0, 1, 2, 3) if curriculum else tuple(lv)
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,
-                                     skills_top_k=skills_top_k if skills else None, temperature=sampling_temperature)
+                                     skills_top_k=skills_top_k if skills else None)
         if manager is not None:
             resources.setdefault("review", {"config": {}})["config"]["manager"] = manager
         if step_scorer is not None:
@@ -322,15 +381,15 @@ def learn(
         if hint_prefix is not None:
             resources.setdefault("review", {"config": {}})["config"]["hint_prefix"] = hint_prefix
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
-            held_out = held_out_benchmark(tasks, tuple(lv))
+            held_out = held_out_benchmark(tasks, gated_levels)
             resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
-                            skills_config=skills_config, max_turns=max_turns)
+                            skills_config=skills_config, max_turns=max_turns, recipe=recipe, curriculum=curriculum)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
-    console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, tuple(lv)))["history"])
+    console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, gated_levels))["history"])
     if skills:
         from tentalis_pipelines.cli.skills import print_skills
 

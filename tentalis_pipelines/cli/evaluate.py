@@ -44,6 +44,12 @@ def benchmark(
         err.print(f"[red]--format must be table or json, not {format!r}[/]")
         raise typer.Exit(2)
     policy = PolicySettings(model=model or os.environ.get("TENTALIS_MODEL", "embedded"))
+    from tentalis_pipelines.tasks.terminal_file import is_terminal_task_file
+
+    if is_terminal_task_file(tasks):  # bad lines listed with their fix; the good ones are evaluated
+        from tentalis_pipelines.cli.cycle import report_task_file
+
+        report_task_file(tasks)
     try:
         with console.status(f"evaluating {checkpoint} on {tasks}..."):
             res, s = benchmark_checkpoint(Lakehouse(paths.lakehouse), paths, policy, checkpoint, tasks, limit=limit, seed=seed, record=record,

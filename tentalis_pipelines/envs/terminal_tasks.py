@@ -8,7 +8,7 @@ data (JSON) read by a Python function on the host, never by running anything fro
   surrounding whitespace (levels 1 and 2);
 * ``{"kind": "tree", "rules": [...]}``: the final tree satisfies every rule (level 3): ``{"path": p,
   "file": text}`` (a regular file with that content; trailing newlines are not compared), ``{"path": p,
-  "absent": true}``, ``{"path": p, "dir": true}``, ``{"path": p, "entries": [names]}`` (a directory
+  "absent": true}``, ``{"path": p, "exists": true}``, ``{"path": p, "dir": true}``, ``{"path": p, "entries": [names]}`` (a directory
   holding exactly these names).
 
 Levels: 0, the command is named (opt-in, never in the default levels): the instruction gives the exact
@@ -135,6 +135,9 @@ def check_tree(check: dict, tree: dict[str, dict]) -> Verdict:
         if rule.get("absent"):
             if entry is not None:
                 return Verdict(False, 0.0, f"{path} should not exist")
+        elif rule.get("exists"):  # anything at all (a file or a folder): bring-your-own task files' {"exists": true}
+            if entry is None:
+                return Verdict(False, 0.0, f"{path} should exist")
         elif rule.get("dir"):
             if entry is None or entry.get("type") != "dir":
                 return Verdict(False, 0.0, f"{path} should be a directory")

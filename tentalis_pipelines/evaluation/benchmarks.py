@@ -194,6 +194,14 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         if not path.exists():
             raise BenchmarkDataMissing(f"task file {path} does not exist")
         name = "file:" + path.stem
+        from tentalis_pipelines.tasks.terminal_file import is_terminal_task_file, read_terminal_file
+
+        if is_terminal_task_file(path):  # bring-your-own terminal tasks: the held-out lines (all, if none is marked)
+            parsed = read_terminal_file(path)
+            chosen = parsed.held_out or parsed.tasks
+            items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
+                               extra={"level": t.level, "task": t.to_dict()}) for t in chosen]
+            return name, _subset(items, limit, seed)
         return name, _subset(load_jsonl_items(path, path.stem), limit, seed)
     raise ValueError(f"unknown benchmark {name_or_path!r}: choose one of {BENCHMARKS} or a path to a .jsonl task file")
 

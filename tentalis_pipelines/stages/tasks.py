@@ -84,5 +84,17 @@ def build_tasks(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySett
             **screen,
             "preview": markdown_table([{"task_id": t["task_id"], "prompt_chars": text_length(t["prompt"]),
                                         "reference_chars": text_length(t["reference"])} for t in rows]),
+            **curriculum_metadata(batch_manifest(paths.batches, batch_id)),
         },
     )
+
+
+def curriculum_metadata(manifest: dict) -> dict:
+    """The curriculum's choice of a batch's levels (``tasks/curriculum.py``) as the tasks asset shows it:
+    a table of each level's recent success, weight and tasks, and the record itself; nothing without one."""
+    from tentalis_pipelines.tasks.curriculum import curriculum_table
+
+    record = manifest.get("curriculum")
+    if not record:
+        return {}
+    return {"curriculum": curriculum_table(record), "curriculum_record": json.dumps(record, sort_keys=True)}

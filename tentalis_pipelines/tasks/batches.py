@@ -23,6 +23,13 @@ from tentalis_pipelines.envs import bfcl_tasks, swe_tasks, terminal_tasks
 from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.lakehouse import validate_batch_id
 from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
+from tentalis_pipelines.tasks.families import Recipe, get_family, manifest_recipe
+from tentalis_pipelines.tasks.families.terminal import (  # noqa: F401 - re-exported: the terminal recipe's constants
+    DEFAULT_TERMINAL_MAX_TURNS,
+    LEVEL0_MAX_TURNS,
+    TERMINAL_TEMPERATURE,
+    terminal_max_turns,
+)
 from tentalis_pipelines.tasks.jsonl import LoadedTasks, load_jsonl_tasks
 
 
@@ -122,12 +129,43 @@ def _atomic_write(path: Path, text: str) -> None:
     os.replace(tmp, path)
 
 
-def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = None) -> str:
+def family_recipe(family: str, levels: tuple[int, ...] = (), recipe: Recipe | None = None, **overrides: Any) -> Recipe:
+    """The recipe a new batch of ``family`` is written with: ``recipe`` when given, else the family's for
+    ``levels``; then every override that is set (``max_turns=None`` keeps the family's)."""
+    return (recipe or get_family(family).recipe(tuple(levels))).with_overrides(**overrides)
+
+
+def _same_batch(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """Whether two manifests describe the same batch: the same parameters and the same recipe (a manifest
+    written before recipes were recorded is compared by the recipe it falls back to)."""
+    def params(m):
+        return {k: v for k, v in m.items() if k not in ("recipe", "family", "max_turns")}
+
+    return params(a) == params(b) and manifest_recipe(a) == manifest_recipe(b)
+
+
+def _store_manifest(folder: Path, batch_id: str, manifest: dict[str, Any]) -> None:
+    """Write a seeded batch's manifest once; the same batch registered again must have the same parameters."""
+    path = folder / "manifest.json"
+    if path.exists():
+        existing = json.loads(path.read_text())
+        if not _same_batch(existing, manifest):
+            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
+    else:
+        _atomic_write(path, json.dumps(manifest))
+
+
+def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = None, *, family: str = "jsonl",
+                        recipe: Recipe | None = None) -> str:
     """Snapshot a JSONL task file as a batch. Idempotent for the same batch id.
 
     The snapshot is the bytes the batch id was hashed from (read with :func:`read_inbox_file`, so a
-    symlink or special file is refused), not a second read that could see a newer version.
+    symlink or special file is refused), not a second read that could see a newer version. A terminal
+    task file (lines with an ``instruction``, ``tasks/terminal_file.py``) dropped into the inbox is a
+    ``terminal`` family batch of all its training lines, with the terminal recipe for their levels.
     """
+    from tentalis_pipelines.tasks.terminal_file import is_terminal_task_file, read_terminal_file
+
     data = read_inbox_file(path)
     batch_id = validate_batch_id(batch_id or inbox_batch_id(path, data))
     if batch_id != inbox_batch_id(path, data):
@@ -138,7 +176,15 @@ def register_file_batch(batches_dir: Path, path: Path, batch_id: str | None = No
         tmp = folder / ".tasks.jsonl.tmp"
         tmp.write_bytes(data)
         os.replace(tmp, folder / "tasks.jsonl")
-        _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": str(path), "file": "tasks.jsonl"}))
+        levels: tuple[int, ...] = ()
+        if family == "jsonl" and is_terminal_task_file(folder / "tasks.jsonl"):
+            family = TERMINAL_MANIFEST
+            levels = tuple(sorted({t.level for t in read_terminal_file(folder / "tasks.jsonl").train}))
+        manifest = {"kind": "jsonl", "family": family, "source": str(path), "file": "tasks.jsonl",
+                    "recipe": family_recipe(family, levels, recipe=recipe).to_json()}
+        if levels:
+            manifest["levels"] = list(levels)
+        _atomic_write(folder / "manifest.json", json.dumps(manifest))
     return batch_id
 
 
@@ -147,7 +193,8 @@ def generated_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> st
 
 
 def register_generated_batch(
-    batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1, 2), batch_id: str | None = None
+    batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1, 2), batch_id: str | None = None,
+    recipe: Recipe | None = None,
 ) -> str:
     """Record the parameters of a seeded arithmetic batch. Idempotent for the same batch id.
 
@@ -161,14 +208,9 @@ def register_generated_batch(
     generate_arithmetic(1, seed=seed, levels=levels)  # validate the parameters now, not at run time
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"kind": "arithmetic", "seed": seed, "num_tasks": num_tasks, "levels": list(levels)}
-    path = folder / "manifest.json"
-    if path.exists():
-        existing = json.loads(path.read_text())
-        if existing != manifest:
-            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
-    else:
-        _atomic_write(path, json.dumps(manifest))
+    manifest = {"kind": "arithmetic", "family": "arithmetic", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "recipe": family_recipe("arithmetic", tuple(levels), recipe).to_json()}
+    _store_manifest(folder, batch_id, manifest)
     return batch_id
 
 
@@ -218,7 +260,7 @@ def _generated_batches(batches_dir: Path) -> dict[int, list[str]]:
     return seeds
 
 
-def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...],
+def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: int, levels: tuple[int, ...] | None,
                             settled: Collection[str], shuffle_seed: int = 0) -> str | None:
     """The batch that a cycle of this shape registered last and left unfinished, or None.
 
@@ -228,7 +270,8 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
     it, so a run killed and resumed trains on other tasks in its later cycles than the same run never
     killed. ``settled`` is every batch that has trajectories or a checkpoint trained on it; only the
     newest batch of the sequence qualifies (an older gap is not a cycle in progress), and for
-    arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's).
+    arithmetic only one a cycle registered (``arith-s…``; a nightly batch is the schedule's). ``levels``
+    None: a terminal curriculum cycle, whose batch's levels the curriculum chose (``tasks/curriculum.py``).
     """
     newest: str | None = None
     if task_source == "arithmetic":
@@ -241,7 +284,11 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
         seeds = terminal_batch_seeds(batches_dir)
         if seeds:
             top = max(seeds)
-            if seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
+            if levels is None:  # a curriculum cycle: its levels were chosen, so any of this size the curriculum chose
+                (only,) = seeds[top] if len(seeds[top]) == 1 else (None,)
+                if only is not None and only.startswith(f"terminal-s{top}-n{num_tasks}-") and "curriculum" in batch_manifest(batches_dir, only):
+                    newest = only
+            elif seeds[top] == [terminal_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
     elif task_source == "bfcl":
         seeds = bfcl_batch_seeds(batches_dir)
@@ -255,6 +302,9 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [swe_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif is_task_file_source(task_source):  # a terminal task file: its slices, as a dataset's
+        done = terminal_file_batches(batches_dir, Path(task_source), num_tasks)
+        newest = done[-1] if done else None
     else:
         done = _dataset_batches(batches_dir, task_source, num_tasks, shuffle_seed)
         newest = done[-1] if done else None
@@ -274,6 +324,8 @@ def batch_manifest(batches_dir: Path, batch_id: str) -> dict[str, Any]:
 def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_options: Any) -> LoadedTasks:
     """The task rows (and quarantined lines) of a registered batch (``jsonl_options``: see ``load_jsonl_tasks``)."""
     manifest = batch_manifest(batches_dir, batch_id)
+    if manifest["kind"] == "jsonl" and manifest.get("family") == TERMINAL_MANIFEST:
+        return load_terminal_file_batch(batches_dir, batch_id, manifest, created_at)
     if manifest["kind"] == "jsonl":
         return load_jsonl_tasks(batches_dir / batch_id / manifest["file"], batch_id, created_at, source=manifest["source"],
                                 **jsonl_options)
@@ -282,13 +334,13 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
         return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))
     if manifest["kind"] == TERMINAL_MANIFEST:
         tasks = terminal_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
-        return LoadedTasks(tasks=terminal_task_rows(batch_id, tasks, created_at, max_turns=int(manifest["max_turns"])))
+        return LoadedTasks(tasks=terminal_task_rows(batch_id, tasks, created_at, max_turns=int(manifest_recipe(manifest).max_turns)))
     if manifest["kind"] == BFCL_MANIFEST:
         bfcl = bfcl_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
-        return LoadedTasks(tasks=bfcl_task_rows(batch_id, bfcl, created_at, max_turns=int(manifest["max_turns"])))
+        return LoadedTasks(tasks=bfcl_task_rows(batch_id, bfcl, created_at, max_turns=int(manifest_recipe(manifest).max_turns)))
     if manifest["kind"] == SWE_MANIFEST:
         swe = swe_tasks.training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
-        return LoadedTasks(tasks=swe_task_rows(batch_id, swe, created_at, max_turns=int(manifest["max_turns"])))
+        return LoadedTasks(tasks=swe_task_rows(batch_id, swe, created_at, max_turns=int(manifest_recipe(manifest).max_turns)))
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
 
 
@@ -298,22 +350,6 @@ TERMINAL_SOURCE = "generator:terminal"
 # The terminal benchmark's held-out split: the first ``DEFAULT_TEST_PER_LEVEL`` tasks of each level of
 # this generator seed (``terminal_tasks.generate_tasks``). Training batches never hold one of them.
 TERMINAL_HELD_OUT_SEED = 0
-DEFAULT_TERMINAL_MAX_TURNS = 8
-# Level 0 names the command: run it, submit its output. Two turns do it; four leave room for one
-# mistake, and eight only give a looping 135M model more turns to loop in (experiments/terminal_base).
-LEVEL0_MAX_TURNS = 4
-# The recipe's sampling temperature for terminal episodes. SmolLM2-135M at the policy's default 0.8
-# writes noise (3.3% of level-0 episodes pass, 3 of 30 GRPO groups mixed); at 0.4, 22.5% pass and 12 of
-# 30 groups are mixed (experiments/terminal_base, level 0), so GRPO has a signal.
-TERMINAL_TEMPERATURE = 0.4
-
-
-def terminal_max_turns(levels: tuple[int, ...]) -> int:
-    """The default turn limit of an episode on these levels: ``LEVEL0_MAX_TURNS`` when every level is
-    0, else ``DEFAULT_TERMINAL_MAX_TURNS``."""
-    return LEVEL0_MAX_TURNS if levels and all(lv == 0 for lv in levels) else DEFAULT_TERMINAL_MAX_TURNS
-
-
 def terminal_held_out_tasks(levels: tuple[int, ...] = terminal_tasks.ALL_LEVELS) -> list[terminal_tasks.TerminalTask]:
     """The terminal benchmark's items: the held-out split of :data:`TERMINAL_HELD_OUT_SEED`, every level
     (level 0 included: it is the level a learning run on the embedded model is gated on)."""
@@ -369,28 +405,26 @@ def terminal_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str
 
 
 def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
-                            max_turns: int = DEFAULT_TERMINAL_MAX_TURNS, batch_id: str | None = None) -> str:
+                            max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None,
+                            curriculum: dict[str, Any] | None = None) -> str:
     """Record the parameters of a seeded terminal batch (agent episodes in the sandbox; the batch kind
     ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training
     split only (:func:`terminal_training_tasks`)."""
     check_training_seed(seed)
-    if max_turns < 1:
+    if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
     terminal_training_tasks(seed, 1, tuple(levels))  # validate the parameters now, not at run time
+    chosen = family_recipe("terminal", tuple(levels), recipe, max_turns=max_turns)  # the family's, max_turns as given
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
     batch_id = validate_batch_id(batch_id or terminal_batch_id(seed, num_tasks, tuple(levels)))
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"kind": TERMINAL_MANIFEST, "source": "terminal", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
-                "max_turns": int(max_turns)}
-    path = folder / "manifest.json"
-    if path.exists():
-        existing = json.loads(path.read_text())
-        if existing != manifest:
-            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
-    else:
-        _atomic_write(path, json.dumps(manifest))
+    manifest = {"kind": TERMINAL_MANIFEST, "family": "terminal", "source": "terminal", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "recipe": chosen.to_json()}
+    if curriculum:  # why these levels: the curriculum's choice and the success figures it used
+        manifest["curriculum"] = curriculum
+    _store_manifest(folder, batch_id, manifest)
     return batch_id
 
 
@@ -476,28 +510,23 @@ def bfcl_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
 
 
 def register_bfcl_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
-                        max_turns: int = DEFAULT_BFCL_STEPS, batch_id: str | None = None) -> str:
+                        max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None) -> str:
     """Record a seeded BFCL batch (tool-calling episodes on BFCL's simulators; the batch kind
     ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training split
     only (:func:`bfcl_training_tasks`); ``max_turns`` is the step limit per user turn."""
     check_training_seed(seed)
-    if max_turns < 1:
+    if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
     bfcl_training_tasks(seed, 1, tuple(levels))  # validate the parameters now, not at run time
+    chosen = family_recipe("bfcl", tuple(levels), recipe, max_turns=max_turns)  # the family's, max_turns as given
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
     batch_id = validate_batch_id(batch_id or bfcl_batch_id(seed, num_tasks, tuple(levels)))
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"kind": BFCL_MANIFEST, "source": "bfcl", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
-                "max_turns": int(max_turns)}
-    path = folder / "manifest.json"
-    if path.exists():
-        existing = json.loads(path.read_text())
-        if existing != manifest:
-            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
-    else:
-        _atomic_write(path, json.dumps(manifest))
+    manifest = {"kind": BFCL_MANIFEST, "family": "bfcl", "source": "bfcl", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "recipe": chosen.to_json()}
+    _store_manifest(folder, batch_id, manifest)
     return batch_id
 
 
@@ -550,7 +579,8 @@ def dataset_validation_lines(data_dir: Path, dataset: str, n: int, *, shuffle_se
     return [lines[i] for i in order[len(order) - reserved:][:n]]
 
 
-def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, num_tasks: int, shuffle_seed: int = 0) -> str:
+def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, num_tasks: int, shuffle_seed: int = 0,
+                           recipe: Recipe | None = None) -> str:
     """The next ``num_tasks`` training questions of ``dataset`` (e.g. GSM8K's train.jsonl, never its test
     split) as a batch: the file's lines in a fixed seeded order, consecutive slices per batch, so every
     run with the same seed sees the same tasks in the same cycles and no question twice. The order's
@@ -566,8 +596,8 @@ def register_dataset_batch(batches_dir: Path, data_dir: Path, dataset: str, *, n
     folder = Path(batches_dir) / batch_id
     folder.mkdir(parents=True, exist_ok=True)
     _atomic_write(folder / "tasks.jsonl", "\n".join(lines[i] for i in order[start:start + num_tasks]) + "\n")
-    _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "source": f"{source}#seed{shuffle_seed}[{start}:{start + num_tasks}]",
-                                                        "file": "tasks.jsonl"}))
+    _atomic_write(folder / "manifest.json", json.dumps({"kind": "jsonl", "family": dataset, "source": f"{source}#seed{shuffle_seed}[{start}:{start + num_tasks}]",
+                                                        "file": "tasks.jsonl", "recipe": family_recipe(dataset, recipe=recipe).to_json()}))
     return batch_id
 
 
@@ -592,26 +622,21 @@ def swe_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
 
 
 def register_swe_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = swe_tasks.LEVELS,
-                       max_turns: int = DEFAULT_TERMINAL_MAX_TURNS, batch_id: str | None = None) -> str:
+                       max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None) -> str:
     """Record the parameters of a seeded mini-SWE batch (bug-fixing episodes in the sandbox; the batch kind
     ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the catalogue's training split
     only (``swe_tasks.training_tasks``): a held-out bug is never in a batch."""
     check_training_seed(seed)
-    if max_turns < 1:
+    if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
     swe_tasks.training_tasks(seed, num_tasks, tuple(levels))  # validate the parameters now, not at run time
+    chosen = family_recipe("swe", tuple(levels), recipe, max_turns=max_turns)  # the family's, max_turns as given
     batch_id = validate_batch_id(batch_id or swe_batch_id(seed, num_tasks, tuple(levels)))
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
-    manifest = {"kind": SWE_MANIFEST, "source": "swe", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
-                "max_turns": int(max_turns)}
-    path = folder / "manifest.json"
-    if path.exists():
-        existing = json.loads(path.read_text())
-        if existing != manifest:
-            raise ValueError(f"batch {batch_id!r} is already registered with other parameters: {existing}")
-    else:
-        _atomic_write(path, json.dumps(manifest))
+    manifest = {"kind": SWE_MANIFEST, "family": "swe", "source": "swe", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
+                "recipe": chosen.to_json()}
+    _store_manifest(folder, batch_id, manifest)
     return batch_id
 
 
@@ -621,3 +646,70 @@ def swe_batch_seeds(batches_dir: Path) -> dict[int, list[str]]:
 
 def next_swe_seed(batches_dir: Path) -> int:
     return next_manifest_seed(batches_dir, SWE_MANIFEST)
+
+
+# --------------------------------------------------------------------------- bring-your-own terminal task files
+def is_task_file_source(task_source: str) -> bool:
+    """Whether a ``--tasks`` value names a task file (a path ending in ``.jsonl``, or one that exists)
+    rather than a built-in family."""
+    return task_source.endswith(".jsonl") or ("/" in task_source and Path(task_source).expanduser().exists())
+
+
+def _terminal_file_prefix(path: Path, data: bytes, num_tasks: int) -> str:
+    return f"{inbox_batch_id(path, data)}-n{num_tasks}-"
+
+
+def terminal_file_batches(batches_dir: Path, path: Path, num_tasks: int) -> list[str]:
+    """The registered batches of one terminal task file (its bytes) sliced ``num_tasks`` at a time, in order."""
+    path = Path(path).expanduser()
+    prefix = _terminal_file_prefix(path, read_inbox_file(path), num_tasks)
+    return sorted(p.name for p in Path(batches_dir).glob(prefix + "*") if (p / "manifest.json").exists())
+
+
+def register_terminal_file_batch(batches_dir: Path, path: Path, *, num_tasks: int, max_turns: int | None = None,
+                                 overrides: dict[str, Any] | None = None) -> str:
+    """The next ``num_tasks`` training tasks of a bring-your-own terminal task file (``tasks/terminal_file.py``)
+    as a batch: the file's bytes snapshotted, its good training lines in file order, consecutive slices
+    per batch, wrapping around to the start (never the same task twice in one batch). Bad lines are
+    quarantined by the batch's ``tasks`` stage; held-out lines are never in a batch. Raises ValueError
+    (file, line and fix) when the file has no usable training line."""
+    from tentalis_pipelines.tasks.terminal_file import read_terminal_file
+
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    path = Path(path).expanduser()
+    data = read_inbox_file(path)
+    parsed = read_terminal_file(path)
+    train = parsed.train
+    if not train:
+        why = "; ".join(parsed.errors()[:3]) or "every line is marked heldout"
+        raise ValueError(f"{path}: no usable training task ({why}); fix the lines named, or mark some \"split\": \"train\"")
+    prefix = _terminal_file_prefix(path, data, num_tasks)
+    index = len(terminal_file_batches(batches_dir, path, num_tasks))
+    batch_id = validate_batch_id(f"{prefix}{index:04d}")
+    levels = tuple(sorted({t.level for t in train}))
+    chosen = family_recipe(TERMINAL_MANIFEST, levels, max_turns=max_turns, **(overrides or {}))
+    folder = Path(batches_dir) / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / ".tasks.jsonl.tmp"
+    tmp.write_bytes(data)
+    os.replace(tmp, folder / "tasks.jsonl")
+    _atomic_write(folder / "manifest.json", json.dumps({
+        "kind": "jsonl", "family": TERMINAL_MANIFEST, "source": str(path), "file": "tasks.jsonl", "levels": list(levels),
+        "start": (index * num_tasks) % len(train), "num_tasks": num_tasks, "recipe": chosen.to_json()}))
+    return batch_id
+
+
+def load_terminal_file_batch(batches_dir: Path, batch_id: str, manifest: dict[str, Any], created_at) -> LoadedTasks:
+    """A terminal task file batch's rows: its slice of the file's training tasks, and its bad lines as
+    quarantine rows (``<file>:<line>: <problem>; fix: <how>``)."""
+    from tentalis_pipelines.tasks.terminal_file import read_terminal_file
+
+    parsed = read_terminal_file(Path(batches_dir) / batch_id / manifest["file"], source=manifest["source"], display=manifest["source"])
+    train = parsed.train
+    n = min(int(manifest.get("num_tasks") or len(train)), len(train))  # an inbox file: all its training lines
+    start = int(manifest.get("start", 0))
+    chosen = [train[(start + i) % len(train)] for i in range(n)] if train else []
+    rows = terminal_task_rows(batch_id, chosen, created_at, max_turns=int(manifest_recipe(manifest).max_turns))
+    rows = [{**r, "source": manifest["source"]} for r in rows]
+    return LoadedTasks(tasks=rows, rejects=[{**r, "batch_id": batch_id} for r in parsed.rejects])

@@ -22,7 +22,8 @@ def test_a_terminal_batch_is_registered_once_with_its_parameters(tmp_path):
     bid = batches.register_terminal_batch(tmp_path, seed=3, num_tasks=5, levels=(1, 2), max_turns=4)
     assert bid == "terminal-s3-n5-l12"
     assert json.loads((tmp_path / bid / "manifest.json").read_text()) == {
-        "kind": "terminal", "source": "terminal", "seed": 3, "num_tasks": 5, "levels": [1, 2], "max_turns": 4}
+        "kind": "terminal", "family": "terminal", "source": "terminal", "seed": 3, "num_tasks": 5, "levels": [1, 2],
+        "recipe": {"temperature": 0.4, "max_new_tokens": 128, "max_turns": 4, "num_generations": None}}
     assert batches.register_terminal_batch(tmp_path, seed=3, num_tasks=5, levels=(1, 2), max_turns=4) == bid  # idempotent
     with pytest.raises(ValueError, match="other parameters"):
         batches.register_terminal_batch(tmp_path, seed=3, num_tasks=5, levels=(1, 2), max_turns=2, batch_id=bid)

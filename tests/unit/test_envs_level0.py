@@ -138,12 +138,13 @@ def test_each_level_has_its_own_held_out_benchmark_and_turn_limit():
 def test_a_learning_run_is_gated_on_the_levels_it_trains_at_the_recipe_temperature():
     import typer
 
-    from tentalis_pipelines.cli.cycle import held_out_benchmark, recipe_temperature
+    from tentalis_pipelines.cli.cycle import check_temperature, held_out_benchmark
+    from tentalis_pipelines.tasks.families import get_family
 
     assert held_out_benchmark("terminal", (0,)) == "terminal-l0" and held_out_benchmark("terminal", (3,)) == "terminal-l3"
     assert held_out_benchmark("terminal", (0, 1)) == "terminal" and held_out_benchmark("gsm8k", (1,)) == "gsm8k"
-    assert recipe_temperature("terminal", None) == 0.4 and recipe_temperature("arithmetic", None) is None
-    assert recipe_temperature("terminal", 0.7) == 0.7 and recipe_temperature("arithmetic", 1.0) == 1.0
+    assert get_family("terminal").recipe((0,)).temperature == 0.4 and get_family("arithmetic").recipe((1,)).temperature is None
+    assert check_temperature(None) is None and check_temperature(0.7) == 0.7 and check_temperature(2.0) == 2.0
     for bad in (0.0, -0.1, 2.5):
         with pytest.raises(typer.Exit):
-            recipe_temperature("terminal", bad)
+            check_temperature(bad)

@@ -213,7 +213,8 @@ def test_a_swe_batch_is_registered_once_and_loads_training_rows(tmp_path):
     bid = batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=5)
     assert bid == "swe-s2-n6-l13"
     assert json.loads((tmp_path / bid / "manifest.json").read_text()) == {
-        "kind": "swe", "source": "swe", "seed": 2, "num_tasks": 6, "levels": [1, 3], "max_turns": 5}
+        "kind": "swe", "family": "swe", "source": "swe", "seed": 2, "num_tasks": 6, "levels": [1, 3],
+        "recipe": {"temperature": None, "max_new_tokens": 128, "max_turns": 5, "num_generations": None}}
     assert batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=5) == bid  # idempotent
     with pytest.raises(ValueError, match="other parameters"):
         batches.register_swe_batch(tmp_path, seed=2, num_tasks=6, levels=(1, 3), max_turns=2, batch_id=bid)

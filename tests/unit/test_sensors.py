@@ -208,7 +208,8 @@ def test_nightly_schedule_registers_the_nights_batch_and_requests_its_rollouts(s
     assert req.tags["tentalis/trigger"] == "nightly"
     assert instance.get_dynamic_partitions(task_batches.name) == ["nightly-20261123"]
     manifest = json.loads((Paths.from_env(home).batches / "nightly-20261123" / "manifest.json").read_text())
-    assert manifest == {"kind": "arithmetic", "seed": 1, "num_tasks": 5, "levels": [1]}
+    assert manifest == {"kind": "arithmetic", "family": "arithmetic", "seed": 1, "num_tasks": 5, "levels": [1],
+                        "recipe": {"temperature": None, "max_new_tokens": None, "max_turns": None, "num_generations": None}}
     again, _ = _night(instance, home, 23)  # the same night evaluated again: the same batch, no second one
     assert again.partition_key == "nightly-20261123" and instance.get_dynamic_partitions(task_batches.name) == ["nightly-20261123"]
     nxt, _ = _night(instance, home, 24)  # the next night: a fresh seed
