@@ -15,7 +15,8 @@ mutmut's forked workers import the mutated copy from ``mutants/``; a subprocess 
 unmutated package, so integration tests that spawn one cannot kill anything and are not listed).
 The runner copies the working tree's tracked files into a temporary folder, writes a ``[tool.mutmut]``
 section for the target into the copy's ``pyproject.toml``, runs ``mutmut run``, reads ``mutmut results``
-and writes ``tools/mutants/reports/<target>.md``: the counts, the score and every survivor with its diff
+and writes ``tools/mutants/reports/<target>.md`` (and the raw results beside it, so ``--from-results``
+re-renders a report after ``survivors.json`` changes without running mutmut again): the counts, the score and every survivor with its diff
 and either its equivalence argument or the case it shows (from ``tools/mutants/survivors.json``, keyed
 by mutant name and checked against the stored diff, so a reason never outlives the code it explains).
 
@@ -227,6 +228,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--min-score", type=float, default=0.90)
     p.add_argument("--list", action="store_true", help="print the targets and exit")
     p.add_argument("--keep", action="store_true", help="keep the temporary copy (debugging)")
+    p.add_argument("--from-results", action="store_true",
+                   help="rewrite the reports from the last run's saved results (after editing survivors.json), without running mutmut")
     args = p.parse_args(argv)
     known = {t.name: t for t in TARGETS}
     if args.list:
@@ -242,7 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     survivors = load_survivors()
     failed = []
     for t in targets:
-        result = run_target(t, args.jobs, keep=args.keep)
+        saved = REPORTS / f"{t.name}.results.json"
+        if args.from_results:
+            if not saved.exists():
+                p.error(f"no saved results for {t.name} ({saved.relative_to(ROOT)}): run it without --from-results first")
+            result = json.loads(saved.read_text())
+        else:
+            result = run_target(t, args.jobs, keep=args.keep)
+            REPORTS.mkdir(parents=True, exist_ok=True)
+            saved.write_text(json.dumps(result, indent=1, sort_keys=True, ensure_ascii=False) + "\n")
         killed, scored, frac = write_report(t, result, survivors, args.jobs)
         shown = f"{frac:.1%}" if frac is not None else "n/a"
         print(f"{t.name:18} {killed:4d} / {scored:4d} killed  {shown:>6}  {result['seconds']:.0f} s  "
