@@ -49,6 +49,7 @@ those it lists are required (a missing file fails closed too), those it leaves o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -580,3 +581,49 @@ def matches_markdown(rows: Sequence[tuple[str, Match]], limit: int = 20) -> str:
     if len(rows) > limit:
         lines.append(f"| … {len(rows) - limit} more | | | | | |")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- demonstrations
+@functools.lru_cache(maxsize=1)
+def held_out_tasks() -> tuple[dict[str, str], dict[str, str]]:
+    """({task id: benchmark}, {fingerprint: task id}) of every generated held-out task: the terminal
+    benchmark's (every level), the generated BFCL held-out split and the mini-SWE catalogue's test split.
+    The fingerprint is sha256 of :func:`screening_text` of the task row (its prompt, tree and check)."""
+    from tentalis_pipelines.envs.base import EnvironmentUnavailable
+    from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
+    from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_held_out_tasks
+
+    ids: dict[str, str] = {}
+    prints: dict[str, str] = {}
+    for name, load in (("terminal", terminal_held_out_tasks), ("bfcl", bfcl_held_out_tasks), ("swe", swe_held_out)):
+        try:
+            tasks = load()
+        except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
+            continue
+        for t in tasks:
+            ids[t.task_id] = name
+            row = t.task_row()
+            prints[hashlib.sha256(screening_text(row).encode()).hexdigest()] = t.task_id
+    return ids, prints
+
+
+def held_out_reason(row: dict[str, Any]) -> str | None:
+    """Why a task (a ``tasks`` row, or a ``demonstrations`` row: ``task_id``, ``task_fingerprint``) is held
+    out, or None: its id is a held-out task's, its metadata says ``split = test``, or what it is (prompt,
+    initial state, check) equals a held-out task's. A held-out task never gets a demonstration."""
+    ids, prints = held_out_tasks()
+    task_id = str(row.get("task_id") or "")
+    if task_id in ids:
+        return f"a {ids[task_id]} held-out task id"
+    try:
+        meta = json.loads(row.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        meta = {}
+    if isinstance(meta, dict) and meta.get("split") == "test":
+        return "its split is test"
+    fingerprint = row.get("task_fingerprint")
+    if not fingerprint and row.get("prompt") is not None:
+        fingerprint = hashlib.sha256(screening_text(row).encode()).hexdigest()
+    if fingerprint in prints:
+        return f"the same task as held-out {prints[fingerprint]}"
+    return None

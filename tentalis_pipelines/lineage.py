@@ -44,7 +44,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
 # Tables every training run reads (directly, or through the stages that made its trajectories).
 TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")
 # Tables other features add; their version is recorded when they exist.
-OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills", "grounding_flags")
+OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills", "grounding_flags", "demonstrations")
 MANIFEST_FILE = "lineage.json"
 MANIFEST_VERSION = 1
 
@@ -222,6 +222,10 @@ def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
               "row_id": h["rollout_id"], "batch_id": h["batch_id"], "detail": h["hint_id"]} for h in manifest.get("guide_hints", [])]
     rows += [{**base, "kind": "skill", "table_name": "skills", "table_version": versions.get("skills"), "row_id": s}
              for s in manifest["skills"]]
+    # A warm start (stages/warm_start.py): each demonstration it trained on.
+    rows += [{**base, "kind": "demonstration", "table_name": "demonstrations", "table_version": versions.get("demonstrations"),
+              "row_id": d["demonstration_id"], "batch_id": d["batch_id"], "detail": d.get("source")}
+             for d in manifest.get("demonstrations", [])]
     return rows
 
 
