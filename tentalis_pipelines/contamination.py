@@ -584,37 +584,40 @@ def matches_markdown(rows: Sequence[tuple[str, Match]], limit: int = 20) -> str:
 
 
 # ----------------------------------------------------------------------------------------- demonstrations
-@functools.lru_cache(maxsize=1)
-def held_out_tasks() -> tuple[dict[str, str], dict[str, str]]:
-    """({task id: benchmark}, {fingerprint: task id}) of every generated held-out task: the terminal
-    benchmark's (every level), the generated BFCL held-out split and the mini-SWE catalogue's test split.
+HELD_OUT_ENVIRONMENTS = ("terminal", "bfcl", "swe")
+_TASK_ID_PREFIXES = {"terminal": "terminal-", "bfcl": "bfcl_", "swe": "swe-"}
+
+
+@functools.cache
+def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
+    """(task ids, {fingerprint: task id}) of an environment's generated held-out tasks: the terminal
+    benchmark's (every level), the generated BFCL held-out split, the mini-SWE catalogue's test split.
     The fingerprint is sha256 of :func:`screening_text` of the task row (its prompt, tree and check)."""
     from tentalis_pipelines.envs.base import EnvironmentUnavailable
     from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
     from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_held_out_tasks
 
-    ids: dict[str, str] = {}
-    prints: dict[str, str] = {}
-    for name, load in (("terminal", terminal_held_out_tasks), ("bfcl", bfcl_held_out_tasks), ("swe", swe_held_out)):
-        try:
-            tasks = load()
-        except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
-            continue
-        for t in tasks:
-            ids[t.task_id] = name
-            row = t.task_row()
-            prints[hashlib.sha256(screening_text(row).encode()).hexdigest()] = t.task_id
-    return ids, prints
+    load = {"terminal": terminal_held_out_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}[environment]
+    try:
+        tasks = load()
+    except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
+        return frozenset(), {}
+    prints = {hashlib.sha256(screening_text(t.task_row()).encode()).hexdigest(): t.task_id for t in tasks}
+    return frozenset(t.task_id for t in tasks), prints
 
 
 def held_out_reason(row: dict[str, Any]) -> str | None:
     """Why a task (a ``tasks`` row, or a ``demonstrations`` row: ``task_id``, ``task_fingerprint``) is held
     out, or None: its id is a held-out task's, its metadata says ``split = test``, or what it is (prompt,
-    initial state, check) equals a held-out task's. A held-out task never gets a demonstration."""
-    ids, prints = held_out_tasks()
+    initial state, check) equals a held-out task's. A held-out task never gets a demonstration.
+
+    The row is checked against its environment's held-out tasks (``environment``, else the one its id's
+    prefix names), or against every environment's when neither says."""
     task_id = str(row.get("task_id") or "")
-    if task_id in ids:
-        return f"a {ids[task_id]} held-out task id"
+    env = row.get("environment")
+    if env not in HELD_OUT_ENVIRONMENTS:
+        env = next((e for e, p in _TASK_ID_PREFIXES.items() if task_id.startswith(p)), None)
+    envs = (env,) if env else HELD_OUT_ENVIRONMENTS
     try:
         meta = json.loads(row.get("metadata") or "{}")
     except (TypeError, ValueError):
@@ -624,6 +627,10 @@ def held_out_reason(row: dict[str, Any]) -> str | None:
     fingerprint = row.get("task_fingerprint")
     if not fingerprint and row.get("prompt") is not None:
         fingerprint = hashlib.sha256(screening_text(row).encode()).hexdigest()
-    if fingerprint in prints:
-        return f"the same task as held-out {prints[fingerprint]}"
+    for e in envs:
+        ids, prints = held_out_tasks(e)
+        if task_id in ids:
+            return f"a {e} held-out task id"
+        if fingerprint in prints:
+            return f"the same task as held-out {prints[fingerprint]}"
     return None
