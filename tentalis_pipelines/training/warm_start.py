@@ -178,7 +178,7 @@ def train_sft(model, tokenizer, samples: list[TrainSample], config: WarmStartCon
             for mb in micro_batches(rows, config.micro_batch_tokens):
                 s, _ = masked_nll(model, mb, pad_id, device)
                 (s / n_tokens).backward()  # one mean over the step's tokens, whatever the micro-batches
-                total += float(s)
+                total += float(s.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm))
             optimizer.step()
             step += 1

@@ -1,0 +1,95 @@
+"""Demonstrations through the real sandbox, and the warm start as a Dagster asset on the tiny random model.
+
+* the oracle's demonstration of a generated terminal task passes when replayed in the sandbox, and a
+  wrong or short one does not;
+* a person's file is replayed too: the solving line lands verified with its conversation, the others are
+  quarantined with file and line;
+* demonstration_job (tasks, oracle demonstrations) then warm_start_job: a checkpoint like any other
+  (algorithm sft_warm_start, parent, trained_on, lineage per demonstration), not promoted (the gate decides)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+from dagster import DagsterInstance
+
+import jobs.runner as runner
+from assets.partitions import checkpoint_ids
+from tentalis_pipelines import demonstrations as demos
+from tentalis_pipelines.definitions import defs
+from tentalis_pipelines.envs.terminal_tasks import TerminalTask
+from tentalis_pipelines.lakehouse import Lakehouse, now_utc
+from tentalis_pipelines.settings import Paths
+from tentalis_pipelines.tasks.batches import terminal_task_rows, terminal_training_tasks
+from tentalis_pipelines.training import serving
+
+needs_sandbox = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
+                                   reason="the sandbox needs Linux namespaces and root (CI runs as root)")
+
+
+@needs_sandbox
+def test_the_oracle_demonstration_of_a_generated_terminal_task_passes_in_the_sandbox():
+    task = terminal_training_tasks(5, 1, (1,))[0]
+    actions = demos.oracle_actions("terminal", task)
+    assert actions == [f"```bash\n{c}\n```" for c in task.solution] and task.solution[-1].startswith("submit")
+    ep = demos.replay("terminal", task, actions, max_turns=8)
+    assert ep.passed and demos.policy_actions(ep) == actions
+    row = demos.demonstration_row("b1", {**task.task_row(), "batch_id": "b1"}, demos.ORACLE, ep)
+    assert row["verified"] and row["actions"] == actions and row["source"] == "oracle"
+    msgs = json.loads(row["messages"])
+    assert [m["content"] for m in msgs if m["kind"] == "assistant"] == actions and msgs[0]["role"] == "system"
+    # A wrong answer fails the check; a demonstration that stops before submitting fails the episode.
+    wrong = demos.replay("terminal", task, [*actions[:-1], "```bash\nsubmit not-the-answer\n```"], max_turns=8)
+    assert not wrong.passed
+    short = demos.replay("terminal", task, actions[:-1], max_turns=8)
+    assert not short.passed and "DemonstrationExhausted" in short.end_reason
+
+
+@needs_sandbox
+def test_an_imported_demonstration_is_replayed_and_only_a_solving_one_lands(tmp_path):
+    lake = Lakehouse(tmp_path / "lake")
+    task = terminal_training_tasks(5, 1, (1,))[0]
+    lake.write_batch("tasks", "b1", terminal_task_rows("b1", [task], now_utc()))
+    good = {"batch_id": "b1", "task_id": task.task_id, "actions": demos.oracle_actions("terminal", task)}
+    path = tmp_path / "people.jsonl"
+    path.write_text(json.dumps(good) + "\n" + json.dumps({**good, "actions": ["```bash\nsubmit 12345\n```"]}) + "\n")
+    out = demos.import_demonstrations(lake, path)
+    assert out["imported"] == 1 and out["quarantined"] == 1
+    (row,) = demos.read_demonstrations(lake)
+    assert row["verified"] and row["source"] == "human:people.jsonl" and row["source_line"] == 1
+    (bad,) = lake.read("quarantine").to_pylist()
+    assert bad["error"].startswith(f"{path}:2: the actions do not solve task {task.task_id}")
+
+
+@needs_sandbox
+def test_demonstration_job_then_warm_start_job_write_a_gated_checkpoint(home, tiny_model_dir, monkeypatch):
+    monkeypatch.delenv("TENTALIS_MODEL", raising=False)
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "terminal")  # exact-only: no embedding pass in this test
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    config = {"resources": {"policy": {"config": {"model": str(tiny_model_dir)}},
+                            "trainer": {"config": {"lora_r": 4, "dtype": "float32"}}},
+              "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    with DagsterInstance.ephemeral() as instance:
+        batch_id = runner.register_batch(instance, paths, num_tasks=2, seed=None, levels=(1,), task_source="terminal", max_turns=8)
+        runner.run_job(defs, instance, "demonstration_job", partition_key=batch_id, run_config=config)
+        rows = demos.read_demonstrations(lake)
+        tasks = {t["task_id"]: t for t in lake.read("tasks", batch_id=batch_id).to_pylist()}
+        assert len(rows) == 2 and {r["task_id"] for r in rows} == set(tasks)
+        for r in rows:
+            task = TerminalTask.from_task_row(tasks[r["task_id"]])
+            assert r["verified"] and r["source"] == "oracle" and r["actions"] == demos.oracle_actions("terminal", task)
+        warm = {**config, "ops": {"warm_start": {"config": {"epochs": 2, "learning_rate": 0.01}}}}
+        runner.run_job(defs, instance, "warm_start_job", run_config=warm)
+        (ck,) = lake.read("checkpoints").to_pylist()
+        assert instance.has_dynamic_partition(checkpoint_ids.name, ck["checkpoint_id"])
+    assert ck["algorithm"] == "sft_warm_start" and ck["parent_id"] is None and ck["trained_on"] == [batch_id]
+    assert ck["promoted"] is False and serving.serving_policy(lake)[0] == "base"  # the gate decides, not the trainer
+    cfg, metrics = json.loads(ck["config"]), json.loads(ck["metrics"])
+    assert sorted(cfg["demonstration_ids"]) == sorted(r["demonstration_id"] for r in rows)
+    assert metrics["nll_after"] < metrics["nll_before"] and metrics["demonstrations"] == 2
+    lineage = [r for r in lake.read("lineage").to_pylist() if r["checkpoint_id"] == ck["checkpoint_id"]]
+    assert sorted(r["row_id"] for r in lineage if r["kind"] == "demonstration") == sorted(cfg["demonstration_ids"])
