@@ -93,3 +93,33 @@ def test_demonstration_job_then_warm_start_job_write_a_gated_checkpoint(home, ti
     assert metrics["nll_after"] < metrics["nll_before"] and metrics["demonstrations"] == 2
     lineage = [r for r in lake.read("lineage").to_pylist() if r["checkpoint_id"] == ck["checkpoint_id"]]
     assert sorted(r["row_id"] for r in lineage if r["kind"] == "demonstration") == sorted(cfg["demonstration_ids"])
+
+
+@needs_sandbox
+def test_run_warm_start_benchmarks_the_checkpoint_and_the_gate_decides(home, tiny_model_dir, monkeypatch):
+    """`tentalis warmstart`'s jobs: the warm-start checkpoint goes through benchmark_job and promotion_job
+    like an RL checkpoint; only the gate's decision moves the serving pointer."""
+    from jobs.warm_start import WarmStartOptions, run_warm_start
+    from tentalis_pipelines import promotion
+
+    monkeypatch.delenv("TENTALIS_MODEL", raising=False)
+    monkeypatch.setenv("TENTALIS_CONTAMINATION_BENCHMARKS", "terminal")
+    paths = Paths.from_env(str(home)).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    resources = {"policy": {"config": {"model": str(tiny_model_dir)}}, "trainer": {"config": {"lora_r": 4, "dtype": "float32"}},
+                 "benchmark": {"config": {"benchmarks": ["terminal-l1"], "gate_benchmark": "terminal-l1", "limit": 2,
+                                          "max_new_tokens": 8}}}
+    opts = WarmStartOptions(task_source="terminal", num_tasks=1, levels=(1,), max_turns=2, epochs=1, learning_rate=0.01,
+                            resources=resources)
+    jobs = []
+    with DagsterInstance.ephemeral() as instance:
+        out = run_warm_start(defs, instance, paths, opts, on_run=lambda r: jobs.append((r.job, r.partition)))
+    assert [j for j, _ in jobs] == ["demonstration_job", "warm_start_job", "benchmark_job", "benchmark_job", "promotion_job"]
+    cid = out["checkpoint_id"]
+    assert {p for j, p in jobs if j == "benchmark_job"} == {f"terminal-l1|{cid}", "terminal-l1|base"}
+    decision = out["decision"]
+    assert decision["checkpoint_id"] == cid and decision in promotion.decisions(lake, "terminal-l1")
+    # Serving moved only by the gate's decision (actor "gate"), never by the warm start itself.
+    moves = [r for r in lake.read("serving").to_pylist() if r["to_checkpoint"] == cid] if lake.exists("serving") else []
+    assert serving.serving_policy(lake)[0] == (cid if decision["promote"] else "base")
+    assert [m["actor"] for m in moves] == (["gate"] if decision["promote"] else [])
