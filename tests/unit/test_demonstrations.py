@@ -161,3 +161,23 @@ def test_the_check_passes_on_clean_demonstrations(tmp_path):
     demos.write_demonstrations(lake, [row])
     passed, _, meta = demos.check_demonstrations(lake, "b1")
     assert passed and meta == {"demonstrations": 1, "verified": 1, "held_out": 0, "unknown_tasks": 0, "without_messages": 0}
+
+
+def test_the_warm_start_refuses_a_held_out_demonstration_that_got_into_the_table(tmp_path):
+    from tentalis_pipelines.policy import PolicySettings
+    from tentalis_pipelines.settings import Paths
+    from tentalis_pipelines.stages.warm_start import train_warm_start
+    from tentalis_pipelines.training.trainer import GRPOConfig
+    from tentalis_pipelines.training.warm_start import WarmStartConfig
+
+    paths = Paths.from_env(str(tmp_path / "home")).ensure()
+    lake = Lakehouse(paths.lakehouse)
+    held = terminal_held_out_tasks((1,))[0]
+    row = {"demonstration_id": "demo-3", "batch_id": "b1", "task_id": held.task_id, "environment": "terminal", "source": "oracle",
+           "source_line": None, "actions": ["```bash\nls\n```"], "verified": True, "verify_detail": "passed", "messages": "[]",
+           "task_fingerprint": demos.task_fingerprint(held.task_row()), "created_at": now_utc()}
+    lake.replace_where("demonstrations", {"batch_id": "b1", "source": "oracle"}, [row], partition_by=["batch_id"])
+    with pytest.raises(ValueError, match="refused: 1 demonstration"):  # before any model loads
+        train_warm_start(lake, paths, PolicySettings(), GRPOConfig(), WarmStartConfig())
+    with pytest.raises(ValueError, match="no verified demonstrations in batches"):
+        train_warm_start(lake, paths, PolicySettings(), GRPOConfig(), WarmStartConfig(), batches=["other"])
