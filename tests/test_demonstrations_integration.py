@@ -123,3 +123,35 @@ def test_run_warm_start_benchmarks_the_checkpoint_and_the_gate_decides(home, tin
     moves = [r for r in lake.read("serving").to_pylist() if r["to_checkpoint"] == cid] if lake.exists("serving") else []
     assert serving.serving_policy(lake)[0] == (cid if decision["promote"] else "base")
     assert [m["actor"] for m in moves] == (["gate"] if decision["promote"] else [])
+
+
+@needs_sandbox
+def test_a_stronger_models_passing_episode_lands_in_the_action_format(tmp_path, tiny_model_dir):
+    """The `openai` source end to end over HTTP: a scripted OpenAI-compatible server stands for the stronger
+    model (it writes the oracle's commands with words around them); the real backend renders each turn with
+    the chat template, the episode runs in the sandbox, and the demonstration lands as the bare bash blocks,
+    replayed and verified. A model that never solves the task lands nothing."""
+    from tentalis_pipelines.inference.openai_backend import OpenAIBackend
+    from tests.test_openai_backend_integration import ScriptedServer, ok
+
+    lake = Lakehouse(tmp_path / "lake")
+    task = terminal_training_tasks(5, 1, (1,))[0]
+    lake.write_batch("tasks", "b1", terminal_task_rows("b1", [task], now_utc()))
+
+    def solver(attempt: int, path: str, body: dict):
+        # The assistant turns already in the prompt, less the worked example's two and the open header.
+        turn = body["prompt"].count("<|im_start|>assistant") - 3
+        return ok([f"Let me do that.\n```bash\n{task.solution[turn]}\n```\nThis should work."])
+
+    with ScriptedServer(solver) as srv:
+        backend = OpenAIBackend(tiny_model_dir, base_url=srv.url, served_model="big-model", logprobs=False, backoff_base=0.01)
+        rows, summary = demos.model_demonstrations(lake, "b1", backend)
+    assert summary == {"source": "openai:big-model", "episodes": 1, "passed": 1, "verified": 1}
+    (row,) = rows
+    assert row["source"] == "openai:big-model" and row["verified"]
+    assert row["actions"] == [f"```bash\n{c}\n```" for c in task.solution]  # the words around the block are gone
+
+    with ScriptedServer(lambda a, p, b: ok(["```bash\nsubmit 0\n```"])) as srv:
+        backend = OpenAIBackend(tiny_model_dir, base_url=srv.url, served_model="small", logprobs=False, backoff_base=0.01)
+        rows, summary = demos.model_demonstrations(lake, "b1", backend, attempts=2)
+    assert rows == [] and summary["episodes"] == 2 and summary["passed"] == 0
