@@ -181,3 +181,24 @@ def test_the_warm_start_refuses_a_held_out_demonstration_that_got_into_the_table
         train_warm_start(lake, paths, PolicySettings(), GRPOConfig(), WarmStartConfig())
     with pytest.raises(ValueError, match="no verified demonstrations in batches"):
         train_warm_start(lake, paths, PolicySettings(), GRPOConfig(), WarmStartConfig(), batches=["other"])
+
+
+# --------------------------------------------------------------------------- the commands
+def test_the_commands_refuse_bad_input_in_one_line(home, tmp_path):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["warmstart", "--tasks", "arithmetic"])
+    assert out.exit_code == 2 and "a warm start demonstrates environment tasks" in out.output
+    out = runner.invoke(app, ["warmstart", "--tasks", "terminal", "--seed", "1000000"])
+    assert out.exit_code == 2 and "reserved" in out.output
+    out = runner.invoke(app, ["demos", "import", str(tmp_path / "nope.jsonl")])
+    assert out.exit_code == 2 and "does not exist" in out.output
+    path = tmp_path / "d.jsonl"
+    path.write_text("{oops\n")
+    out = runner.invoke(app, ["demos", "import", str(path), "--no-verify"])
+    assert out.exit_code == 0 and "1 line(s) quarantined" in out.output and f"{path}:1:" in out.output.replace("\n", "")
+    out = runner.invoke(app, ["demos", "list"])
+    assert out.exit_code == 0 and "no demonstrations yet" in out.output
