@@ -588,11 +588,33 @@ HELD_OUT_ENVIRONMENTS = ("terminal", "bfcl", "swe")
 _TASK_ID_PREFIXES = {"terminal": "terminal-", "bfcl": "bfcl_", "swe": "swe-"}
 
 
+STATE_KEYS = ("tree", "turns", "initial_config")  # what an environment task starts from (metadata keys)
+
+
+def task_fingerprint(row: dict[str, Any]) -> str:
+    """sha256 of what an environment task *is*, ids, seeds and splits aside: its prompt, its check
+    (``reference``) and the state it starts from (the metadata's ``tree``, BFCL's ``turns`` and
+    ``initial_config``). Two tasks with the same fingerprint are the same task (the generators' own
+    ``terminal_fingerprint``/``bfcl_fingerprint`` notion; the prompt alone is not: BFCL repeats a request
+    over other initial states)."""
+    try:
+        meta = json.loads(row.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        meta = {}
+    try:
+        reference = json.loads(row.get("reference") or "null")
+    except (TypeError, ValueError):
+        reference = row.get("reference")
+    state = {k: meta[k] for k in STATE_KEYS if isinstance(meta, dict) and k in meta}
+    body = json.dumps({"prompt": row.get("prompt") or "", "reference": reference, "state": state}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
 @functools.cache
 def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
     """(task ids, {fingerprint: task id}) of an environment's generated held-out tasks: the terminal
     benchmark's (every level), the generated BFCL held-out split, the mini-SWE catalogue's test split.
-    The fingerprint is sha256 of :func:`screening_text` of the task row (its prompt, tree and check)."""
+    The fingerprint is :func:`task_fingerprint` of the task row."""
     from tentalis_pipelines.envs.base import EnvironmentUnavailable
     from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
     from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_held_out_tasks
@@ -602,7 +624,7 @@ def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
         tasks = load()
     except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
         return frozenset(), {}
-    prints = {hashlib.sha256(screening_text(t.task_row()).encode()).hexdigest(): t.task_id for t in tasks}
+    prints = {task_fingerprint(t.task_row()): t.task_id for t in tasks}
     return frozenset(t.task_id for t in tasks), prints
 
 
@@ -626,7 +648,7 @@ def held_out_reason(row: dict[str, Any]) -> str | None:
         return "its split is test"
     fingerprint = row.get("task_fingerprint")
     if not fingerprint and row.get("prompt") is not None:
-        fingerprint = hashlib.sha256(screening_text(row).encode()).hexdigest()
+        fingerprint = task_fingerprint(row)
     for e in envs:
         ids, prints = held_out_tasks(e)
         if task_id in ids:

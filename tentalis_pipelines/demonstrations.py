@@ -74,10 +74,10 @@ def demonstration_id(batch_id: str, task_id: str, source: str, actions: Sequence
 
 
 def task_fingerprint(task_row: dict[str, Any]) -> str:
-    """sha256 of what the task is (prompt, initial state and check: ``contamination.screening_text``)."""
-    from tentalis_pipelines.contamination import screening_text
+    """What the task is (prompt, check, initial state): ``contamination.task_fingerprint``."""
+    from tentalis_pipelines.contamination import task_fingerprint as fingerprint
 
-    return hashlib.sha256(screening_text(task_row).encode()).hexdigest()
+    return fingerprint(task_row)
 
 
 # --------------------------------------------------------------------------- actions and replays

@@ -374,7 +374,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             col("verify_detail", pa.string(), "the verifying episode's end and the check's detail"),
             col("messages", pa.string(),
                 "JSON: the verifying episode's conversation (role, content, kind): what the warm start trains on"),
-            col("task_fingerprint", pa.string(), "sha256 of the task's prompt, initial state and check when it was demonstrated"),
+            col("task_fingerprint", pa.string(), "sha256 of the task's prompt, check and initial state when it was demonstrated (contamination.task_fingerprint)"),
             col("created_at", TS, "when the row was written (UTC)"),
         ],
         metadata={DESCRIPTION: (

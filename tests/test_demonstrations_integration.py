@@ -155,3 +155,21 @@ def test_a_stronger_models_passing_episode_lands_in_the_action_format(tmp_path, 
         backend = OpenAIBackend(tiny_model_dir, base_url=srv.url, served_model="small", logprobs=False, backoff_base=0.01)
         rows, summary = demos.model_demonstrations(lake, "b1", backend, attempts=2)
     assert rows == [] and summary["episodes"] == 2 and summary["passed"] == 0
+
+
+@needs_sandbox
+def test_bfcl_and_mini_swe_oracles_are_verified_in_their_environments(tmp_path):
+    from tentalis_pipelines.envs import swe_tasks
+    from tentalis_pipelines.tasks.batches import bfcl_task_rows, bfcl_training_tasks, swe_task_rows
+
+    lake = Lakehouse(tmp_path / "lake")
+    lake.write_batch("tasks", "bfcl-b", bfcl_task_rows("bfcl-b", bfcl_training_tasks(2, 2, (1, 2)), now_utc()))
+    lake.write_batch("tasks", "swe-b", swe_task_rows("swe-b", swe_tasks.training_tasks(2, 1, (1,)), now_utc()))
+    for batch, env in (("bfcl-b", "bfcl"), ("swe-b", "swe")):
+        rows, summary = demos.oracle_demonstrations(lake, batch)
+        tasks = lake.read("tasks", batch_id=batch).to_pylist()
+        assert summary["failed"] == 0 and len(rows) == len(tasks), summary
+        for r in rows:
+            assert r["verified"] and r["environment"] == env and r["source"] == "oracle" and "passed" in r["verify_detail"]
+    bfcl_row = demos.oracle_demonstrations(lake, "bfcl-b")[0][0]
+    assert bfcl_row["actions"][-1] == "Done." and bfcl_row["actions"][0].startswith("[")

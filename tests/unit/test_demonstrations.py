@@ -202,3 +202,17 @@ def test_the_commands_refuse_bad_input_in_one_line(home, tmp_path):
     assert out.exit_code == 0 and "1 line(s) quarantined" in out.output and f"{path}:1:" in out.output.replace("\n", "")
     out = runner.invoke(app, ["demos", "list"])
     assert out.exit_code == 0 and "no demonstrations yet" in out.output
+
+
+def test_a_training_task_sharing_only_its_request_with_a_held_out_one_is_not_held_out():
+    """BFCL repeats a request ('Create a directory backup') over other initial states: the same prompt is not
+    the same task. A training task is held out only when its prompt, check and initial state all match."""
+    from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, bfcl_task_rows, bfcl_training_tasks
+
+    row = bfcl_task_rows("b", bfcl_training_tasks(2, 1, (1,)), now_utc())[0]
+    held = {t.task_row()["prompt"]: t for t in bfcl_held_out_tasks((1,))}
+    assert row["prompt"] in held  # the same words as a held-out task ...
+    assert held_out_reason(row) is None  # ... over another state: a task of its own
+    same = {**held[row["prompt"]].task_row(), "task_id": "bfcl_s2_l1_9999_mkdir"}
+    same["metadata"] = json.dumps({**json.loads(same["metadata"]), "split": "train"})  # renamed and relabelled
+    assert "same task as held-out" in held_out_reason(same)
