@@ -172,4 +172,11 @@ def test_bfcl_and_mini_swe_oracles_are_verified_in_their_environments(tmp_path):
         for r in rows:
             assert r["verified"] and r["environment"] == env and r["source"] == "oracle" and "passed" in r["verify_detail"]
     bfcl_row = demos.oracle_demonstrations(lake, "bfcl-b")[0][0]
+    # A task whose check its own solution does not pass: the oracle's replay fails, nothing lands for it.
+    good, broken = terminal_training_tasks(5, 2, (1,))
+    rows = terminal_task_rows("t-b", [good, broken], now_utc())
+    rows[1]["reference"] = json.dumps({**broken.check, "expected": "not what the solution submits"})
+    lake.write_batch("tasks", "t-b", rows)
+    landed, summary = demos.oracle_demonstrations(lake, "t-b")
+    assert [r["task_id"] for r in landed] == [good.task_id] and summary["failed"] == 1 and broken.task_id in summary["failures"]
     assert bfcl_row["actions"][-1] == "Done." and bfcl_row["actions"][0].startswith("[")

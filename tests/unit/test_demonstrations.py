@@ -216,3 +216,14 @@ def test_a_training_task_sharing_only_its_request_with_a_held_out_one_is_not_hel
     same = {**held[row["prompt"]].task_row(), "task_id": "bfcl_s2_l1_9999_mkdir"}
     same["metadata"] = json.dumps({**json.loads(same["metadata"]), "split": "train"})  # renamed and relabelled
     assert "same task as held-out" in held_out_reason(same)
+
+
+def test_a_later_turn_extends_the_context_instead_of_re_rendering_it(tok):
+    """A turn that opens with blank lines: re-rendered, '\\n' of the assistant header and its '\\n\\n' merge
+    into one token, so the re-rendered conversation no longer starts with the ids the policy saw and sampled.
+    Extending the context (as ChatPolicy does) keeps one segment, the first turn's ids as they were."""
+    msgs = [*CONVERSATION[:2], {"role": "assistant", "content": "\n\nls", "kind": "assistant"}, CONVERSATION[3], CONVERSATION[4]]
+    (sample,) = demonstration_samples(tok, msgs)
+    eot = [tok.convert_tokens_to_ids("<|im_end|>")]
+    first = _ids(tok, "\n\nls") + eot
+    assert sample.completion_ids[:len(first)] == first and sample.loss_mask[:len(first)] == [1] * len(first)
