@@ -34,6 +34,7 @@ import torch
 from tentalis_pipelines.config_fields import config_field
 from tentalis_pipelines.envs.base import AssistantTurn, Episode, Verdict
 from tentalis_pipelines.envs.runner import episode_to_turns, is_policy_turn, model_messages
+from tentalis_pipelines.hardware import autocast
 from tentalis_pipelines.training import multiturn
 from tentalis_pipelines.training.trainer import (
     TrainResult,
@@ -131,7 +132,11 @@ def demonstration_samples(tokenizer: Any, messages: list[dict[str, Any]], demons
 def masked_nll(model, samples: list[TrainSample], pad_id: int, device) -> tuple[torch.Tensor, int]:
     """(sum of -log p over the masked completion tokens of ``samples``, how many tokens that is)."""
     batch = pack_samples(samples, pad_id, device, 1.0)
-    logps = completion_logps(model, batch, temperature=1.0)
+    # As the GRPO trainer does: bf16/fp16 base weights compute under autocast, the LoRA weights and the
+    # loss maths stay fp32.
+    base_dtype = next((p.dtype for p in model.parameters() if not p.requires_grad), torch.float32)
+    with autocast(torch.device(device), base_dtype):
+        logps = completion_logps(model, batch, temperature=1.0)
     mask = batch["loss_mask"]
     return -(logps * mask).sum(), int(mask.sum().item())
 
