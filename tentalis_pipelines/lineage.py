@@ -303,6 +303,8 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
 
     manifest = checkpoint_id if isinstance(checkpoint_id, dict) else load_manifest(lake, checkpoint_id)
     versions = manifest["tables"]
+    if manifest.get("demonstrations"):  # a warm start (stages/warm_start.py): its demonstrations, in training order
+        return _replay_demonstrations(lake, manifest, tokenizer)
     wanted = {(t["batch_id"], t["rollout_id"]) for t in manifest["trajectories"]}
     rows = []
     try:
@@ -325,6 +327,27 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
     config = manifest.get("config") or {}
     samples, _ = build_samples(lake, tokenizer, order_trajectories(rows), versions,
                                grounding_policy=config.get("grounding_policy", "off"), grounding_penalty=config.get("grounding_penalty", 1.0))
+    return samples
+
+
+def _replay_demonstrations(lake: Lakehouse, manifest: dict[str, Any], tokenizer=None) -> list[Any]:
+    from tentalis_pipelines.training.warm_start import demonstration_samples
+
+    version = manifest["tables"].get("demonstrations")
+    try:
+        rows = {r["demonstration_id"]: r for r in lake.read("demonstrations", version=version).to_pylist()}
+    except Exception as exc:  # noqa: BLE001 - a vacuumed version or file
+        raise LineageError(f"cannot read demonstrations@{version} of {manifest['checkpoint_id']}: {exc}") from exc
+    missing = [d["demonstration_id"] for d in manifest["demonstrations"] if d["demonstration_id"] not in rows]
+    if missing:
+        raise LineageError(f"{len(missing)} demonstrations of {manifest['checkpoint_id']} are not in demonstrations@{version}: {missing[:5]}")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(manifest["model"])
+    samples = []
+    for d in manifest["demonstrations"]:
+        samples += demonstration_samples(tokenizer, json.loads(rows[d["demonstration_id"]]["messages"]), d["demonstration_id"])
     return samples
 
 

@@ -93,6 +93,11 @@ def test_demonstration_job_then_warm_start_job_write_a_gated_checkpoint(home, ti
     assert metrics["nll_after"] < metrics["nll_before"] and metrics["demonstrations"] == 2
     lineage = [r for r in lake.read("lineage").to_pylist() if r["checkpoint_id"] == ck["checkpoint_id"]]
     assert sorted(r["row_id"] for r in lineage if r["kind"] == "demonstration") == sorted(cfg["demonstration_ids"])
+    # `tentalis lineage --verify`: the training set rebuilt from the demonstrations at their pinned version.
+    from tentalis_pipelines.lineage import verify_replay
+
+    same, detail = verify_replay(lake, ck["checkpoint_id"])
+    assert same and detail["samples"] == 2, detail
 
 
 @needs_sandbox
