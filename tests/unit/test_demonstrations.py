@@ -147,10 +147,11 @@ def test_a_held_out_task_id_in_demonstrations_is_refused_and_flagged(tmp_path):
     with pytest.raises(ValueError, match="refused"):
         demos.write_demonstrations(lake, [row])
     assert not lake.exists("demonstrations")
-    # A row that got in another way (written to the table directly) fails the asset's check.
+    # A row that got in another way (written to the table directly, its task in the batch) fails the asset's check.
+    lake.write_batch("tasks", "b1", terminal_task_rows("b1", [task, held], now_utc()))
     lake.replace_where("demonstrations", {"batch_id": "b1", "source": "oracle"}, [row], partition_by=["batch_id"])
     passed, description, meta = demos.check_demonstrations(lake, "b1")
-    assert not passed and meta["held_out"] == 1 and held.task_id in description
+    assert not passed and meta["held_out"] == 1 and meta["unknown_tasks"] == 0 and held.task_id in description
 
 
 def test_the_check_passes_on_clean_demonstrations(tmp_path):
