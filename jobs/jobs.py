@@ -17,6 +17,7 @@ from assets.batch_assets import (
     trajectories,
 )
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve
+from assets.demonstration_assets import demonstrations, warm_start
 from assets.idle_assets import training_windows
 from assets.partitions import task_batches
 from assets.serving_assets import serving
@@ -76,4 +77,18 @@ skills_job = define_asset_job(
     selection=AssetSelection.assets(skills),
     partitions_def=task_batches,
     description="Distil one batch's failed reviews into skills; verify a candidate and re-check a verified skill (`tentalis learn --skills`).",
+)
+
+demonstration_job = define_asset_job(
+    "demonstration_job",
+    selection=AssetSelection.assets(tasks, demonstrations),
+    partitions_def=task_batches,
+    description="One batch's tasks and the oracle's demonstrations of them, each replayed and verified in its environment.",
+)
+
+warm_start_job = define_asset_job(
+    "warm_start_job",
+    selection=AssetSelection.assets(warm_start),
+    description="A warm-start LoRA checkpoint: a supervised loss on the verified demonstrations' assistant turns; the "
+                "benchmarks and the promotion gate decide on it like on any checkpoint.",
 )

@@ -49,6 +49,7 @@ those it lists are required (a missing file fails closed too), those it leaves o
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import json
@@ -580,3 +581,78 @@ def matches_markdown(rows: Sequence[tuple[str, Match]], limit: int = 20) -> str:
     if len(rows) > limit:
         lines.append(f"| … {len(rows) - limit} more | | | | | |")
     return "\n".join(lines)
+
+
+# ----------------------------------------------------------------------------------------- demonstrations
+HELD_OUT_ENVIRONMENTS = ("terminal", "bfcl", "swe")
+_TASK_ID_PREFIXES = {"terminal": "terminal-", "bfcl": "bfcl_", "swe": "swe-"}
+
+
+STATE_KEYS = ("tree", "turns", "initial_config")  # what an environment task starts from (metadata keys)
+
+
+def task_fingerprint(row: dict[str, Any]) -> str:
+    """sha256 of what an environment task *is*, ids, seeds and splits aside: its prompt, its check
+    (``reference``) and the state it starts from (the metadata's ``tree``, BFCL's ``turns`` and
+    ``initial_config``). Two tasks with the same fingerprint are the same task (the generators' own
+    ``terminal_fingerprint``/``bfcl_fingerprint`` notion; the prompt alone is not: BFCL repeats a request
+    over other initial states)."""
+    try:
+        meta = json.loads(row.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        meta = {}
+    try:
+        reference = json.loads(row.get("reference") or "null")
+    except (TypeError, ValueError):
+        reference = row.get("reference")
+    state = {k: meta[k] for k in STATE_KEYS if isinstance(meta, dict) and k in meta}
+    body = json.dumps({"prompt": row.get("prompt") or "", "reference": reference, "state": state}, sort_keys=True)
+    return hashlib.sha256(body.encode()).hexdigest()
+
+
+@functools.cache
+def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
+    """(task ids, {fingerprint: task id}) of an environment's generated held-out tasks: the terminal
+    benchmark's (every level), the generated BFCL held-out split, the mini-SWE catalogue's test split.
+    The fingerprint is :func:`task_fingerprint` of the task row."""
+    from tentalis_pipelines.envs.base import EnvironmentUnavailable
+    from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
+    from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_held_out_tasks
+
+    load = {"terminal": terminal_held_out_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}[environment]
+    try:
+        tasks = load()
+    except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
+        return frozenset(), {}
+    prints = {task_fingerprint(t.task_row()): t.task_id for t in tasks}
+    return frozenset(t.task_id for t in tasks), prints
+
+
+def held_out_reason(row: dict[str, Any]) -> str | None:
+    """Why a task (a ``tasks`` row, or a ``demonstrations`` row: ``task_id``, ``task_fingerprint``) is held
+    out, or None: its id is a held-out task's, its metadata says ``split = test``, or what it is (prompt,
+    initial state, check) equals a held-out task's. A held-out task never gets a demonstration.
+
+    The row is checked against its environment's held-out tasks (``environment``, else the one its id's
+    prefix names), or against every environment's when neither says."""
+    task_id = str(row.get("task_id") or "")
+    env = row.get("environment")
+    if env not in HELD_OUT_ENVIRONMENTS:
+        env = next((e for e, p in _TASK_ID_PREFIXES.items() if task_id.startswith(p)), None)
+    envs = (env,) if env else HELD_OUT_ENVIRONMENTS
+    try:
+        meta = json.loads(row.get("metadata") or "{}")
+    except (TypeError, ValueError):
+        meta = {}
+    if isinstance(meta, dict) and meta.get("split") == "test":
+        return "its split is test"
+    fingerprint = row.get("task_fingerprint")
+    if not fingerprint and row.get("prompt") is not None:
+        fingerprint = task_fingerprint(row)
+    for e in envs:
+        ids, prints = held_out_tasks(e)
+        if task_id in ids:
+            return f"a {e} held-out task id"
+        if fingerprint in prints:
+            return f"the same task as held-out {prints[fingerprint]}"
+    return None

@@ -15,6 +15,7 @@ from assets.batch_assets import (
     trajectories,
 )
 from assets.benchmark_assets import benchmark_results, hint_efficacy, learning_curve, prm_evaluation
+from assets.demonstration_assets import demonstrations, warm_start
 from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
 from assets.grounding_assets import grounding_flags
@@ -25,6 +26,7 @@ from assets.training_assets import checkpoints
 from assets.trust_assets import judge_agreement, reward_versions
 from jobs.jobs import (
     benchmark_job,
+    demonstration_job,
     idle_train_job,
     judge_agreement_job,
     promotion_job,
@@ -32,6 +34,7 @@ from jobs.jobs import (
     rollout_job,
     skills_job,
     train_job,
+    warm_start_job,
 )
 from jobs.maintenance import maintain_lakehouse_job, weekly_lakehouse_maintenance
 from jobs.sensors import (
@@ -59,9 +62,11 @@ install_log_filter()
 
 defs = Definitions(
     assets=[human_reviews, tasks, rollouts, step_scores, step_labels, reviews, teacher_logprobs, guided_rollouts, trajectories, checkpoints, training_windows, benchmark_results, serving,
-            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills, grounding_flags],
+            learning_curve, hint_efficacy, prm_evaluation, reward_activations, reward_versions, judge_agreement, skills, grounding_flags,
+            demonstrations, warm_start],
     asset_checks=FORENSICS_CHECKS,
-    jobs=[rollout_job, train_job, idle_train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job],
+    jobs=[rollout_job, train_job, idle_train_job, benchmark_job, promotion_job, maintain_lakehouse_job, rescore_job, judge_agreement_job, skills_job,
+          demonstration_job, warm_start_job],
     sensors=[task_inbox, fresh_sessions, fresh_trajectories, idle_window, new_checkpoints, gate_ready],
     schedules=[nightly_learning_cycle, weekly_lakehouse_maintenance],
     resources={

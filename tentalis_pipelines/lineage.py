@@ -44,7 +44,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, dumps, now_utc
 # Tables every training run reads (directly, or through the stages that made its trajectories).
 TABLES = ("tasks", "rollouts", "step_scores", "reviews", "trajectories")
 # Tables other features add; their version is recorded when they exist.
-OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills", "grounding_flags")
+OPTIONAL_TABLES = ("teacher_logprobs", "guided_rollouts", "skills", "grounding_flags", "demonstrations")
 MANIFEST_FILE = "lineage.json"
 MANIFEST_VERSION = 1
 
@@ -222,6 +222,10 @@ def lineage_rows(manifest: dict[str, Any]) -> list[dict[str, Any]]:
               "row_id": h["rollout_id"], "batch_id": h["batch_id"], "detail": h["hint_id"]} for h in manifest.get("guide_hints", [])]
     rows += [{**base, "kind": "skill", "table_name": "skills", "table_version": versions.get("skills"), "row_id": s}
              for s in manifest["skills"]]
+    # A warm start (stages/warm_start.py): each demonstration it trained on.
+    rows += [{**base, "kind": "demonstration", "table_name": "demonstrations", "table_version": versions.get("demonstrations"),
+              "row_id": d["demonstration_id"], "batch_id": d["batch_id"], "detail": d.get("source")}
+             for d in manifest.get("demonstrations", [])]
     return rows
 
 
@@ -299,6 +303,8 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
 
     manifest = checkpoint_id if isinstance(checkpoint_id, dict) else load_manifest(lake, checkpoint_id)
     versions = manifest["tables"]
+    if manifest.get("demonstrations"):  # a warm start (stages/warm_start.py): its demonstrations, in training order
+        return _replay_demonstrations(lake, manifest, tokenizer)
     wanted = {(t["batch_id"], t["rollout_id"]) for t in manifest["trajectories"]}
     rows = []
     try:
@@ -321,6 +327,27 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
     config = manifest.get("config") or {}
     samples, _ = build_samples(lake, tokenizer, order_trajectories(rows), versions,
                                grounding_policy=config.get("grounding_policy", "off"), grounding_penalty=config.get("grounding_penalty", 1.0))
+    return samples
+
+
+def _replay_demonstrations(lake: Lakehouse, manifest: dict[str, Any], tokenizer=None) -> list[Any]:
+    from tentalis_pipelines.training.warm_start import demonstration_samples
+
+    version = manifest["tables"].get("demonstrations")
+    try:
+        rows = {r["demonstration_id"]: r for r in lake.read("demonstrations", version=version).to_pylist()}
+    except Exception as exc:  # noqa: BLE001 - a vacuumed version or file
+        raise LineageError(f"cannot read demonstrations@{version} of {manifest['checkpoint_id']}: {exc}") from exc
+    missing = [d["demonstration_id"] for d in manifest["demonstrations"] if d["demonstration_id"] not in rows]
+    if missing:
+        raise LineageError(f"{len(missing)} demonstrations of {manifest['checkpoint_id']} are not in demonstrations@{version}: {missing[:5]}")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(manifest["model"])
+    samples = []
+    for d in manifest["demonstrations"]:
+        samples += demonstration_samples(tokenizer, json.loads(rows[d["demonstration_id"]]["messages"]), d["demonstration_id"])
     return samples
 
 

@@ -365,6 +365,35 @@ SCHEMAS: dict[str, pa.Schema] = {
             "One trained LoRA adapter with its lineage: parent, batches and trajectories, config, metrics."
         )},
     ),
+    # Demonstrations live in their own table, not as columns on ``reviews``: a review's grain is one
+    # rollout (its ``rollout_id``), while a demonstration answers a *task* (an oracle's or a person's
+    # needs no rollout at all), holds a list of actions and the episode that verified them, and is
+    # trained on by its own stage (``stages/warm_start.py``). ``demonstrations.py`` says more.
+    "demonstrations": pa.schema(
+        [
+            col("demonstration_id", pa.string(),
+                "'demo-' + hash of (batch, task, source, actions): the same demonstration lands once", nullable=False),
+            col("batch_id", pa.string(), "the task batch of the task it solves (tasks.batch_id)", nullable=False),
+            col("task_id", pa.string(), "the task it solves (tasks.task_id); never a held-out task", nullable=False),
+            col("environment", pa.string(), "terminal | bfcl | swe: the environment it was verified in"),
+            col("source", pa.string(),
+                "who demonstrated: `oracle` (the task's scripted solution) | `openai:<model>` (a stronger model's "
+                "verified episode) | `human:<file>` (imported by a person)"),
+            col("source_line", pa.int64(), "the line of the imported file (human demonstrations); null otherwise"),
+            col("actions", pa.list_(pa.string()),
+                "the assistant turns, in order, in the policy's action format (a bash block, a list of calls)"),
+            col("verified", pa.bool_(), "true when replaying the actions in the real environment passed the task's check"),
+            col("verify_detail", pa.string(), "the verifying episode's end and the check's detail"),
+            col("messages", pa.string(),
+                "JSON: the verifying episode's conversation (role, content, kind): what the warm start trains on"),
+            col("task_fingerprint", pa.string(), "sha256 of the task's prompt, check and initial state when it was demonstrated (contamination.task_fingerprint)"),
+            col("created_at", TS, "when the row was written (UTC)"),
+        ],
+        metadata={DESCRIPTION: (
+            "One demonstration: a sequence of actions that solves a training task, verified in its environment "
+            "(the warm-start stage's data)."
+        )},
+    ),
     "benchmark_results": pa.schema(
         [
             col("checkpoint_id", pa.string(), "checkpoint id, or 'base' for the base model", nullable=False),

@@ -20,5 +20,6 @@ from tentalis_pipelines.cli import episodes  # noqa: F401  episodes export, epis
 from tentalis_pipelines.cli import openrlhf  # noqa: F401  reward-server, openrlhf export, openrlhf import
 from tentalis_pipelines.cli import manager  # noqa: F401  manager train, evaluate, gate, status
 from tentalis_pipelines.cli import prm  # noqa: F401  prm train, prm list, prm eval
+from tentalis_pipelines.cli import demos  # noqa: F401  demos oracle|model|import|list, warmstart
 
 __all__ = ["app", "csv_safe"]
