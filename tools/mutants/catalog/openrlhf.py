@@ -4,14 +4,15 @@ labels, the pinned version, the digest) and the adapter's import (never promoted
 
 RR = "tentalis_pipelines/rewards/remote_reward.py"
 RS = "tentalis_pipelines/rewards/reward_server.py"
+SP = "tentalis_pipelines/rewards/score_pool.py"
 OR = "tentalis_pipelines/training/openrlhf.py"
 TS = ["tests/unit/test_reward_server.py"]
 TC = ["tests/unit/test_launcher_contracts.py"]
 TE = ["tests/test_openrlhf_export.py"]
 
 MUTANTS = [
-    {"id": "reward-wrong-label", "file": RR, "find": "    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels)]\n",
-     "replace": "    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels[::-1])]\n", "tests": TS,
+    {"id": "reward-wrong-label", "file": SP, "find": "    for q, p, lab in zip(queries, prompts, labels):\n",
+     "replace": "    for q, p, lab in zip(queries, prompts, labels[::-1]):\n", "tests": TS,
      "why": "in a batch each sample is scored against another prompt's label: right answers are punished"},
     {"id": "reward-prompt-counted-as-response", "file": RR, "find": "    if query.startswith(prompt):\n        return query[len(prompt):]\n",
      "replace": "    if query.startswith(prompt):\n        return query\n", "tests": TC,
@@ -32,7 +33,8 @@ MUTANTS = [
      "why": "a dataset without labels is scored as all wrong instead of refused: training pushes every answer down"},
     {"id": "request-limit-off-by-one", "file": RR, "find": "    if len(queries) > MAX_QUERIES:\n", "replace": "    if len(queries) >= MAX_QUERIES:\n",
      "tests": TS, "why": "a batch of exactly the documented maximum is refused"},
-    {"id": "server-bad-json-422", "file": RS, "find": "            return refuse(400, f\"the body is not JSON", "replace": "            return refuse(422, f\"the body is not JSON",
+    {"id": "server-bad-json-422", "file": SP, "find": "        return Refused(400, f\"the body is not JSON ({exc}): POST",
+     "replace": "        return Refused(422, f\"the body is not JSON ({exc}): POST",
      "tests": TS, "why": "a body that is not JSON gets the contract's 422: a client cannot tell a broken encoder from a bad field"},
     {"id": "server-body-limit-dropped", "file": RS, "find": "        if len(raw) > MAX_BODY_BYTES:\n", "replace": "        if False:\n",
      "tests": TS, "why": "any body size is parsed and scored: one huge request stalls the server for every trainer"},
