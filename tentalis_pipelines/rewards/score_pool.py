@@ -101,7 +101,7 @@ def _worker_main(conn, scorer: str) -> None:
     from tentalis_pipelines.rewards.remote_reward import warm_up
 
     score_query = _resolve(scorer)
-    warm_up()
+    warm_up()  # milliseconds when forked from the warmed forkserver; seconds when spawned
     conn.send(("ready",))
     while True:
         try:
@@ -178,7 +178,7 @@ class ScoringPool:
                 return
             self._started = True
             if self._ctx.get_start_method() == "forkserver":  # each worker forks with the scorers already imported
-                self._ctx.set_forkserver_preload(["tentalis_pipelines.rewards.remote_reward", "math_verify"])
+                self._ctx.set_forkserver_preload(["tentalis_pipelines.rewards.warm_scorers"])
         for _ in range(self.workers):
             self._idle.put(self._new())
 
