@@ -10,8 +10,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from tentalis_pipelines.cli import app
-from tentalis_pipelines.cli import common
+from tentalis_pipelines.cli import app, common
 
 runner = CliRunner()
 

@@ -60,7 +60,7 @@ def test_scoring_hostile_text_grows_linearly(name):
         rr.score_query(text, PROMPT, "42")
         process.check_step(text, {Fraction(12)})
         ma.reference_answer(text)
-        ma._normalise_text(text)
+        ma.answers_match(text, "\\text{abc}")
 
     ratio = _growth(score, make)
     assert ratio < 20, f"{name}: 8x the input cost {ratio:.1f}x the work (linear: ~8, quadratic: ~64)"
