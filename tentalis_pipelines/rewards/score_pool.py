@@ -2,7 +2,8 @@
 
 The server's event loop only reads bodies and answers: the JSON is parsed, checked and scored in a
 worker process (``workers`` of them, started on first use and warmed up), so ``/health`` and other
-requests are answered while a request is being scored, and no scoring step holds the server's GIL.
+requests are answered while a request is being scored, and no scoring step holds the server's GIL
+(the workers also run at a lower CPU priority, ``WORKER_NICE``).
 Each sample must be scored within ``sample_seconds`` of the previous one (the body's parsing within
 ``PARSE_SECONDS``); a worker that overruns is killed and replaced, the overrunning sample gets reward 0
 with its reason, and the request's other samples are scored by the replacement. The scorers are
@@ -12,8 +13,10 @@ the deadline is the backstop for what no cap foresaw (sympy evaluating a huge po
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
+import os
 import queue
 import threading
 from dataclasses import dataclass
@@ -27,6 +30,8 @@ SAMPLE_SECONDS = 1.0
 PARSE_SECONDS = 10.0
 # A new worker imports the scorers and scores one symbolic answer before it takes requests.
 START_SECONDS = 120.0
+# Workers run below the server's CPU priority, so on a busy host /health is scheduled before scoring.
+WORKER_NICE = 5
 # JSON nested deeper than Python's recursion limit (about 1,000) makes json.loads raise RecursionError.
 NESTING_HINT = "send a flat object {\"query\": [...], \"prompts\": [...], \"labels\": [...]}"
 
@@ -100,6 +105,8 @@ def _worker_main(conn, scorer: str) -> None:
     """A worker: warm up, then answer ("body", raw) and ("samples", q, p, labels) messages until the pipe closes."""
     from tentalis_pipelines.rewards.remote_reward import warm_up
 
+    with contextlib.suppress(OSError):  # not permitted here: scoring still works, at the server's priority
+        os.nice(WORKER_NICE)
     score_query = _resolve(scorer)
     warm_up()  # milliseconds when forked from the warmed forkserver; seconds when spawned
     conn.send(("ready",))

@@ -7,6 +7,8 @@ RS = "tentalis_pipelines/rewards/reward_server.py"
 SP = "tentalis_pipelines/rewards/score_pool.py"
 OR = "tentalis_pipelines/training/openrlhf.py"
 TS = ["tests/unit/test_reward_server.py"]
+TH = ["tests/unit/test_reward_hostile.py"]
+PR = "tentalis_pipelines/rewards/process.py"
 TC = ["tests/unit/test_launcher_contracts.py"]
 TE = ["tests/test_openrlhf_export.py"]
 
@@ -63,4 +65,13 @@ MUTANTS = [
     {"id": "import-lineage-without-digest", "file": OR, "find": "\"samples_digest\": export[\"prompts_sha256\"],",
      "replace": "\"samples_digest\": None,", "tests": TE,
      "why": "the imported checkpoint's lineage does not name the exact prompts file it was trained on"},
+    {"id": "hostile-deep-json-uncaught", "file": SP, "find": "    except RecursionError:\n        return Refused(400,",
+     "replace": "    except MemoryError:\n        return Refused(400,", "tests": TH,
+     "why": "JSON nested past the recursion limit crashes the parse: a 500 (or a dead worker) instead of a 400"},
+    {"id": "hostile-query-cap-dropped", "file": RR, "find": "    if max(len(query), len(prompt)) > MAX_QUERY_CHARS:\n",
+     "replace": "    if False:\n", "tests": TH, "why": "a query of any length is read: one sample can take seconds to score"},
+    {"id": "hostile-equation-terms-uncapped", "file": PR, "find": "    if len(numbers) > MAX_EQUATION_TERMS:\n",
+     "replace": "    if False:\n", "tests": TH, "why": "a 3,000-term expression reaches ast.parse: RecursionError, a 500 before"},
+    {"id": "hostile-result-digits-uncapped", "file": PR, "find": "    if sum(c.isdigit() for c in raw) > MAX_OPERAND_DIGITS:\n        return None\n    try:",
+     "replace": "    try:", "tests": TH, "why": "a 5,000-digit stated result reaches int(): ValueError out of check_steps, a 500 before"},
 ]
