@@ -55,6 +55,9 @@ def create_app(log_path: str | Path | None = None, *, workers: int = DEFAULT_WOR
 
     app = FastAPI(title="Tentalis reward server (OpenRLHF remote reward contract)", lifespan=lifespan)
     app.state.pool = pool
+    # One thread per worker at most: requests beyond wait here, not in the default executor that the
+    # log's writes also use.
+    scoring = asyncio.Semaphore(pool.workers)
     lock = threading.Lock()
     log = None if log_path is None else Path(log_path)
     if log is not None:
@@ -74,7 +77,8 @@ def create_app(log_path: str | Path | None = None, *, workers: int = DEFAULT_WOR
         if len(raw) > MAX_BODY_BYTES:
             return refuse(413, f"the body has {len(raw)} bytes; at most {MAX_BODY_BYTES}: send fewer samples per request")
         # Parsed and scored in a worker process, off this event loop (see rewards/score_pool.py).
-        result = await asyncio.to_thread(pool.score, raw)
+        async with scoring:
+            result = await asyncio.to_thread(pool.score, raw)
         if isinstance(result, Refused):
             return refuse(result.status, result.message)
         scored = result.scores

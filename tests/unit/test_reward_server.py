@@ -1,6 +1,6 @@
-"""`tentalis reward-server`'s app in this process (FastAPI's test client, no socket): OpenRLHF's request
-shapes scored by hand, each sample scored against its own label, refusals with their status and nothing
-logged, and the contract's parsing at its edges."""
+"""`tentalis reward-server`'s app in this process (FastAPI's test client, no socket; scoring in one worker
+process): OpenRLHF's request shapes scored by hand, each sample scored against its own label, refusals
+with their status and nothing logged, a sample past its deadline, and the contract's parsing at its edges."""
 
 from __future__ import annotations
 
