@@ -14,7 +14,16 @@ import sys
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, app, console, err, home_paths
+from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_PORT,
+    MAX_SAMPLES,
+    HomeOpt,
+    app,
+    console,
+    err,
+    home_paths,
+)
 
 DEFAULT_STREAM = "TENTALIS"
 DEFAULT_DURABLE = "tentalis-ingest"
@@ -24,7 +33,7 @@ DEFAULT_DURABLE = "tentalis-ingest"
 @app.command("serve")
 def serve(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, min=1, max=MAX_PORT, help="Port to listen on."),
     model: str | None = typer.Option(None, help="'embedded' (default) or a local model folder: the base model the serving "
                                                 "checkpoint's adapter goes on. With --upstream: optional, its tokenizer "
                                                 "templates the recorded prompt ids."),
@@ -37,12 +46,12 @@ def serve(
     poll_seconds: float = typer.Option(2.0, help="Seconds between checks of the serving pointer (0: never switch)."),
     device: str = typer.Option("auto", help="auto | cpu | cuda"),
     dtype: str = typer.Option("auto", help="auto | float32 | bfloat16"),
-    max_batch_rows: int = typer.Option(64, min=1, help="Continuous batching: choices decoded together at most (calls "
+    max_batch_rows: int = typer.Option(64, min=1, max=MAX_SAMPLES, help="Continuous batching: choices decoded together at most (calls "
                                                        "arriving meanwhile join at the next token); 1 serves one call at a time."),
-    max_prompts: int = typer.Option(16, min=1, help="Prompts one /v1/completions call may hold (more: 422 too_many_prompts)."),
-    quarantine_per_minute: int = typer.Option(30, min=0, help="Rejected review/Bridge bodies one tenant may have kept in "
+    max_prompts: int = typer.Option(16, min=1, max=MAX_SAMPLES, help="Prompts one /v1/completions call may hold (more: 422 too_many_prompts)."),
+    quarantine_per_minute: int = typer.Option(30, min=0, max=MAX_COUNT, help="Rejected review/Bridge bodies one tenant may have kept in "
                                                               "`quarantine` per minute (more are answered, not kept; 0: none)."),
-    quarantine_raw_chars: int = typer.Option(8192, min=0, help="Characters kept of one rejected body (the rest clipped)."),
+    quarantine_raw_chars: int = typer.Option(8192, min=0, max=MAX_COUNT, help="Characters kept of one rejected body (the rest clipped)."),
     home: str | None = HomeOpt,
 ):
     """Serve the current serving checkpoint over an OpenAI-compatible API; every call lands in `sessions` and `turns`."""
@@ -113,9 +122,9 @@ def ingest_nats(
                                  "the seeds' 'tasks.>,results.>,feedback.>'."),
     durable: str = typer.Option(DEFAULT_DURABLE, help="Durable consumer name: a restart resumes where it stopped."),
     tenant: str = typer.Option(..., help="Tenant every landed row belongs to."),
-    batch: int = typer.Option(32, min=1, help="Messages fetched per pull."),
+    batch: int = typer.Option(32, min=1, max=MAX_COUNT, help="Messages fetched per pull."),
     ack_wait: float = typer.Option(30.0, min=0.1, help="Seconds before an unacknowledged message is redelivered (new consumers)."),
-    max_messages: int | None = typer.Option(None, min=1, help="Stop after this many messages are handled."),
+    max_messages: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Stop after this many messages are handled."),
     idle_exit: float | None = typer.Option(None, min=0.0, help="Stop after this many seconds without a message."),
     create_stream: bool = typer.Option(True, help="Create the stream when it does not exist."),
     home: str | None = HomeOpt,

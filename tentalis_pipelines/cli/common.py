@@ -39,6 +39,22 @@ def home_paths(home: str | None) -> Paths:
     return paths
 
 
+# The documented ranges of the CLI's whole-number options (each option's --help shows its range, and a
+# value outside it is refused naming the option and the range): past these a value is a typo (1e20 for
+# 20) or asks for more than one machine can do, and a port outside 1-65535 would listen somewhere else.
+MAX_PORT = 65_535  # TCP ports are 1-65535 (0, "any free port", is not offered: the server could not be found)
+MAX_TASKS = 100_000  # tasks in a batch or cycle, failures per update
+MAX_SAMPLES = 1_024  # samples per task or hint, rows decoded together, skills per prompt
+MAX_TOKENS = 131_072  # completion and solution token limits
+MAX_TURNS = 1_000  # agent turns per episode
+MAX_COUNT = 1_000_000_000  # other counts: cycles, updates, iterations, rows, messages, items, limits
+MAX_SEED = 2**32 - 1  # seeds (numpy's range; a training batch's generator seed is also checked below 1,000,000)
+MAX_HOURS = 876_000  # retention: a hundred years
+MAX_LAYERS = 1_024  # a model's transformer blocks
+MAX_WIDTH = 65_536  # a head's hidden width
+MAX_FOLDS = 100  # cross-fitting folds
+MAX_WORKERS = 256  # server worker processes
+
 HomeOpt = typer.Option(None, "--home", help="State folder (default: $TENTALIS_HOME or ./.tentalis).")
 
 # Columns that hold ids other commands take (checkpoint, batch and run ids) are never cut with "…": rich

@@ -7,6 +7,12 @@ import time
 import typer
 
 from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_TASKS,
+    MAX_TOKENS,
+    MAX_TURNS,
     HomeOpt,
     app,
     check_policy_settings,
@@ -97,17 +103,17 @@ def _execute_cycle(opts, label: str) -> dict:
 @app.command()
 def run(
     home: str | None = HomeOpt,
-    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
-    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
-    num_generations: int = typer.Option(4, min=1, help="Samples per task (G)."),
-    max_new_tokens: int = typer.Option(128, min=1, help="Completion length limit."),
+    num_tasks: int = typer.Option(16, min=1, max=MAX_TASKS, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    num_generations: int = typer.Option(4, min=1, max=MAX_SAMPLES, help="Samples per task (G)."),
+    max_new_tokens: int = typer.Option(128, min=1, max=MAX_TOKENS, help="Completion length limit."),
     train: bool = typer.Option(True, help="Train a checkpoint after the batch (and gate its promotion)."),
     backend: str | None = typer.Option(None, help="transformers | openai | vllm (default: $TENTALIS_BACKEND or transformers)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox: "
                               "the terminal generator's training split; transformers backend) | bfcl (tool-calling episodes on BFCL's "
                               "simulators: generated tasks, levels 1-3) | swe (bug-fixing episodes on the mini-SWE catalogue's training split)."),
     levels: str = typer.Option("1,2", help="Difficulty levels of the new batch, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+    max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
 ):
@@ -209,15 +215,15 @@ app.add_typer(batch_app, name="batch")
 @batch_app.command("new")
 def batch_new(
     home: str | None = HomeOpt,
-    num_tasks: int = typer.Option(16, min=1, help="Tasks in the new batch."),
-    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one; below 1,000,000)."),
+    num_tasks: int = typer.Option(16, min=1, max=MAX_TASKS, help="Tasks in the new batch."),
+    seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help="Generator seed (default: the next unused one; below 1,000,000)."),
     levels: str = typer.Option("1,2", help="Difficulty levels, e.g. 1 or 1,2 (terminal: 0-3; 0 names the command)."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded word problems) | terminal (agent episodes in the sandbox) | bfcl "
                        "(tool-calling episodes on BFCL's simulators) | swe (bug-fixing episodes in the sandbox)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+    max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
-    max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit, written into the batch's manifest "
+    max_new_tokens: int | None = typer.Option(None, min=1, max=MAX_TOKENS, help="Completion length limit, written into the batch's manifest "
                                               "(default: the family's recipe: terminal 128 per turn, else the policy resource's)."),
 ):
     """Register a seeded arithmetic (or terminal) batch as a task_batches partition and print its id (for
@@ -250,12 +256,12 @@ METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}
 def learn(
     # The measured recipe of the README's learning curve: 8 tasks x 8 samples of level-1 arithmetic;
     # the trainer settings default to the `trainer` resource's, i.e. GRPOConfig's (DAPO, beta 0, lr 2e-4).
-    cycles: int = typer.Option(12, min=1, help="Learning cycles to run now."),
-    num_tasks: int = typer.Option(8, min=1, help="Tasks per cycle."),
-    num_generations: int = typer.Option(8, min=2, help="Samples per task (G; a group needs two to compare)."),
-    max_new_tokens: int | None = typer.Option(None, min=1, help="Completion length limit (terminal: per turn; default: "
+    cycles: int = typer.Option(12, min=1, max=MAX_COUNT, help="Learning cycles to run now."),
+    num_tasks: int = typer.Option(8, min=1, max=MAX_TASKS, help="Tasks per cycle."),
+    num_generations: int = typer.Option(8, min=2, max=MAX_SAMPLES, help="Samples per task (G; a group needs two to compare)."),
+    max_new_tokens: int | None = typer.Option(None, min=1, max=MAX_TOKENS, help="Completion length limit (terminal: per turn; default: "
                                               "arithmetic 96, terminal 128)."),
-    gate_limit: int | None = typer.Option(None, min=1, help="Held-out items per evaluation (default 64)."),
+    gate_limit: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Held-out items per evaluation (default 64)."),
     levels: str | None = typer.Option(None, help="Difficulty levels of the training tasks, e.g. 1 or 1,2 (terminal: 0-3; 0 names the "
                                       "command); default 1, and for --tasks terminal the curriculum's choice."),
     curriculum: bool | None = typer.Option(None, "--curriculum/--no-curriculum", help="--tasks terminal: draw each batch's levels by "
@@ -265,15 +271,15 @@ def learn(
     loss_type: str | None = typer.Option(None, help="grpo | dr_grpo | dapo | cispo | gspo (default: the trainer resource's, dapo)."),
     learning_rate: float | None = typer.Option(None, help="LoRA learning rate (> 0; default: the trainer resource's, 2e-4)."),
     beta: float | None = typer.Option(None, min=0.0, help="k3 KL coefficient; 0 skips the reference pass (default: the trainer resource's, 0)."),
-    num_iterations: int | None = typer.Option(None, min=1, help="Updates per batch of rollouts (mu; default 1)."),
+    num_iterations: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Updates per batch of rollouts (mu; default 1)."),
     dtype: str | None = typer.Option(None, help="Training precision: auto (bf16 where native) | float32 | bfloat16."),
-    seed: int | None = typer.Option(None, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
+    seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help="Run seed: the trainer's (LoRA init, shuffling) and the sampler's; record runs per seed."),
     tasks: str = typer.Option("arithmetic", help="arithmetic (seeded level-N problems, held-out: the arithmetic benchmark) | gsm8k "
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
                               "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | bfcl "
                               "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker) | swe "
                               "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark)."),
-    max_turns: int | None = typer.Option(None, min=1, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
+    max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
     method: str = typer.Option("rl", help="rl (the RL advantage) | opd (hinted on-policy distillation only) | combine (both, "
@@ -282,7 +288,7 @@ def learn(
                                "resampling without the hint); sets the trainer's w_rl, w_opd and guide."),
     skills: bool = typer.Option(False, "--skills/--no-skills", help="Skills from failures: distil each batch's failed reviews into "
                                 "skills, verify them on held-out items, and inject the verified ones into prompts and evaluations."),
-    skills_top_k: int = typer.Option(3, min=1, help="With --skills: verified skills per prompt (most similar first)."),
+    skills_top_k: int = typer.Option(3, min=1, max=MAX_SAMPLES, help="With --skills: verified skills per prompt (most similar first)."),
     manager: str | None = typer.Option(None, help="Who reviews: verifier | llm (the serving manager: the judge model with the "
                                        "adapter promoted by `tentalis promote --role manager`, else untrained); default: the review resource's."),
     step_scorer: str | None = typer.Option(None, help="What scores each step: calculator | judge | prm_head (the newest head of "

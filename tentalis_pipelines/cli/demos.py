@@ -8,6 +8,12 @@ from pathlib import Path
 import typer
 
 from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_TASKS,
+    MAX_TOKENS,
+    MAX_TURNS,
     HomeOpt,
     app,
     check_policy_settings,
@@ -49,8 +55,8 @@ def oracle(batch: str = typer.Option(..., "--batch", help="An environment batch 
 def model(batch: str = typer.Option(..., "--batch", help="An environment batch whose tasks are materialised."),
           served_model: str = typer.Option(..., "--model", help="The model to request from $OPENAI_BASE_URL (a stronger one)."),
           tokenizer: str = typer.Option(..., "--tokenizer", help="A local model folder whose chat template renders the prompts."),
-          attempts: int = typer.Option(1, min=1, help="Episodes per task until one passes."),
-          max_new_tokens: int = typer.Option(256, min=1, help="Tokens per turn."),
+          attempts: int = typer.Option(1, min=1, max=MAX_SAMPLES, help="Episodes per task until one passes."),
+          max_new_tokens: int = typer.Option(256, min=1, max=MAX_TOKENS, help="Tokens per turn."),
           temperature: float = typer.Option(0.0, min=0.0, help="Sampling temperature of the stronger model."),
           home: str | None = HomeOpt):
     """Episodes of a stronger model served by an OpenAI-compatible server ($OPENAI_BASE_URL, key in
@@ -113,10 +119,10 @@ def list_(batch: str | None = typer.Option(None, "--batch", help="Only this batc
 def warmstart(
     tasks: str = typer.Option("terminal", help="terminal | bfcl | swe: the environment whose training tasks are demonstrated."),
     levels: str = typer.Option("1", help="Levels of the batch, e.g. 1 or 1,2."),
-    num_tasks: int = typer.Option(16, min=1, help="Tasks (one oracle demonstration each)."),
-    seed: int | None = typer.Option(None, min=0, help="Generator seed (default: the next unused one)."),
-    max_turns: int = typer.Option(8, min=1, help="The episodes' turn limit (BFCL: replies with calls per user turn)."),
-    epochs: int = typer.Option(3, min=1, help="Passes over the demonstrations."),
+    num_tasks: int = typer.Option(16, min=1, max=MAX_TASKS, help="Tasks (one oracle demonstration each)."),
+    seed: int | None = typer.Option(None, min=0, max=MAX_SEED, help="Generator seed (default: the next unused one)."),
+    max_turns: int = typer.Option(8, min=1, max=MAX_TURNS, help="The episodes' turn limit (BFCL: replies with calls per user turn)."),
+    epochs: int = typer.Option(3, min=1, max=MAX_COUNT, help="Passes over the demonstrations."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="AdamW learning rate of the LoRA parameters."),
     gate: bool = typer.Option(True, help="Benchmark the checkpoint on the held-out split and run the promotion gate."),
     home: str | None = HomeOpt,

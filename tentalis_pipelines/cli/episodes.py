@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from tentalis_pipelines.cli.common import HomeOpt, app, console, fail, home_paths
+from tentalis_pipelines.cli.common import MAX_COUNT, HomeOpt, app, console, fail, home_paths
 
 episodes_app = typer.Typer(help="Agent episodes in and out as ATIF v1.4 trajectories (Harbor's format).")
 app.add_typer(episodes_app, name="episodes")
@@ -44,7 +44,7 @@ def import_(
     tenant: str = typer.Option("envs", help="The tenant the sessions land under."),
     replace: bool = typer.Option(False, "--replace", help="Replace sessions already landed with other content "
                                  "(their turns, transcript and review) with the file's; without it they are refused."),
-    vocab_size: int | None = typer.Option(None, "--vocab-size", min=1, help="Token ids must lie in [0, N): the "
+    vocab_size: int | None = typer.Option(None, "--vocab-size", min=1, max=MAX_COUNT, help="Token ids must lie in [0, N): the "
                                           "vocabulary of the tokenizer that sampled them (default: the policy's, --model)."),
     model: str | None = typer.Option(None, "--model", help="The policy whose tokenizer's vocabulary bounds the token ids "
                                      "(default $TENTALIS_MODEL, else embedded); read only when a trajectory carries ids."),

@@ -11,6 +11,9 @@ import typer
 from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_SEED,
+    MAX_TOKENS,
     HomeOpt,
     app,
     console,
@@ -25,11 +28,11 @@ def benchmark(
     tasks: str = typer.Option("arithmetic", "--tasks", "--benchmark", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
                               "split, one greedy episode per task; terminal-l0 ... terminal-l3: one level's) | bfcl (BFCL's multi_turn_base "
                               "through its checker) | swe (the mini-SWE held-out bugs, one greedy episode each) | path/to/tasks.jsonl"),
-    limit: int | None = typer.Option(None, help="Items to evaluate (a fixed seeded subset)."),
-    seed: int = typer.Option(0, help="Seed of the subset."),
+    limit: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Items to evaluate (a fixed seeded subset)."),
+    seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the subset."),
     format: str = typer.Option("table", "--format", "-f", help="table | json"),
     record: bool = typer.Option(True, help="Write benchmark_results and benchmark_items."),
-    max_new_tokens: int | None = typer.Option(None, help="Answer length limit (default per benchmark)."),
+    max_new_tokens: int | None = typer.Option(None, min=1, max=MAX_TOKENS, help="Answer length limit (default per benchmark)."),
     model: str | None = typer.Option(None, help="Base model (default: $TENTALIS_MODEL or embedded)."),
     home: str | None = HomeOpt,
 ):
@@ -77,7 +80,7 @@ def benchmark(
 
 @app.command("export-curve")
 def export_curve(
-    seed: int = typer.Option(..., help="The run's seed (a column of the CSV)."),
+    seed: int = typer.Option(..., min=0, max=MAX_SEED, help="The run's seed (a column of the CSV)."),
     label: str = typer.Option(..., help="A name for the run, e.g. the recipe it used."),
     out: Path = typer.Option(..., help="The CSV to append to (created with its header when new)."),
     commit: str | None = typer.Option(None, help="Only for checkpoints whose lineage records no code commit."),

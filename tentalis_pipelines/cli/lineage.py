@@ -8,6 +8,7 @@ import typer
 from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
     HomeOpt,
     actor_name,
     add_column,
@@ -128,7 +129,7 @@ def retract(
 
 @app.command("audit")
 def audit_log(
-    limit: int = typer.Option(30, "--limit", help="Newest rows to show."),
+    limit: int = typer.Option(30, "--limit", min=1, max=MAX_COUNT, help="Newest rows to show."),
     home: str | None = HomeOpt,
 ):
     """Promotions, rollbacks, gate decisions and retractions: who, when, what, why (the `audit` table)."""

@@ -8,17 +8,30 @@ import os
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, add_column, app, console, fail, home_paths, print_table
+from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_SAMPLES,
+    MAX_SEED,
+    MAX_TASKS,
+    MAX_TOKENS,
+    HomeOpt,
+    add_column,
+    app,
+    console,
+    fail,
+    home_paths,
+    print_table,
+)
 
 manager_app = typer.Typer(help="The manager that learns: GRPO on its reviews, rewarded by what its hints do for the worker.",
                           no_args_is_help=True)
 app.add_typer(manager_app, name="manager")
 
 RewardOpt = typer.Option("rescue", help="rescue (the worker's success with the hint) | dense (RLT's log-prob gain of the answer).")
-SeedOpt = typer.Option(0, help="Sampling and LoRA seed.")
-SplitSeedOpt = typer.Option(0, help="The held-out split's key (manager.split_seed): keep it fixed in a home, so every update "
+SeedOpt = typer.Option(0, min=0, max=MAX_SEED, help="Sampling and LoRA seed.")
+SplitSeedOpt = typer.Option(0, min=0, max=MAX_SEED, help="The held-out split's key (manager.split_seed): keep it fixed in a home, so every update "
                             "and evaluation sees the same split whatever its --seed.")
-AcceptedPerTaskOpt = typer.Option(1, min=1, help="Accepted rollouts taken per task (a worker that succeeds on few tasks gives "
+AcceptedPerTaskOpt = typer.Option(1, min=1, max=MAX_SAMPLES, help="Accepted rollouts taken per task (a worker that succeeds on few tasks gives "
                                   "the score more accepted answers this way).")
 HintPrefixOpt = typer.Option("", help="The words every hint starts with, pre-filled (review.hint_prefix; serve the manager with "
                              "the prefix it was trained with).")
@@ -49,13 +62,13 @@ def accepted_shortfall(metrics: dict, success_share: float) -> str | None:
 
 @manager_app.command("train")
 def train(
-    updates: int = typer.Option(1, min=1, help="GRPO updates (each its own checkpoint, chained from the last)."),
+    updates: int = typer.Option(1, min=1, max=MAX_COUNT, help="GRPO updates (each its own checkpoint, chained from the last)."),
     part: str = typer.Option("review", help="review: one adapter writes the whole review (GRPO or best-of-n) | score: the "
                              "manager's own score adapter, taught the verifier's scores on --failures failures and as many "
                              "accepted answers; the adapter that writes the critique and the hint is kept as it is."),
-    failures: int = typer.Option(32, min=1, help="Failed rollouts per update."),
-    num_generations: int = typer.Option(4, min=2, help="Reviews sampled per failure (the group)."),
-    rescue_samples: int = typer.Option(4, min=1, help="Worker samples per hint."),
+    failures: int = typer.Option(32, min=1, max=MAX_TASKS, help="Failed rollouts per update."),
+    num_generations: int = typer.Option(4, min=2, max=MAX_SAMPLES, help="Reviews sampled per failure (the group)."),
+    rescue_samples: int = typer.Option(4, min=1, max=MAX_SAMPLES, help="Worker samples per hint."),
     accuracy_weight: float = typer.Option(0.5, min=0.0, help="Weight of |score - verifier score| against the hint's value."),
     reward: str = RewardOpt,
     credit: str = typer.Option("fields", help="fields: the score's advantage trains the score's tokens, the hint value's the "
@@ -71,13 +84,13 @@ def train(
                                        "--hint-prefix '')."),
     best_min_value: float = typer.Option(0.5, help="best_of_n: a hint is trained on only when its value exceeds this "
                                          "(0.5: a positive dense gain)."),
-    num_iterations: int = typer.Option(1, min=1, help="Passes over an update's sampled reviews."),
-    per_step_rows: int = typer.Option(0, min=0, help="Trained rows per optimizer step (0: all in one step)."),
+    num_iterations: int = typer.Option(1, min=1, max=MAX_COUNT, help="Passes over an update's sampled reviews."),
+    per_step_rows: int = typer.Option(0, min=0, max=MAX_COUNT, help="Trained rows per optimizer step (0: all in one step)."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="LoRA learning rate."),
     manager_temperature: float = typer.Option(1.0, min=0.05, help="The manager's sampling temperature for its training reviews "
                                               "(a cooler manager samples more of its likelier hints: with a hint prefix, more plans)."),
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature when it is rescued."),
-    max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
+    max_new_tokens: int = typer.Option(96, min=1, max=MAX_TOKENS, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model (review.judge_model)."),
     hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
@@ -129,13 +142,13 @@ def train(
 @manager_app.command("evaluate")
 def evaluate(
     checkpoint: str = typer.Option("base", help="A manager checkpoint id, or 'base' (the untrained manager)."),
-    limit: int | None = typer.Option(None, min=1, help="Held-out failures to use (default: all)."),
-    eval_rescue_samples: int = typer.Option(8, min=1, help="Worker samples per hint."),
-    eval_accepted: int = typer.Option(60, min=0, help="Held-out accepted answers reviewed for the score alone (the gate "
+    limit: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Held-out failures to use (default: all)."),
+    eval_rescue_samples: int = typer.Option(8, min=1, max=MAX_SAMPLES, help="Worker samples per hint."),
+    eval_accepted: int = typer.Option(60, min=0, max=MAX_COUNT, help="Held-out accepted answers reviewed for the score alone (the gate "
                                       "needs --min-accepted of them)."),
     accepted_per_task: int = AcceptedPerTaskOpt,
     temperature: float = typer.Option(0.8, help="The worker's sampling temperature."),
-    max_new_tokens: int = typer.Option(96, min=1, help="The worker's completion length."),
+    max_new_tokens: int = typer.Option(96, min=1, max=MAX_TOKENS, help="The worker's completion length."),
     manager_model: str = typer.Option("embedded", help="The manager's base model."),
     hint_prefix: str = HintPrefixOpt,
     seed: int = SeedOpt,
@@ -170,7 +183,7 @@ def gate(
     checkpoint: str = typer.Argument(..., help="The candidate manager checkpoint."),
     margin: float = typer.Option(0.0, min=0.0, help="Rejected when the rescue difference's interval lies below -margin."),
     score_tolerance: float = typer.Option(0.05, min=0.0, help="Rejected when its score error exceeds the incumbent's by more."),
-    min_accepted: int = typer.Option(40, min=0, help="Accepted answers both managers must have reviewed before the gate "
+    min_accepted: int = typer.Option(40, min=0, max=MAX_COUNT, help="Accepted answers both managers must have reviewed before the gate "
                                      "decides (0: decide anyway, the score's discrimination unchecked)."),
     home: str | None = HomeOpt,
 ):

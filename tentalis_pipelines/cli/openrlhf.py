@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from tentalis_pipelines.cli.common import HomeOpt, app, console, fail, home_paths
+from tentalis_pipelines.cli.common import MAX_PORT, MAX_WORKERS, HomeOpt, app, console, fail, home_paths
 
 openrlhf_app = typer.Typer(help="Hand training to OpenRLHF on Ray: export prompts with labels, import the adapter back.")
 app.add_typer(openrlhf_app, name="openrlhf")
@@ -19,16 +19,20 @@ app.add_typer(openrlhf_app, name="openrlhf")
 @app.command("reward-server")
 def reward_server(
     host: str = typer.Option("127.0.0.1", help="Interface to listen on (0.0.0.0 for a Ray cluster's nodes)."),
-    port: int = typer.Option(5000, help="Port to listen on."),
+    port: int = typer.Option(5000, min=1, max=MAX_PORT, help="Port to listen on."),
     log: Path | None = typer.Option(None, "--log", help="Append every scored sample to this JSONL file."),
+    workers: int = typer.Option(2, min=1, max=MAX_WORKERS, help="Scoring processes (requests scored at once)."),
+    sample_timeout: float = typer.Option(1.0, min=0.01, max=600.0, help="Seconds one sample may take to score; past it the "
+                                         "sample gets reward 0 with the reason (logged) and its worker is replaced."),
 ):
     """Serve OpenRLHF's remote reward contract (POST /get_reward: {query, prompts, labels} -> {rewards, scores,
-    extra_logs}), scored with Tentalis's answer verifier, step checker and verifier manager."""
+    extra_logs}), scored with Tentalis's answer verifier, step checker and verifier manager, in worker
+    processes, each sample under --sample-timeout."""
     import uvicorn
 
     from tentalis_pipelines.rewards.reward_server import create_app
 
-    uvicorn.run(create_app(log), host=host, port=port, log_level="info")
+    uvicorn.run(create_app(log, workers=workers, sample_seconds=sample_timeout), host=host, port=port, log_level="info")
 
 
 @openrlhf_app.command("export")

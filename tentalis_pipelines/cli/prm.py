@@ -8,7 +8,21 @@ import sys
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, add_column, app, console, fail, home_paths, print_table
+from tentalis_pipelines.cli.common import (
+    MAX_COUNT,
+    MAX_FOLDS,
+    MAX_LAYERS,
+    MAX_SEED,
+    MAX_TOKENS,
+    MAX_WIDTH,
+    HomeOpt,
+    add_column,
+    app,
+    console,
+    fail,
+    home_paths,
+    print_table,
+)
 
 prm_app = typer.Typer(help="The PRM head: a step scorer trained from our own consensus labels (review.step_scorer = prm_head).")
 app.add_typer(prm_app, name="prm")
@@ -16,22 +30,22 @@ app.add_typer(prm_app, name="prm")
 
 @prm_app.command("train")
 def prm_train(
-    train_problems: int = typer.Option(600, "--train-problems", help="GSM8K train problems labelled (seeded sample)."),
+    train_problems: int = typer.Option(600, "--train-problems", min=1, max=MAX_COUNT, help="GSM8K train problems labelled (seeded sample)."),
     features: str = typer.Option("hidden", "--features", help="What the head reads per step: hidden (block --layer's state; "
                                  "the only kind a learning run may use as its step scorer) | surprise (four log-prob statistics "
                                  "under the whole model: the better ProcessBench judge, gamed as a reward) | hidden+surprise."),
-    layer: int = typer.Option(10, "--layer", help="The (deepest) trunk block whose output the head reads."),
+    layer: int = typer.Option(10, "--layer", min=0, max=MAX_LAYERS, help="The (deepest) trunk block whose output the head reads."),
     layers: str = typer.Option("", "--layers", help="Several blocks, comma-separated, concatenated (ending at --layer); empty: --layer alone."),
     pooling: str = typer.Option("mean", "--pooling", help="A step's feature: last (its last token) | mean (over its tokens) | last+mean."),
     center: bool = typer.Option(False, "--center/--no-center", help="Subtract the solution's mean step feature."),
     rule: str = typer.Option("threshold", "--rule", help="threshold | drop | argmin: how step scores become a first error."),
     renderings: str = typer.Option("pbstyle", "--renderings", help="Our steps as GSM8K writes them (plain), in ProcessBench's shape (pbstyle), or both."),
     weight_decay: float = typer.Option(1.0, "--weight-decay", help="L2 strength (AdamW). The defaults are the recipe chosen on held-out labels (experiments/prm_head)."),
-    max_tokens: int = typer.Option(1024, "--max-tokens", help="A solution's tokens read (later steps unscored)."),
-    hidden: int = typer.Option(0, "--hidden", help="0: a linear head; else one hidden layer of this width."),
-    folds: int = typer.Option(5, "--folds", help="The threshold is chosen on out-of-fold scores of every labelled problem, this many heads "
+    max_tokens: int = typer.Option(1024, "--max-tokens", min=1, max=MAX_TOKENS, help="A solution's tokens read (later steps unscored)."),
+    hidden: int = typer.Option(0, "--hidden", min=0, max=MAX_WIDTH, help="0: a linear head; else one hidden layer of this width."),
+    folds: int = typer.Option(5, "--folds", min=1, max=MAX_FOLDS, help="The threshold is chosen on out-of-fold scores of every labelled problem, this many heads "
                               "each trained without one fold; 1: on one held-out slice of 20% of the problems."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", min=0, max=MAX_SEED),
     rollouts: bool = typer.Option(True, "--rollouts/--no-rollouts", help="Also label the lakehouse's own rollouts (calculator, verifier, MC)."),
     rollout_weight: float = typer.Option(10.0, "--rollout-weight", help="How much each step of those rollouts weighs in the loss "
                                          "(a GSM8K step weighs 1); they train as the policy wrote them and in the training rendering."),
@@ -100,12 +114,12 @@ def prm_list(format: str = typer.Option("table", "--format", "-f", help="table |
 @prm_app.command("eval")
 def prm_eval(
     split: str = typer.Option("gsm8k", "--split", help="ProcessBench split(s), comma-separated."),
-    limit: int = typer.Option(0, "--limit", help="Seeded sample per split (0: all items)."),
+    limit: int = typer.Option(0, "--limit", min=0, max=MAX_COUNT, help="Seeded sample per split (0: all items)."),
     version: str | None = typer.Option(None, "--version", help="Default: the newest."),
     model: str = typer.Option("embedded", "--model"),
     agreement: bool = typer.Option(True, "--agreement/--no-agreement",
                                    help="Write the results as judge_agreement rows (against ProcessBench's human labels and the verifier)."),
-    rollouts: int = typer.Option(200, "--rollouts", help="Agreement with the verifier on the newest N rollouts of the home's lakehouse (0: none)."),
+    rollouts: int = typer.Option(200, "--rollouts", min=0, max=MAX_COUNT, help="Agreement with the verifier on the newest N rollouts of the home's lakehouse (0: none)."),
     home: str | None = HomeOpt,
 ):
     """ProcessBench's official metric (accuracy on erroneous and on correct samples, F1) of a stored head,

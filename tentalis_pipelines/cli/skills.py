@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 from rich.table import Table
 
-from tentalis_pipelines.cli.common import HomeOpt, app, console, home_paths
+from tentalis_pipelines.cli.common import MAX_COUNT, HomeOpt, app, console, home_paths
 
 
 def print_skills(lake, decisions: int = 10) -> None:
@@ -35,7 +35,7 @@ def print_skills(lake, decisions: int = 10) -> None:
 
 
 @app.command()
-def skills(decisions: int = typer.Option(10, min=0, help="Latest verification decisions to show."), home: str | None = HomeOpt):
+def skills(decisions: int = typer.Option(10, min=0, max=MAX_COUNT, help="Latest verification decisions to show."), home: str | None = HomeOpt):
     """List the skills distilled from failed reviews (status, support, measured gain) and the latest decisions."""
     from tentalis_pipelines.lakehouse import Lakehouse
 

@@ -12,6 +12,7 @@ import typer
 from rich.table import Table
 
 from tentalis_pipelines.cli.common import (
+    MAX_HOURS,
     HomeOpt,
     add_column,
     app,
@@ -68,7 +69,7 @@ def maintain(
     zorder: bool = typer.Option(False, help="Also Z-order the unpartitioned tables by their key columns (rewrites them)."),
     vacuum: bool = typer.Option(True, help="Delete files no version within the retention needs."),
     retention_hours: int | None = typer.Option(
-        None, help="Vacuum retention (default: $TENTALIS_VACUUM_RETENTION_HOURS or 168). Time travel past it is lost."),
+        None, min=0, max=MAX_HOURS, help="Vacuum retention (default: $TENTALIS_VACUUM_RETENTION_HOURS or 168). Time travel past it is lost."),
     allow_unsafe_retention: bool = typer.Option(
         False, help="Allow a retention below Delta's safe minimum (only when nothing else reads or writes the tables)."),
     checkpoint: bool = typer.Option(True, help="Write a log checkpoint so loading a table replays less."),

@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from tentalis_pipelines.cli.common import (
+    MAX_PORT,
     HomeOpt,
     app,
     err,
@@ -17,7 +18,7 @@ from tentalis_pipelines.cli.common import (
 
 
 @app.command()
-def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, help="Web server port.")):
+def ui(home: str | None = HomeOpt, port: int = typer.Option(3000, min=1, max=MAX_PORT, help="Web server port.")):
     """Start the Dagster UI and daemon (`dagster dev -w workspace.yaml`)."""
     home_paths(home)
     root = Path(__file__).resolve().parents[2]  # the checkout: tentalis_pipelines/cli/ui.py

@@ -16,7 +16,20 @@ import re
 from dataclasses import dataclass
 from fractions import Fraction
 
-_EQ = re.compile(r"((?:\(?\s*-?\d[\d,]*(?:\.\d+)?\s*\)?\s*[-+*/x×÷]\s*)+\(?\s*-?\d[\d,]*(?:\.\d+)?\s*\)?)\s*=\s*\$?(-?\d[\d,]*(?:\.\d+)?)")
+# An equation: two or more operands joined by operators, then ``=`` and the stated result. Linear in
+# the text: a chain of operands is matched possessively (``*+``, ``++``: never given back) and the
+# ``= result`` after it is optional, so a chain that ends without ``=`` is consumed once instead of
+# retried at every shorter length and every later start (the quadratic scan of the old pattern, which
+# took 50 s on 16 KB of ``1+1+...``); a match never starts inside a number (the lookbehind) or on a
+# blank, and no two quantifiers compete for the same blanks.
+_OPERAND = r"(?:\(\s*+)?-?\d[\d,]*+(?:\.\d+)?\s*+(?:\)\s*+)?"
+_EQ = re.compile(rf"(?<![\d,])({_OPERAND}(?:[-+*/x×÷]\s*+{_OPERAND})++)(?:=\s*+\$?(-?\d[\d,]*+(?:\.\d+)?))?")
+# Equations past these are not checked (no step of a real solution comes near): a number of more
+# digits, or more operands, makes the exact arithmetic (and the result's digits) unbounded.
+MAX_OPERAND_DIGITS = 32
+MAX_EQUATION_TERMS = 64
+# Equations checked per step: a step states one or two; the rest of a longer one is not checked.
+MAX_STEP_EQUATIONS = 16
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
 
@@ -39,36 +52,71 @@ def _eval(node: ast.AST) -> Fraction:
 
 
 def evaluate(expression: str) -> Fraction:
-    """Exact value of a + - * / expression (``x`` and ``×`` mean times, ``÷`` divide)."""
+    """Exact value of a + - * / expression (``x`` and ``×`` mean times, ``÷`` divide). ValueError for an
+    expression that is not arithmetic, has more than ``MAX_EQUATION_TERMS`` numbers or a number of more
+    than ``MAX_OPERAND_DIGITS`` digits (its value would be unbounded)."""
     expr = expression.replace(",", "").replace("×", "*").replace("x", "*").replace("÷", "/")
+    numbers = _DIGITS.findall(expr)
+    if len(numbers) > MAX_EQUATION_TERMS:
+        raise ValueError(f"more than {MAX_EQUATION_TERMS} numbers")
+    if any(len(n) > MAX_OPERAND_DIGITS for n in numbers):
+        raise ValueError(f"a number of more than {MAX_OPERAND_DIGITS} digits")
     return _eval(ast.parse(expr, mode="eval"))
 
 
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_DIGITS = re.compile(r"\d+")
+_NUMBER = re.compile(r"-?\d[\d,]*+(?:\.\d+)?")
 
 
-def numbers_in(text: str) -> set[Fraction]:
-    """Every number written in ``text`` (commas as thousands separators), as exact values."""
-    out = set()
-    for raw in _NUMBER.findall(text or ""):
-        try:
-            out.add(Fraction(raw.replace(",", "")))
-        except ValueError:
-            continue
+def exact(raw: str) -> Fraction | None:
+    """``raw`` (commas as thousands separators) as an exact value; None past ``MAX_OPERAND_DIGITS``
+    digits or when it is not a number."""
+    raw = raw.replace(",", "")
+    if sum(c.isdigit() for c in raw) > MAX_OPERAND_DIGITS:
+        return None
+    try:
+        return Fraction(raw)
+    except ValueError:
+        return None
+
+
+def equations(text: str, limit: int = MAX_STEP_EQUATIONS) -> list[tuple[str, str]]:
+    """The first ``limit`` equations ``text`` states, as (left-hand side, stated result) in order:
+    ``4 * 6 = 24`` gives ``("4 * 6", "24")``. Linear in ``len(text)`` (see ``_EQ``)."""
+    out: list[tuple[str, str]] = []
+    for m in _EQ.finditer(text):
+        if len(out) == limit:
+            break
+        if m.group(2) is not None:
+            out.append((m.group(1).strip(), m.group(2)))
     return out
 
 
+def _shown(value: Fraction) -> str:
+    try:
+        return str(int(value)) if value.denominator == 1 else str(float(value))
+    except (OverflowError, ValueError):  # past a float's range or Python's int-to-text limit
+        return "a number too large to show"
+
+
+def numbers_in(text: str) -> set[Fraction]:
+    """Every number written in ``text`` (commas as thousands separators), as exact values; numbers of
+    more than ``MAX_OPERAND_DIGITS`` digits are left out."""
+    return {v for raw in _NUMBER.findall(text or "") if (v := exact(raw)) is not None}
+
+
 def check_step(step: str, known: set[Fraction] | None = None) -> StepCheck:
-    """Check every equation ``step`` states. With ``known`` (the task's numbers and earlier results), a
+    """Check the equations ``step`` states (the first ``MAX_STEP_EQUATIONS``). With ``known`` (the task's numbers and earlier results), a
     *correct* equation counts only when it uses one of them: ``1 + 1 = 2`` padded into a solution is
     true but is not evidence of work on this task. A wrong equation always counts."""
     checks = []
-    for m in _EQ.finditer(step):
-        lhs, rhs = m.group(1).strip(), m.group(2)
+    for lhs, rhs in equations(step):
+        stated = exact(rhs)
         try:
             value = evaluate(lhs)
-            stated = Fraction(rhs.replace(",", ""))
-        except (ValueError, ZeroDivisionError, SyntaxError):
+        except (ValueError, ZeroDivisionError, SyntaxError, RecursionError):
+            continue
+        if stated is None:
             continue
         if value == stated and known is not None and not (numbers_in(lhs.replace("x", " ").replace("×", " ")) & known):
             continue
@@ -78,8 +126,7 @@ def check_step(step: str, known: set[Fraction] | None = None) -> StepCheck:
     wrong = [(text, v) for text, ok, v in checks if not ok]
     if wrong:
         text, v = wrong[0]
-        shown = int(v) if v.denominator == 1 else float(v)
-        return StepCheck(0.0, f"{text} is wrong (it is {shown})")
+        return StepCheck(0.0, f"{text} is wrong (it is {_shown(v)})")
     return StepCheck(1.0, "; ".join(f"{t} ✓" for t, _, _ in checks))
 
 
@@ -99,5 +146,5 @@ def check_steps(task_prompt: str, steps: list[str]) -> list[StepCheck]:
         chk = check_step(step, known)
         out.append(chk)
         if chk.score is not None:
-            known |= {Fraction(m.group(2).replace(",", "")) for m in _EQ.finditer(step)}
+            known |= {v for _, rhs in equations(step) if (v := exact(rhs)) is not None}
     return out

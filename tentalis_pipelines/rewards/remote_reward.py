@@ -23,7 +23,7 @@ whether the response was cut at its token limit, so every response counts as fin
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
@@ -42,6 +42,11 @@ from tentalis_pipelines.rewards.steps import parse_completion
 MAX_QUERIES = 4096
 # Labels longer than this are no answer key (a whole solution pasted as a label is still fine).
 MAX_LABEL_CHARS = 20_000
+# A query (prompt and response) longer than this is not read: reward 0 with the reason. A response of
+# 32k tokens is about 130,000 characters; the cap keeps every sample's scoring well under a second.
+MAX_QUERY_CHARS = 200_000
+# Steps checked by the calculator per sample: later steps are not scored (no process credit, no blame).
+MAX_CHECKED_STEPS = 256
 EXTRA_LOG_KEYS = ("outcome", "format", "process", "manager", "checked_steps")
 
 
@@ -60,6 +65,7 @@ class QueryScore:
     manager: float
     checked_steps: int
     answer: str | None
+    reason: str | None = None  # why a sample was not scored (reward 0), None when it was
 
 
 def response_of(query: str, prompt: str) -> str:
@@ -72,9 +78,16 @@ def response_of(query: str, prompt: str) -> str:
 
 
 def score_query(query: str, prompt: str, label: str) -> QueryScore:
-    """Score one sample against its label with the learning loop's verifiers (see the module docstring)."""
+    """Score one sample against its label with the learning loop's verifiers (see the module docstring).
+    A query or prompt longer than ``MAX_QUERY_CHARS`` gets reward 0 with its ``reason``; only the first
+    ``MAX_CHECKED_STEPS`` steps are checked. Every part is linear in the sample's length."""
+    if max(len(query), len(prompt)) > MAX_QUERY_CHARS:
+        return QueryScore(0.0, 0.0, 0.0, None, 0.0, 0, None,
+                          reason=f"query or prompt of {max(len(query), len(prompt))} characters; at most {MAX_QUERY_CHARS} are read")
     response = response_of(query, prompt)
     parsed = parse_completion(response)
+    if len(parsed.steps) > MAX_CHECKED_STEPS:
+        parsed = replace(parsed, steps=parsed.steps[:MAX_CHECKED_STEPS])
     answer = final_answer(parsed, "stop")
     correct = answers_match(answer, label)
     fmt = format_score(parsed, "stop")
@@ -90,6 +103,14 @@ def score_query(query: str, prompt: str, label: str) -> QueryScore:
     return QueryScore(reward, outcome, fmt, process, review.score, sum(s is not None for s in step_scores), answer)
 
 
+def warm_up() -> None:
+    """Score a few samples whose answers reach math-verify's parser and each of its comparisons, so the
+    imports and grammar they build on first use are not charged to the first real sample's deadline."""
+    for answer, label in (("\\frac{x}{2}", "x/2"), ("59998", "x+1"), ("(1, 2)", "(1,2)"), ("0.5", "\\frac{1}{2}"),
+                          ("x^2", "x \\cdot x"), ("\\{1, 2\\}", "\\{2, 1\\}"), ("x = 1", "1")):
+        score_query(f"<step>1 + 1 = 2</step><answer>{answer}</answer>", "", label)
+
+
 def _strings(body: dict[str, Any], key: str, *, numbers_ok: bool = False) -> list[str]:
     value = body.get(key)
     if not isinstance(value, list):
@@ -97,7 +118,8 @@ def _strings(body: dict[str, Any], key: str, *, numbers_ok: bool = False) -> lis
                                  f"\"labels\": [...]}}), not {type(value).__name__}")
     out = []
     for i, v in enumerate(value):
-        if numbers_ok and isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v):
+        # (an int is never NaN, and math.isfinite would overflow on one past a float's range)
+        if numbers_ok and not isinstance(v, bool) and (isinstance(v, int) or (isinstance(v, float) and math.isfinite(v))):
             v = str(v)  # a JSONL label key holding a number (GSM8K answers often do)
         if not isinstance(v, str):
             raise RewardRequestError(f"'{key}[{i}]' must be a string{' or a number' if numbers_ok else ''}, not "
@@ -132,12 +154,18 @@ def parse_request(body: Any) -> tuple[list[str], list[str], list[str]]:
     return queries, prompts, labels
 
 
-def score_request(body: Any) -> tuple[dict[str, Any], list[QueryScore]]:
-    """The contract's answer to ``body`` (``{"rewards", "scores", "extra_logs"}``) and the scores behind it."""
-    queries, prompts, labels = parse_request(body)
-    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels)]
+def contract_answer(scored: list[QueryScore]) -> dict[str, Any]:
+    """The contract's answer for scored samples: ``{"rewards", "scores", "extra_logs"}``, aligned with them."""
     extra = {"outcome": [s.outcome for s in scored], "format": [s.format for s in scored],
              # A response with no checkable step earns no process credit: logged as 0 next to checked_steps 0.
              "process": [0.0 if s.process is None else s.process for s in scored],
              "manager": [s.manager for s in scored], "checked_steps": [float(s.checked_steps) for s in scored]}
-    return {"rewards": [s.reward for s in scored], "scores": [s.outcome for s in scored], "extra_logs": extra}, scored
+    return {"rewards": [s.reward for s in scored], "scores": [s.outcome for s in scored], "extra_logs": extra}
+
+
+def score_request(body: Any) -> tuple[dict[str, Any], list[QueryScore]]:
+    """The contract's answer to ``body`` (``{"rewards", "scores", "extra_logs"}``) and the scores behind it,
+    scored here (the reward server scores in worker processes instead: ``rewards/score_pool.py``)."""
+    queries, prompts, labels = parse_request(body)
+    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels)]
+    return contract_answer(scored), scored

@@ -4,14 +4,17 @@ labels, the pinned version, the digest) and the adapter's import (never promoted
 
 RR = "tentalis_pipelines/rewards/remote_reward.py"
 RS = "tentalis_pipelines/rewards/reward_server.py"
+SP = "tentalis_pipelines/rewards/score_pool.py"
 OR = "tentalis_pipelines/training/openrlhf.py"
 TS = ["tests/unit/test_reward_server.py"]
+TH = ["tests/unit/test_reward_hostile.py"]
+PR = "tentalis_pipelines/rewards/process.py"
 TC = ["tests/unit/test_launcher_contracts.py"]
 TE = ["tests/test_openrlhf_export.py"]
 
 MUTANTS = [
-    {"id": "reward-wrong-label", "file": RR, "find": "    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels)]\n",
-     "replace": "    scored = [score_query(q, p, lab) for q, p, lab in zip(queries, prompts, labels[::-1])]\n", "tests": TS,
+    {"id": "reward-wrong-label", "file": SP, "find": "    for q, p, lab in zip(queries, prompts, labels):\n",
+     "replace": "    for q, p, lab in zip(queries, prompts, labels[::-1]):\n", "tests": TS,
      "why": "in a batch each sample is scored against another prompt's label: right answers are punished"},
     {"id": "reward-prompt-counted-as-response", "file": RR, "find": "    if query.startswith(prompt):\n        return query[len(prompt):]\n",
      "replace": "    if query.startswith(prompt):\n        return query\n", "tests": TC,
@@ -32,7 +35,8 @@ MUTANTS = [
      "why": "a dataset without labels is scored as all wrong instead of refused: training pushes every answer down"},
     {"id": "request-limit-off-by-one", "file": RR, "find": "    if len(queries) > MAX_QUERIES:\n", "replace": "    if len(queries) >= MAX_QUERIES:\n",
      "tests": TS, "why": "a batch of exactly the documented maximum is refused"},
-    {"id": "server-bad-json-422", "file": RS, "find": "            return refuse(400, f\"the body is not JSON", "replace": "            return refuse(422, f\"the body is not JSON",
+    {"id": "server-bad-json-422", "file": SP, "find": "        return Refused(400, f\"the body is not JSON ({exc}): POST",
+     "replace": "        return Refused(422, f\"the body is not JSON ({exc}): POST",
      "tests": TS, "why": "a body that is not JSON gets the contract's 422: a client cannot tell a broken encoder from a bad field"},
     {"id": "server-body-limit-dropped", "file": RS, "find": "        if len(raw) > MAX_BODY_BYTES:\n", "replace": "        if False:\n",
      "tests": TS, "why": "any body size is parsed and scored: one huge request stalls the server for every trainer"},
@@ -61,4 +65,13 @@ MUTANTS = [
     {"id": "import-lineage-without-digest", "file": OR, "find": "\"samples_digest\": export[\"prompts_sha256\"],",
      "replace": "\"samples_digest\": None,", "tests": TE,
      "why": "the imported checkpoint's lineage does not name the exact prompts file it was trained on"},
+    {"id": "hostile-deep-json-uncaught", "file": SP, "find": "    except RecursionError:\n        return Refused(400,",
+     "replace": "    except MemoryError:\n        return Refused(400,", "tests": TH,
+     "why": "JSON nested past the recursion limit crashes the parse: a 500 (or a dead worker) instead of a 400"},
+    {"id": "hostile-query-cap-dropped", "file": RR, "find": "    if max(len(query), len(prompt)) > MAX_QUERY_CHARS:\n",
+     "replace": "    if False:\n", "tests": TH, "why": "a query of any length is read: one sample can take seconds to score"},
+    {"id": "hostile-equation-terms-uncapped", "file": PR, "find": "    if len(numbers) > MAX_EQUATION_TERMS:\n",
+     "replace": "    if False:\n", "tests": TH, "why": "a 3,000-term expression reaches ast.parse: RecursionError, a 500 before"},
+    {"id": "hostile-result-digits-uncapped", "file": PR, "find": "    if sum(c.isdigit() for c in raw) > MAX_OPERAND_DIGITS:\n        return None\n    try:",
+     "replace": "    try:", "tests": TH, "why": "a 5,000-digit stated result reaches int(): ValueError out of check_steps, a 500 before"},
 ]

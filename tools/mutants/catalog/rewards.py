@@ -42,7 +42,7 @@ MUTANTS = [
      "replace": "if False:", "tests": TR, "why": "true equations on unrelated numbers earn process credit"},
     {"id": "repeated-steps-credited", "file": PR, "find": "        if key in seen:\n", "replace": "        if False:\n",
      "tests": TR, "why": "a repeated step is scored again"},
-    {"id": "results-not-known", "file": PR, "find": "known |= {Fraction(m.group(2).replace(\",\", \"\")) for m in _EQ.finditer(step)}",
+    {"id": "results-not-known", "file": PR, "find": "known |= {v for _, rhs in equations(step) if (v := exact(rhs)) is not None}",
      "replace": "pass", "tests": TR, "why": "a step building on an earlier result is not grounded"},
     {"id": "fence-not-escaped", "file": LM, "find": "{fence_safe(completion)}", "replace": "{completion}", "tests": TR,
      "why": "the completion can close the manager's fence"},
