@@ -276,3 +276,11 @@ def test_per_token_loss_errors_name_the_input_and_the_fix():
         per_token_loss("ppo", zero, zero, torch.ones(1, 1), mask)
     with pytest.raises(ValueError, match=r"^beta != 0 needs reference log-probs$"):
         per_token_loss("grpo", zero, zero, torch.ones(1, 1), mask, beta=0.1)
+
+
+def test_shaped_guided_loss_default_gamma_is_luffys_0_1():
+    from tentalis_pipelines.training.losses import shaped_guided_loss
+
+    logps, behaviour, adv = torch.log(torch.tensor([[0.5, 0.1]])), torch.zeros(1, 2), torch.tensor([[2.0]])
+    # r = (0.5, 0.1): -(r / (r + 0.1)) * A
+    assert shaped_guided_loss(logps, behaviour, adv).tolist()[0] == pytest.approx([-(0.5 / 0.6) * 2, -(0.1 / 0.2) * 2], rel=1e-6)
