@@ -517,6 +517,23 @@ def level_success(lake: Lakehouse, batch_id: str) -> dict[int, float]:
     return {lv: sum(v) / len(v) for lv, v in by_level.items()}
 
 
+def verified_demonstrations(lake: Lakehouse, batch_id: str) -> dict[str, tuple[str, list[str]]]:
+    """The batch's verified demonstrations from the ``demonstrations`` table (an oracle, a stronger model
+    or a person, each replayed in the environment; ``tentalis demos``), the newest per task:
+    ``{task_id: (source, actions)}``. The source names the row (``<source>#<demonstration_id>``), so a
+    prefixed episode's row leads back to the demonstration that gave its prefix. Unverified rows and
+    rows with no actions are never used; without the table, ``{}`` (the scripted oracle is used)."""
+    if not lake.exists("demonstrations"):
+        return {}
+    rows = lake.read("demonstrations", batch_id=batch_id,
+                     columns=["demonstration_id", "task_id", "source", "actions", "verified", "created_at"]).to_pylist()
+    out: dict[str, tuple[str, list[str]]] = {}
+    for r in sorted(rows, key=lambda r: (str(r["created_at"] or ""), r["demonstration_id"])):
+        if r["verified"] and r["actions"]:
+            out[r["task_id"]] = (f"{r['source']}#{r['demonstration_id']}", [str(a) for a in r["actions"]])
+    return out
+
+
 def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[dict], Counter, list[tuple[str, str]], dict[int, float]]:
     """Which all-fail groups of the batch are resampled and with what: ``(plans, skipped reasons, the
     all-fail groups, the success per level)``. A plan names its task, policy version, the chosen hint
@@ -539,6 +556,7 @@ def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[d
     ordered = sorted(episodes.items(), key=lambda kv: (kv[1]["task_id"], kv[1]["group_index"]))
     failed = guide.all_fail_groups((ep["task_id"], versions[eid], bool(ep["episode"].get("passed"))) for eid, ep in ordered)
     success = level_success(lake, batch_id)
+    stored = verified_demonstrations(lake, batch_id) if rescue in ("prefix", "both") else {}
     plans: list[dict] = []
     skipped: Counter = Counter()
     for task_id, version in failed:
@@ -555,7 +573,8 @@ def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[d
                 continue
         source, demo, k = "", [], 0
         if rescue in ("prefix", "both"):
-            source, demo = demonstration(task)
+            # a reviewed demonstration (a row with lineage) first; else the task's scripted oracle
+            source, demo = stored.get(task_id) or demonstration(task)
             k = episode_guide.prefix_turns(len(demo), success.get(int(task.level), 0.0), max_fraction=config.guide_prefix_max_fraction,
                                            threshold=config.guide_prefix_threshold)
             # The prefix's turns count against the turn limit: the policy keeps at least one.
@@ -582,7 +601,8 @@ def build_environment_guided_rollouts(lake: Lakehouse, paths: Paths, batch_id: s
       verifier's failure-type hint, the llm manager's or the trained manager's), screened by the OPD
       hint filter and, for terminal tasks, refused when it contains the expected output
       (``episode_guide.hint_references``); a group without a usable hint is not resampled;
-    * ``prefix``: the first k turns of the task's scripted demonstration (``guided.demonstration``),
+    * ``prefix``: the first k turns of the task's verified demonstration (the ``demonstrations`` table's
+      newest, :func:`verified_demonstrations`; else its scripted oracle, ``guided.demonstration``),
       k from the level's success in this batch (``episode_guide.prefix_turns``; a group whose k is 0
       is not resampled);
     * ``both``: the hint and the prefix (the hint alone where k is 0, the prefix alone without a hint).

@@ -366,6 +366,39 @@ def test_the_rescue_choice_decides_hint_prefix_or_both(tmp_path):
     assert a["kind"] == "resample" and a["in_context"] == "" and a["hint"] is not None  # the ablation: the same groups, no words
 
 
+def _demo_row(bid, task_id, did, actions, *, verified=True, at=NOW):
+    return {"demonstration_id": did, "batch_id": bid, "task_id": task_id, "environment": "terminal", "source": "human:demos.jsonl",
+            "source_line": 1, "actions": actions, "verified": verified, "verify_detail": "", "messages": "[]",
+            "task_fingerprint": "f", "created_at": at}
+
+
+def test_a_prefix_comes_from_the_newest_verified_demonstration_row_before_the_oracle(tmp_path):
+    from datetime import timedelta
+
+    lake, bid = _lake(tmp_path, [[False, False], [False, False]])
+    person = ["```bash\ncat a.txt | wc -l\n```", "```bash\nsubmit 3\n```"]
+    from tentalis_pipelines.demonstrations import write_demonstrations
+
+    write_demonstrations(lake, [
+        _demo_row(bid, "t0", "d-old", ["```bash\nhead a.txt\n```", "```bash\nsubmit 3\n```"], at=NOW - timedelta(hours=1)),
+        _demo_row(bid, "t0", "d-new", person),
+        _demo_row(bid, "t0", "d-newest-unverified", ["```bash\nls\n```", "```bash\nsubmit 9\n```"], verified=False,
+                  at=NOW + timedelta(hours=1)),
+        _demo_row(bid, "t1", "d-empty", [], at=NOW + timedelta(hours=1)),  # no actions: never a prefix
+    ])
+    assert env_batches.verified_demonstrations(lake, bid) == {"t0": ("human:demos.jsonl#d-new", person)}
+    p0, p1 = env_batches.plan_guided_episodes(lake, bid, GRPOConfig(guide=True, guide_rescue="prefix"))[0]
+    assert (p0["source"], p0["prefix"]) == ("human:demos.jsonl#d-new", person[:1])
+    assert (p1["source"], p1["prefix"]) == ("oracle:terminal", ["```bash\nwc -l < a.txt\n```"])  # t1: the scripted oracle
+    assert p0["rescue_id"] != env_batches.plan_guided_episodes(_lake(tmp_path / "b", [[False, False]])[0], bid,
+                                                               GRPOConfig(guide=True, guide_rescue="prefix"))[0][0]["rescue_id"]
+
+
+def test_no_demonstrations_table_means_the_oracle(tmp_path):
+    lake, bid = _lake(tmp_path, [[False, False]])
+    assert env_batches.verified_demonstrations(lake, bid) == {}
+
+
 def test_the_prefix_leaves_the_policy_a_turn_of_the_turn_limit(tmp_path):
     lake, bid = _lake(tmp_path, [[False, False]])
     row = lake.read("tasks", batch_id=bid).to_pylist()[0]
