@@ -163,7 +163,7 @@ def test_the_kv_budget_is_never_exceeded_and_fewer_rows_decode_at_once(tiny, mon
         seen.append(held())
         return forward(*args, **kwargs)
 
-    real_relayout = SlabCache._relayout
+    real_relayout = vars(SlabCache)["_relayout"]
 
     def relayout(self, row_cap, col_cap, offset):
         # tensor by tensor: the peak is the old slab + one new tensor, or the new slab + one old tensor

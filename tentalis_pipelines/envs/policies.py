@@ -45,6 +45,7 @@ from typing import Any
 
 from tentalis_pipelines.envs.runner import PolicyOutput, model_messages
 from tentalis_pipelines.inference.batch_decoder import BatchDecoder, DecodeRequest
+from tentalis_pipelines.inference.factory import choose_rollout_engine
 from tentalis_pipelines.inference.transformers_backend import load_policy
 
 log = logging.getLogger(__name__)
@@ -103,6 +104,10 @@ class ChatPolicy:
                                     prefill_block=self.prefill_block, kv_budget_bytes=kv_budget_bytes,
                                     share_prefixes=share_prefixes, min_shared_prefix=self.min_shared_prefix)
         self.decode_seconds = 0.0
+        self.engine = choose_rollout_engine(getattr(model, "device", "cpu"))
+        if self.engine.engine != "batch_decoder":
+            log.info("episodes decode with the batch decoder all the same: they need every turn's exact token ids "
+                     "and KV kept between turns, which the %s path does not give yet", self.engine.engine)
 
     @property
     def kept_caches(self) -> int:

@@ -300,7 +300,7 @@ class PrefixCache:
         most ``len(ids) - 1`` tokens, so the prompt's last token is always computed (its logits)."""
         best, best_kv, best_i = 0, None, -1
         for i, (stored, kv) in enumerate(self.entries):
-            k = _common_prefix(stored, ids)
+            k = common_prefix(stored, ids)
             if k > best:
                 best, best_kv, best_i = k, kv, i
         best = min(best, len(ids) - 1)
@@ -351,7 +351,7 @@ class KVStore:
         """(positions reusable, the entry's KV, its last logits when the whole prompt is that entry's)."""
         best, best_key = 0, None
         for key in self.entries:
-            k = _common_prefix(key, ids)
+            k = common_prefix(key, ids)
             if not self.share and k < len(key):
                 continue
             if k > best:
@@ -399,7 +399,7 @@ def kv_position_bytes(model) -> int:
     return 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem
 
 
-def _common_prefix(a, b) -> int:
+def common_prefix(a, b) -> int:
     """How many leading items ``a`` and ``b`` share (sequences compared by slices, in C: an episode's
     prompts are thousands of tokens and every admission compares against every stored one)."""
     n = min(len(a), len(b))
