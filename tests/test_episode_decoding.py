@@ -211,3 +211,24 @@ def test_each_turns_prompt_extends_the_last_context_exactly_in_a_batch(tiny):
             rest_text = tok.decode(cur.prompt_token_ids[len(context):], skip_special_tokens=False)
             assert tok(rest_text, add_special_tokens=False)["input_ids"] == cur.prompt_token_ids[len(context):]
             assert "output" in rest_text  # the observation came in between
+
+
+def test_a_turn_ends_at_its_closed_action_block_and_only_that_row_stops(tiny):
+    """``stop_when`` (the policy's closed-fenced-block rule) ends a row with "stop" at the token that makes
+    it true; the other rows of the batch decode on to their limit. The policy's rule: a closed block, not
+    an open one."""
+    from tentalis_pipelines.inference.batch_decoder import BatchDecoder, DecodeRequest
+
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=8)
+    ids = tok("Run it:\n```bash\nls -la\n```", add_special_tokens=False)["input_ids"]
+    assert policy._closed_block(ids) and not policy._closed_block(ids[:-1])
+    dec = BatchDecoder(model, tok, prefill_block=16)
+    prompt = tok("count the lines", add_special_tokens=False)["input_ids"]
+    stopped = dec.submit(DecodeRequest(prompt, max_new_tokens=10, temperature=0.0, track_text=False,
+                                       stop_when=lambda toks: len(toks) >= 3))
+    free = dec.submit(DecodeRequest(prompt, max_new_tokens=10, temperature=0.0, track_text=False))
+    dec.run()
+    assert stopped.choices[0].finish_reason == "stop" and len(stopped.choices[0].token_ids) == 3
+    assert free.choices[0].finish_reason == "length" and len(free.choices[0].token_ids) == 10
+    assert free.choices[0].token_ids[:3] == stopped.choices[0].token_ids

@@ -119,7 +119,7 @@ MUTANTS = [
      "replace": "", "tests": EPI, "why": "every row is admitted at once whatever the budget holds"},
     {"id": "episode-stop-after-block-ignored", "file": BD,
      "find": "            if not hit and req.stop_when is not None:\n", "replace": "            if False:\n",
-     "tests": ["tests/test_envs_policy.py"], "why": "a turn goes on past its closed action block and imagines the output"},
+     "tests": EPI, "why": "a turn goes on past its closed action block and imagines the output"},
     {"id": "episode-group-shares-one-seed", "file": PO, "find": "                                seed=_seed(self.seed, call, i), track_text=False,\n",
      "replace": "                                seed=_seed(self.seed, call, 0), track_text=False,\n", "tests": EPI,
      "why": "the G episodes of one task (one first prompt) draw the same stream: the group's samples are one sample"},
