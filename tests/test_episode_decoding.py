@@ -232,3 +232,34 @@ def test_a_turn_ends_at_its_closed_action_block_and_only_that_row_stops(tiny):
     assert stopped.choices[0].finish_reason == "stop" and len(stopped.choices[0].token_ids) == 3
     assert free.choices[0].finish_reason == "length" and len(free.choices[0].token_ids) == 10
     assert free.choices[0].token_ids[:3] == stopped.choices[0].token_ids
+
+
+def test_a_special_token_sampled_mid_reply_keeps_the_next_prompt_an_exact_extension(tiny, monkeypatch):
+    """The model samples a special token (``<issue_comment>``) in the middle of a reply: the reply's text
+    drops it, the context keeps it, and the next turn's prompt still extends that context exactly (it
+    used to be tokenised again from the conversation's text, so the episode split in two segments). The
+    sampler is scripted on top of the real model's log-probs."""
+    import tentalis_pipelines.envs.policies as policies
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    model, tok = tiny
+    special = tok.convert_tokens_to_ids("<issue_comment>")
+    word = tok(" hello", add_special_tokens=False)["input_ids"][0]
+    script, drawn = [word, special, word, word], []
+
+    def scripted(logits, temperature, top_p, gen):
+        nxt = torch.full((logits.shape[0],), script[min(len(drawn), len(script) - 1)], dtype=torch.long)
+        drawn.append(int(nxt[0]))
+        return nxt, torch.log_softmax(logits, -1).gather(1, nxt[:, None]).squeeze(1)
+
+    monkeypatch.setattr(bd, "sample_tokens", scripted)
+    monkeypatch.setattr(policies, "sample_next", lambda *a: (lambda t, lp: (t, lp.tolist()))(*scripted(*a)), raising=False)
+    policy = ChatPolicy(model, tok, max_new_tokens=4, temperature=1.0)
+    msgs = [{"role": "system", "content": "You run shell commands."}, {"role": "user", "content": "count the lines"}]
+    first = policy(msgs)
+    assert first.token_ids == script and "<issue_comment>" not in first.text
+    drawn.clear()
+    msgs = msgs + [{"role": "assistant", "content": first.text}, {"role": "user", "content": "output: 3\n[exit code 0]"}]
+    second = policy(msgs)
+    context = first.prompt_token_ids + first.token_ids
+    assert second.prompt_token_ids[: len(context)] == context

@@ -134,6 +134,10 @@ class ChatPolicy:
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The context for the next assistant turn: the previous turn's context extended (module doc),
         or the chat template's rendering for a conversation this policy has not seen."""
+        return self._prompt(messages)[0]
+
+    def _prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        """(``prompt_ids``, the template's rendering of the conversation they stand for)."""
         msgs = model_messages(messages)
         full = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         for k in range(len(msgs) - 1, 0, -1):
@@ -145,13 +149,20 @@ class ChatPolicy:
                 self._contexts.move_to_end(key)
                 ids, text = hit
                 if full.startswith(text):
-                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"])
+                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"]), full
             break
-        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"])
+        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"]), full
 
-    def _remember(self, messages: list[dict[str, str]], text: str, context: list[int]) -> None:
+    def _remember(self, messages: list[dict[str, str]], text: str, prompt: list[int], prompt_text: str,
+                  sampled: list[int]) -> None:
+        """Keep a turn's context (prompt + sampled ids) under the conversation it ends, with the text the
+        chat template renders for it: the prompt's rendering + the reply's text (+ its EOS). Not a decoding
+        of the ids: a special token sampled mid-reply is in the ids but not in the reply's text (decoded
+        without special tokens, as the conversation holds it), so the next turn's rendering would not
+        begin with such a decoding and the whole conversation would be tokenised again."""
         key = _key([*model_messages(messages), {"role": "assistant", "content": text}])
-        self._contexts[key] = (context, self.tokenizer.decode(context, skip_special_tokens=False))
+        eos = self.tokenizer.decode(sampled[-1:], skip_special_tokens=False) if sampled and sampled[-1] in self.decoder.eos else ""
+        self._contexts[key] = (prompt + sampled, prompt_text + text + eos)
         while len(self._contexts) > self._cache_size:
             self._contexts.popitem(last=False)
 
@@ -176,8 +187,9 @@ class ChatPolicy:
         self._calls += 1
         results: list[PolicyOutput | BaseException | None] = [None] * len(conversations)
         requests: dict[int, tuple[list[int], DecodeRequest]] = {}
+        rendered: dict[int, str] = {}
         for i, msgs in enumerate(conversations):
-            ids = self.prompt_ids(msgs)
+            ids, rendered[i] = self._prompt(msgs)
             if len(ids) + self.max_new_tokens > self.max_context_tokens:
                 results[i] = ContextTooLong(f"{len(ids)} prompt tokens + {self.max_new_tokens} new exceed "
                                             f"{self.max_context_tokens}")
@@ -198,7 +210,7 @@ class ChatPolicy:
                     continue
                 c = req.choices[0]
                 text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
-                self._remember(conversations[i], text, ids + c.token_ids)
+                self._remember(conversations[i], text, ids, rendered[i], c.token_ids)
                 results[i] = PolicyOutput(text, list(c.token_ids), list(c.logprobs), ids, c.finish_reason or "length",
                                           {"seconds": seconds})
         return [r for r in results if r is not None]
