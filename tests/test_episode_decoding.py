@@ -263,3 +263,29 @@ def test_a_special_token_sampled_mid_reply_keeps_the_next_prompt_an_exact_extens
     second = policy(msgs)
     context = first.prompt_token_ids + first.token_ids
     assert second.prompt_token_ids[: len(context)] == context
+
+
+def test_a_failed_call_leaves_no_request_behind_for_the_next(tiny):
+    """The model fails mid-call: that call raises, and the next call decodes only its own conversations
+    (none of the failed call's requests still queued), as a fresh policy would."""
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=4, max_rows=1, prefill_block=16)
+    convs = [[{"role": "user", "content": f"task {i}"}] for i in range(3)]
+    forward, calls = model.forward, []
+
+    def failing(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("device lost")
+        return forward(*args, **kwargs)
+
+    model.forward = failing
+    try:
+        with pytest.raises(RuntimeError, match="device lost"):
+            policy.generate_batch(convs)
+    finally:
+        model.forward = forward
+    assert not policy.decoder.busy()
+    again = policy.generate_batch(convs[:1])
+    fresh = ChatPolicy(model, tok, max_new_tokens=4, max_rows=1, prefill_block=16).generate_batch(convs[:1])
+    assert len(again) == 1 and again[0].token_ids == fresh[0].token_ids

@@ -117,8 +117,9 @@ class ChatPolicy:
     @property
     def stats(self) -> dict[str, Any]:
         """What decoding cost so far, for a run's metadata: the KV budget and the peak held under it
-        (bytes), positions prefilled and taken from kept KV, evictions, admissions put off for the
-        budget, the most rows decoded at once, decoding steps and seconds."""
+        (bytes), positions prefilled and taken from kept KV, evictions, the steps at which the next request
+        waited for the budget (``deferred_admissions``), the most rows decoded at once, decoding steps and
+        seconds."""
         d = self.decoder
         return {"kv_budget_bytes": d.kv_budget_bytes, "kv_peak_bytes": d.kv_peak_bytes, "prefill_tokens": d.prefill_tokens,
                 "reused_tokens": d.reused_tokens, "kv_evictions": d.store.evicted, "deferred_admissions": d.deferred,
@@ -200,7 +201,11 @@ class ChatPolicy:
             requests[i] = (ids, self.decoder.submit(req))
         if requests:
             t0 = time.perf_counter()
-            self.decoder.run()
+            try:
+                self.decoder.run()
+            except Exception:
+                self.decoder.pending.clear()  # this call's requests not yet admitted: none may run in the next call
+                raise
             elapsed = time.perf_counter() - t0
             self.decode_seconds += elapsed
             seconds = elapsed / len(requests)

@@ -477,7 +477,7 @@ class BatchDecoder:
         self._tensors = 2 * int(getattr(cfg, "num_hidden_layers", 1))  # keys and values of every layer
         self.kv_peak_bytes = 0  # the most KV bytes held at once (block mode)
         self.prefill_tokens = self.reused_tokens = 0  # positions prefilled / taken from the store (block mode)
-        self.deferred = 0  # admissions put off for the KV budget
+        self.deferred = 0  # steps at which the next request waited for the KV budget
         self.max_live_rows = 0
         self._inflight = 0  # bytes of a prefill's KV not yet in the store or the slab
         self.slab_hint = slab_hint
