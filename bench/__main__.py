@@ -25,7 +25,8 @@ err = Console(stderr=True)
 def main(
     parts: str = typer.Option("rollout,dtype,grpo,lakehouse",
                               help="Which measurements: rollout, dtype (fp32 vs bf16), grpo (needs tentalis[bench]), lakehouse, "
-                                   "gateway (tentalis serve vs the same backend in-process; not in the default)."),
+                                   "gateway (tentalis serve vs the same backend in-process; not in the default), episodes (a level-0 terminal "
+                                   "cycle's episode decoding, the decoder before issue 74 vs today's; not in the default)."),
     prompts: int = typer.Option(16, help="Prompts per rollout batch / GRPO update."),
     num_generations: int = typer.Option(8, help="Samples per prompt."),
     max_new_tokens: int = typer.Option(96, help="Completion length limit."),
@@ -38,6 +39,9 @@ def main(
     gateway_sessions: int = typer.Option(32, help="Gateway part: concurrent sessions for turns/s landed."),
     gateway_turns: int = typer.Option(2, help="Gateway part: turns per concurrent session."),
     gateway_max_tokens: int = typer.Option(16, help="Gateway part: max_tokens per chat call (temperature 0)."),
+    episode_tasks: int = typer.Option(8, help="Episodes part: level-0 training tasks (x num_generations sampled episodes each)."),
+    episode_turns: int = typer.Option(4, help="Episodes part: turn limit per episode."),
+    episode_held_out: int = typer.Option(8, help="Episodes part: held-out level-0 tasks decoded greedily on both sides."),
     out: Path | None = typer.Option(None, help="Write every figure as JSON here (default: $TENTALIS_HOME/bench/)."),
     home: str | None = typer.Option(None, envvar="TENTALIS_HOME", help="Where the converted model lives (default ./.tentalis)."),
 ):
@@ -49,9 +53,9 @@ def main(
     from tentalis_pipelines.inference.models import resolve_model
 
     wanted = {x.strip() for x in parts.split(",") if x.strip()}
-    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse", "gateway"}
+    unknown = wanted - {"rollout", "dtype", "grpo", "lakehouse", "gateway", "episodes"}
     if unknown:
-        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse, gateway")
+        err.print(f"[red]unknown --parts {sorted(unknown)}[/]: choose from rollout, dtype, grpo, lakehouse, gateway, episodes")
         raise typer.Exit(2)
     model_dir = resolve_model("embedded", paths.models)
     report: dict = {"machine": host_cpu()}
@@ -134,6 +138,19 @@ def main(
             rows_out.append(("gateway single-call p50 (ms), batched vs one at a time",
                              f"{b['single_call_p50_ms_batched']} vs {b['single_call_p50_ms_one_at_a_time']}", f"{b['single_call_p50_ratio']}x",
                              "<= 1.1x"))
+    if "episodes" in wanted:
+        from bench.episode_bench import episode_benchmark
+
+        with console.status("episodes: a level-0 terminal cycle's decoding, the decoder before issue 74 vs today's..."):
+            e = episode_benchmark(model_dir, tasks=episode_tasks, episodes=num_generations, turns=episode_turns,
+                                  max_new_tokens=max_new_tokens, held_out=episode_held_out, dtype=rollout_dtype)
+        report["episodes"] = e
+        rows_out.append((f"episode decoding (s), {episode_tasks} x {num_generations} x {episode_turns} turns, new vs old",
+                         f"{e['new']['sampled_seconds']} vs {e['old']['sampled_seconds']}", f"{e['sampled_wall_ratio_new_over_old']}x",
+                         "<= 0.5x"))
+        rows_out.append(("episode decoding peak RSS (GB), new vs old", f"{e['peak_rss_gb']['new']} vs {e['peak_rss_gb']['old']}", "",
+                         "<= 3 GB"))
+        rows_out.append((f"greedy held-out episodes identical ({episode_held_out})", str(e["held_out_identical"]), "", "True"))
     cpu = report["machine"]
     t = Table(title=f"make bench (one run, same inputs on both sides) on {cpu['model']}, {cpu['cpus']} CPUs, "
                     f"flags {' '.join(cpu['flags']) or 'none'}")

@@ -7,38 +7,50 @@ tokens for what came after (the observation and the next assistant header), not 
 whole conversation. So each turn's ``prompt_token_ids`` extends the previous context exactly, with no
 re-tokenisation drift, and the episode becomes one training segment with an assistant-only mask
 (``training/multiturn.build_segments``). Per turn it returns the sampled tokens' log-probabilities (at
-the sampling temperature; for greedy, under the model's distribution).
+the sampling temperature; for greedy, under the model's distribution): exactly the ones its sampler used.
 
-A single conversation (``policy(messages)``) keeps its KV cache from one turn to the next, so a turn
-costs the new tokens only (the observation and what the model writes), not the whole conversation
-again; on a CPU that is most of an episode's time. A new conversation that opens like one kept in
-the cache (BFCL items over the same tools share a system prompt of 4-8k tokens of function docs) starts
-from a copy of that cache cut to the shared prefix, so only its own tokens are prefilled
-(``min_shared_prefix`` tokens at least; ``share_prefixes=False`` turns it off). So that this changes no
-output, a single conversation's prompt is prefilled in blocks that end at multiples of ``prefill_block``
-positions, and a shared prefix is cut at a block boundary: every block is then computed on the same
-tokens, past and shapes with or without sharing, bit for bit (a bf16 prefill of 4,300 tokens in one go
-and of 4,250 + 50 differ in the last bits, enough to flip a greedy choice of the 135M model). Conversations of a batch (``generate_batch``) decode
-together instead (left padding, one KV cache, a row leaves when it ends). With
-``stop_after_block`` a turn also ends once it holds a closed fenced code block (the action), as an
-agent loop's stop string would, so the model does not go on to imagine the command's output.
+Decoding is the continuous-batching decoder's (``inference/batch_decoder.BatchDecoder`` in block mode,
+the one rollouts and the gateway use): each conversation of a call is a request that leaves the batch
+at the end of its turn (EOS, ``max_new_tokens``, or with ``stop_after_block`` once its text holds a
+closed fenced code block, the action, as an agent loop's stop string would end it, so the model does not
+go on to imagine the command's output) and re-enters with its observation at the next call. Its
+prompt's KV is kept between turns in the decoder's store, so a turn prefills only what is new (the
+partial last block, the tokens it sampled and the observation); the G episodes of one task, which share
+their whole first prompt, prefill it once; a new conversation that opens like a stored one (BFCL items
+over the same tools share 4-8k tokens of function docs) reuses that prefix (``min_shared_prefix``
+tokens at least; ``share_prefixes=False`` turns sharing across conversations off). Prompts are
+prefilled in blocks ending at multiples of ``prefill_block`` positions and reuse is cut at a block
+boundary, so every block is computed on the same tokens, past and shapes with or without sharing, and
+whether a conversation's KV was kept or evicted and recomputed: the outputs are the same bit for bit (a
+bf16 prefill of 4,300 tokens in one go and of 4,250 + 50 differ in the last bits, enough to flip a
+greedy choice of the 135M model).
+
+Memory is bounded by ``kv_budget_bytes`` (default ``DEFAULT_KV_BUDGET_BYTES``, 1 GiB: a level-0
+terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, then decodes ~15 rows of
+1,500 positions at once and stays under ~3 GB RSS with the model): the decoder admits fewer rows rather
+than exceed it, and evicts waiting conversations' KV least recently used first, recomputing it by
+prefill when they re-enter. ``stats`` reports the peak KV bytes for the run's metadata.
 """
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import json
+import logging
 import re
 import time
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from tentalis_pipelines.envs.runner import PolicyOutput, model_messages
-from tentalis_pipelines.inference.transformers_backend import load_policy, sample_next
+from tentalis_pipelines.inference.batch_decoder import BatchDecoder, DecodeRequest
+from tentalis_pipelines.inference.factory import choose_rollout_engine
+from tentalis_pipelines.inference.transformers_backend import load_policy
+
+log = logging.getLogger(__name__)
+
+DEFAULT_KV_BUDGET_BYTES = 1 << 30  # module doc: a terminal learning cycle of the 135M model under ~3 GB
 
 CLOSED_BLOCK = re.compile(r"```[\w+-]*[ \t]*\n.*?```", re.DOTALL)
 
@@ -60,13 +72,20 @@ def _key(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()
 
 
+def _seed(seed: int, call: int, row: int) -> int:
+    """Row ``row`` of call ``call``'s sampling seed: its own stream, whoever else is in the batch."""
+    digest = hashlib.sha256(f"{seed}:{call}:{row}".encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 2
+
+
 class ChatPolicy:
     """Greedy (``temperature=0``) or sampled chat turns from a causal LM; see the module doc."""
 
     def __init__(self, model: Any, tokenizer: Any, *, max_new_tokens: int = 128, temperature: float = 0.0,
                  top_p: float = 1.0, seed: int = 0, stop_after_block: bool = True,
                  max_context_tokens: int | None = None, cache_size: int = 4096, share_prefixes: bool = True,
-                 min_shared_prefix: int = 64, prefill_block: int = 512):
+                 min_shared_prefix: int = 64, prefill_block: int = 128,
+                 kv_budget_bytes: int | None = DEFAULT_KV_BUDGET_BYTES, max_rows: int | None = None):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens = int(max_new_tokens)
         self.temperature = float(temperature)
@@ -78,20 +97,33 @@ class ChatPolicy:
         self._contexts: OrderedDict[str, tuple[list[int], str]] = OrderedDict()
         self._cache_size = cache_size
         self._calls = 0
-        self._kv: OrderedDict[str, tuple[list[int], Any]] = OrderedDict()  # context ids (all but the last) -> KV cache
-        self.kv_conversations = 4
         self.share_prefixes = share_prefixes
         self.min_shared_prefix = int(min_shared_prefix)
         self.prefill_block = int(prefill_block)
-        eos = getattr(model.generation_config, "eos_token_id", None)
-        self._eos = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-        if tokenizer.eos_token_id is not None:
-            self._eos.add(int(tokenizer.eos_token_id))
+        self.decoder = BatchDecoder(model, tokenizer, max_rows=max_rows, max_batch_tokens=1 << 62, prefix_cache_tokens=0,
+                                    prefill_block=self.prefill_block, kv_budget_bytes=kv_budget_bytes,
+                                    share_prefixes=share_prefixes, min_shared_prefix=self.min_shared_prefix)
+        self.decode_seconds = 0.0
+        self.engine = choose_rollout_engine(getattr(model, "device", "cpu"))
+        if self.engine.engine != "batch_decoder":
+            log.info("episodes decode with the batch decoder all the same: they need every turn's exact token ids "
+                     "and KV kept between turns, which the %s path does not give yet", self.engine.engine)
 
     @property
     def kept_caches(self) -> int:
-        """How many conversations' KV caches are kept for their next turn."""
-        return len(self._kv)
+        """How many prompts' KV caches are kept (a conversation's latest turn, a shared first prompt)."""
+        return len(self.decoder.store)
+
+    @property
+    def stats(self) -> dict[str, Any]:
+        """What decoding cost so far, for a run's metadata: the KV budget and the peak held under it
+        (bytes), positions prefilled and taken from kept KV, evictions, the steps at which the next request
+        waited for the budget (``deferred_admissions``), the most rows decoded at once, decoding steps and
+        seconds."""
+        d = self.decoder
+        return {"kv_budget_bytes": d.kv_budget_bytes, "kv_peak_bytes": d.kv_peak_bytes, "prefill_tokens": d.prefill_tokens,
+                "reused_tokens": d.reused_tokens, "kv_evictions": d.store.evicted, "deferred_admissions": d.deferred,
+                "max_rows": d.max_live_rows, "decode_steps": d.steps, "decode_seconds": round(self.decode_seconds, 3)}
 
     @classmethod
     def load(cls, model_dir: Path | str, adapter_dir: Path | str | None = None, *, device: str = "auto",
@@ -103,6 +135,10 @@ class ChatPolicy:
     def prompt_ids(self, messages: list[dict[str, str]]) -> list[int]:
         """The context for the next assistant turn: the previous turn's context extended (module doc),
         or the chat template's rendering for a conversation this policy has not seen."""
+        return self._prompt(messages)[0]
+
+    def _prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
+        """(``prompt_ids``, the template's rendering of the conversation they stand for)."""
         msgs = model_messages(messages)
         full = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         for k in range(len(msgs) - 1, 0, -1):
@@ -114,144 +150,75 @@ class ChatPolicy:
                 self._contexts.move_to_end(key)
                 ids, text = hit
                 if full.startswith(text):
-                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"])
+                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"]), full
             break
-        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"])
+        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"]), full
 
-    def _remember(self, messages: list[dict[str, str]], text: str, context: list[int]) -> None:
+    def _remember(self, messages: list[dict[str, str]], text: str, prompt: list[int], prompt_text: str,
+                  sampled: list[int]) -> None:
+        """Keep a turn's context (prompt + sampled ids) under the conversation it ends, with the text the
+        chat template renders for it: the prompt's rendering + the reply's text (+ its EOS). Not a decoding
+        of the ids: a special token sampled mid-reply is in the ids but not in the reply's text (decoded
+        without special tokens, as the conversation holds it), so the next turn's rendering would not
+        begin with such a decoding and the whole conversation would be tokenised again."""
         key = _key([*model_messages(messages), {"role": "assistant", "content": text}])
-        self._contexts[key] = (context, self.tokenizer.decode(context, skip_special_tokens=False))
+        eos = self.tokenizer.decode(sampled[-1:], skip_special_tokens=False) if sampled and sampled[-1] in self.decoder.eos else ""
+        self._contexts[key] = (prompt + sampled, prompt_text + text + eos)
         while len(self._contexts) > self._cache_size:
             self._contexts.popitem(last=False)
 
     # -- generation ----------------------------------------------------------------------------------
     def __call__(self, messages: list[dict[str, str]]) -> PolicyOutput:
-        out = self.generate_batch([messages], reuse_cache=True)[0]
+        out = self.generate_batch([messages])[0]
         if isinstance(out, BaseException):
             raise out
         return out
 
-    @torch.inference_mode()
+    def generate(self, messages: list[dict[str, str]]) -> PolicyOutput:
+        """One turn of one conversation (``__call__``)."""
+        return self(messages)
+
     def generate_batch(self, conversations: list[list[dict[str, str]]], *,
-                       reuse_cache: bool = False) -> list[PolicyOutput | BaseException]:
-        prompts: list[list[int] | None] = []
+                       reuse_cache: bool = True) -> list[PolicyOutput | BaseException]:
+        """One turn of every conversation, decoded together (module doc); an output or the error that
+        ended that conversation's turn (``ContextTooLong``, a prompt over the KV budget), in order.
+        ``reuse_cache`` is accepted for callers of the earlier interface: KV is always kept."""
+        del reuse_cache
+        call = self._calls
+        self._calls += 1
         results: list[PolicyOutput | BaseException | None] = [None] * len(conversations)
+        requests: dict[int, tuple[list[int], DecodeRequest]] = {}
+        rendered: dict[int, str] = {}
         for i, msgs in enumerate(conversations):
-            ids = self.prompt_ids(msgs)
+            ids, rendered[i] = self._prompt(msgs)
             if len(ids) + self.max_new_tokens > self.max_context_tokens:
                 results[i] = ContextTooLong(f"{len(ids)} prompt tokens + {self.max_new_tokens} new exceed "
                                             f"{self.max_context_tokens}")
-                prompts.append(None)
-            else:
-                prompts.append(ids)
-        rows = [i for i, p in enumerate(prompts) if p is not None]
-        if rows:
+                continue
+            req = DecodeRequest(ids, n=1, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
+                                seed=_seed(self.seed, call, i), track_text=False,
+                                stop_when=self._closed_block if self.stop_after_block else None)
+            requests[i] = (ids, self.decoder.submit(req))
+        if requests:
             t0 = time.perf_counter()
-            sampled = self._decode([prompts[i] for i in rows], reuse_cache=reuse_cache and len(rows) == 1)
-            seconds = (time.perf_counter() - t0) / len(rows)
-            for i, (toks, lps, finish) in zip(rows, sampled):
-                text = self.tokenizer.decode(toks, skip_special_tokens=True)
-                prompt = prompts[i]
-                assert prompt is not None
-                self._remember(conversations[i], text, prompt + toks)
-                results[i] = PolicyOutput(text, toks, lps, prompt, finish, {"seconds": seconds})
+            try:
+                self.decoder.run()
+            except Exception:
+                self.decoder.pending.clear()  # this call's requests not yet admitted: none may run in the next call
+                raise
+            elapsed = time.perf_counter() - t0
+            self.decode_seconds += elapsed
+            seconds = elapsed / len(requests)
+            for i, (ids, req) in requests.items():
+                if req.error is not None:
+                    results[i] = req.error
+                    continue
+                c = req.choices[0]
+                text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
+                self._remember(conversations[i], text, ids, rendered[i], c.token_ids)
+                results[i] = PolicyOutput(text, list(c.token_ids), list(c.logprobs), ids, c.finish_reason or "length",
+                                          {"seconds": seconds})
         return [r for r in results if r is not None]
-
-    def _cached(self, prompt: list[int]) -> tuple[int, Any]:
-        """(how many leading tokens of ``prompt`` a KV cache holds, that cache) or (0, None).
-
-        The next turn of a kept conversation takes its cache (it is extended in place). Otherwise, with
-        ``share_prefixes``, the kept cache sharing the longest prefix with ``prompt`` (at least
-        ``min_shared_prefix`` tokens) is copied and cut to that prefix; the kept one stays for the next
-        conversation that shares it."""
-        for key, (ids, cache) in reversed(self._kv.items()):
-            if len(ids) < len(prompt) and prompt[: len(ids)] == ids:
-                del self._kv[key]
-                return len(ids), cache
-        if not self.share_prefixes:
-            return 0, None
-        best_n, best = 0, None
-        for ids, cache in self._kv.values():
-            n = shared_prefix(ids, prompt)
-            if n > best_n:
-                best_n, best = n, (ids, cache)
-        best_n = min(best_n, len(prompt) - 1)  # at least one token of the prompt is fed, for the logits
-        best_n -= best_n % self.prefill_block  # a block boundary: the blocks after it are computed as without sharing
-        if best is None or best_n < self.min_shared_prefix:
-            return 0, None
-        ids, cache = best
-        shared = copy.deepcopy(cache)
-        if len(ids) > best_n:
-            shared.crop(best_n - len(ids))  # a negative count: drop that many tokens from the end
-        return best_n, shared
-
-    def _decode(self, prompt_ids: list[list[int]], *, reuse_cache: bool = False) -> list[tuple[list[int], list[float], str]]:
-        model, tok = self.model, self.tokenizer
-        dev = model.device
-        pad = tok.pad_token_id if tok.pad_token_id is not None else next(iter(self._eos), 0)
-        done_n, cache = self._cached(prompt_ids[0]) if reuse_cache else (0, None)
-        if reuse_cache and len(prompt_ids) == 1:
-            # One conversation: feed only what is new since its last turn (or the shared prefix), in blocks
-            # ending at multiples of prefill_block (module doc).
-            p = prompt_ids[0]
-            block = max(self.prefill_block, 1)
-            ends = [*range((done_n // block + 1) * block, len(p), block), len(p)]
-            start = done_n
-            for end in ends:
-                out = model(input_ids=torch.tensor([p[start:end]], device=dev),
-                            attention_mask=torch.ones(1, end, dtype=torch.long, device=dev),
-                            position_ids=torch.arange(start, end, device=dev)[None, :], past_key_values=cache,
-                            use_cache=True, logits_to_keep=1)
-                cache, start = out.past_key_values, end
-            attention = torch.ones(1, len(p), dtype=torch.long, device=dev)
-        else:
-            width = max(len(p) for p in prompt_ids)
-            input_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompt_ids], device=dev)
-            attention = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompt_ids], device=dev)
-            positions = (attention.cumsum(-1) - 1).clamp(min=0)
-            out = model(input_ids=input_ids, attention_mask=attention, position_ids=positions, use_cache=True,
-                        logits_to_keep=1)
-        cache = out.past_key_values
-        logits = out.logits[:, -1, :].float()
-        next_pos = attention.sum(-1, keepdim=True)
-        n = len(prompt_ids)
-        tokens: list[list[int]] = [[] for _ in range(n)]
-        logps: list[list[float]] = [[] for _ in range(n)]
-        finish = ["length"] * n
-        alive = list(range(n))
-        gen = torch.Generator(device=dev).manual_seed(self.seed + self._calls)
-        self._calls += 1
-        eos = torch.tensor(sorted(self._eos), dtype=torch.long, device=dev)
-        for step in range(self.max_new_tokens):
-            nxt, chosen = sample_next(logits, self.temperature, self.top_p, gen)
-            nxt_list = nxt.tolist()
-            is_eos = torch.isin(nxt, eos).tolist()
-            keep = []
-            for j, row in enumerate(alive):
-                tokens[row].append(nxt_list[j])
-                logps[row].append(chosen[j])
-                if is_eos[j] or (self.stop_after_block and self._closed_block(tokens[row])):
-                    finish[row] = "stop"
-                else:
-                    keep.append(j)
-            if not keep or step == self.max_new_tokens - 1:
-                break
-            if len(keep) < len(alive):
-                idx = torch.tensor(keep, device=dev)
-                cache.batch_select_indices(idx)
-                attention, next_pos, nxt = attention[idx], next_pos[idx], nxt[idx]
-                alive = [alive[j] for j in keep]
-            attention = torch.cat([attention, torch.ones(len(alive), 1, dtype=attention.dtype, device=dev)], dim=1)
-            out = model(input_ids=nxt[:, None], attention_mask=attention, position_ids=next_pos, past_key_values=cache,
-                        use_cache=True)
-            next_pos = next_pos + 1
-            logits = out.logits[:, -1, :].float()
-        if reuse_cache and n == 1:
-            # The cache now holds the prompt and every sampled token but the last (never fed back).
-            self._kv[str(self._calls)] = (prompt_ids[0] + tokens[0][:-1], cache)
-            while len(self._kv) > self.kv_conversations:
-                self._kv.popitem(last=False)
-        return [(tokens[r], logps[r], finish[r]) for r in range(n)]
 
     def _closed_block(self, toks: list[int]) -> bool:
         if "`" not in self.tokenizer.decode(toks[-3:], skip_special_tokens=True):

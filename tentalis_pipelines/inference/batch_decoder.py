@@ -35,7 +35,7 @@ so the per-request ``.tolist()`` calls of a 16-request batch cost more than its 
 from __future__ import annotations
 
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -73,7 +73,8 @@ class DecodeRequest:
 
     A choice ends at EOS ("stop"), when its text contains a ``stop`` string ("stop"; with
     ``track_text`` the text is cut before it, the tokens are kept), or after ``max_new_tokens``
-    ("length"). ``on_step`` gets every ``Step`` and ``on_done`` the end (None, or the error that ended
+    ("length"), or once ``stop_when(token_ids)`` is true ("stop": an agent turn that holds its closed
+    action block). ``on_step`` gets every ``Step`` and ``on_done`` the end (None, or the error that ended
     the request), both called on the decoding thread. ``track_text`` keeps ``Choice.text`` decoded at
     every step (for streaming); without it only stop strings are looked for, in the last tokens.
     """
@@ -88,6 +89,7 @@ class DecodeRequest:
     track_text: bool = True
     on_step: Callable[[Step], None] | None = None
     on_done: Callable[[BaseException | None], None] | None = None
+    stop_when: Callable[[list[int]], bool] | None = None  # ends a choice ("stop") once true of its token ids
     choices: list[Choice] = field(default_factory=list)
     error: BaseException | None = None
     done: bool = False
@@ -155,6 +157,10 @@ class SlabCache(DynamicCache):
         self.dtype, self.device = dtype, device
         self.kv_heads, self.head_dim = kv_heads, head_dim
         self.rows = self.start = self.end = 0
+        # A KV budget (``BatchDecoder(kv_budget_bytes=...)``): the most row x column cells the slab may hold
+        # (None: no cap), and a callback told every allocation's bytes before the tensor it replaces is freed.
+        self.max_cells: int | None = None
+        self.meter: Callable[[int], None] | None = None
         self.k: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         Cache.__init__(self, layers=[_SlabLayer(self, i) for i in range(num_layers)])
@@ -166,15 +172,54 @@ class SlabCache(DynamicCache):
     def _capacity(self) -> tuple[int, int]:
         return self.k[0].shape[0], self.k[0].shape[2]
 
+    def nbytes(self) -> int:
+        """Bytes the slab's tensors hold (its capacity, not only the live block)."""
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v))
+
+    def _fit(self, want_rows: int, want_cols: int, need_rows: int, need_cols: int) -> tuple[int, int]:
+        """The capacity to allocate: ``want_*`` (the doubling policy) cut to ``max_cells``, never below
+        ``need_*`` (what the live block needs); columns take the headroom first, so that the rows in the
+        batch decode to their limit without another copy."""
+        cap = self.max_cells
+        if cap is None or want_rows * want_cols <= cap:
+            return want_rows, want_cols
+        cols = max(need_cols, min(want_cols, cap // max(need_rows, 1)))
+        rows = max(need_rows, min(want_rows, cap // cols))
+        if rows * cols > cap:
+            raise RuntimeError(f"the KV slab needs {need_rows} rows x {need_cols} columns, more than its budget of {cap} "
+                               "cells: the decoder admitted more than its KV budget holds")
+        return rows, cols
+
+    def compact(self) -> None:
+        """Shrink the allocation to the live block (rows x width + 1), or free it when no row is left."""
+        if self.rows == 0:
+            self.start = self.end = 0
+            for buf in (self.k, self.v):
+                for i in range(len(buf)):
+                    buf[i] = buf[i][:0, :, :0].clone()
+            self._forget_views()
+            return
+        if self._capacity() != (self.rows, self.width + 1):
+            self._relayout(self.rows, self.width + 1, 0)
+
+    def _forget_views(self) -> None:
+        # A layer's last window is a view of its old tensor: dropped, so that a replaced tensor is freed
+        # at once (the next ``update`` sets the window again).
+        for layer in self.layers:
+            layer.keys = layer.values = None
+
     def _relayout(self, row_cap: int, col_cap: int, offset: int) -> None:
         """Copy the live block into new tensors, its columns starting at ``offset``. The rest is left
         uninitialised: no column outside the live block is read before it is written (``update`` writes a
         step's columns before returning the window; ``append_rows`` zeroes every padding column it adds to
         the window), and zero-filling a grown slab was 11.7% of a 16 x 8 x 96-token rollout."""
         w = self.width
+        self._forget_views()
         for i in range(len(self.k)):
             for buf in (self.k, self.v):
                 new = torch.empty(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
+                if self.meter is not None:  # the old tensor is still held: both count until the swap
+                    self.meter(new.numel() * new.element_size())
                 new[: self.rows, :, offset : offset + w] = buf[i][: self.rows, :, self.start : self.end]
                 buf[i] = new
         self.start, self.end = offset, offset + w
@@ -186,9 +231,9 @@ class SlabCache(DynamicCache):
         if self.end + q <= col_cap:
             return
         if self.width + q <= col_cap // 2:
-            self._relayout(row_cap, col_cap, 0)
+            self._relayout(*self._fit(row_cap, col_cap, self.rows, self.width + q), 0)
         else:
-            self._relayout(row_cap, max(2 * col_cap, self.width + q + 64), 0)
+            self._relayout(*self._fit(row_cap, max(2 * col_cap, self.width + q + 64), self.rows, self.width + q), 0)
 
     def advance(self, q: int) -> None:
         self.end += q
@@ -209,7 +254,7 @@ class SlabCache(DynamicCache):
             if need_rows > row_cap or width + reserve > col_cap or self.start < grow_left:
                 new_rows = max(need_rows, 2 * row_cap) if need_rows > row_cap else row_cap
                 new_cols = max(2 * col_cap, width + reserve + 64) if width + reserve > col_cap else col_cap
-                self._relayout(new_rows, new_cols, grow_left)
+                self._relayout(*self._fit(new_rows, new_cols, need_rows, width + reserve), grow_left)
             for buf in (*self.k, *self.v):  # the new left columns of the old rows: padding, no stale values
                 buf[: self.rows, :, self.start - grow_left : self.start] = 0
             self.start -= grow_left
@@ -255,7 +300,7 @@ class PrefixCache:
         most ``len(ids) - 1`` tokens, so the prompt's last token is always computed (its logits)."""
         best, best_kv, best_i = 0, None, -1
         for i, (stored, kv) in enumerate(self.entries):
-            k = _common_prefix(stored, ids)
+            k = common_prefix(stored, ids)
             if k > best:
                 best, best_kv, best_i = k, kv, i
         best = min(best, len(ids) - 1)
@@ -275,19 +320,109 @@ class PrefixCache:
             self.entries.pop(0)
 
 
-def _common_prefix(a: list[int], b: list[int]) -> int:
+class KVStore:
+    """The prefill KV of prompts in block mode (``BatchDecoder(prefill_block=B)``): a conversation's
+    context waiting between its turns, a group's shared first prompt. Least recently used first out.
+
+    Every entry was prefilled in blocks ending at multiples of ``block`` positions, so its KV up to any
+    multiple of ``block`` is what a prefill from scratch computes, bit for bit: a lookup reuses the
+    longest shared prefix cut to such a boundary (and a prompt equal to an entry's whole prompt reuses
+    its KV and its last position's logits, no forward pass at all). With ``share=False`` only an entry
+    whose whole prompt begins the new one is used (a conversation's own earlier turn), never a prefix
+    shared with another conversation.
+    """
+
+    def __init__(self, block: int, *, share: bool = True, min_tokens: int = 16):
+        if block < 1:
+            raise ValueError(f"prefill_block must be at least 1 (got {block})")
+        self.block, self.share, self.min_tokens = block, share, min_tokens
+        self.entries: OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = OrderedDict()
+        self.nbytes = 0
+        self.evicted = 0
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    @staticmethod
+    def _bytes(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+
+    def lookup(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None, torch.Tensor | None]:
+        """(positions reusable, the entry's KV, its last logits when the whole prompt is that entry's)."""
+        best, best_key = 0, None
+        for key in self.entries:
+            k = common_prefix(key, ids)
+            if not self.share and k < len(key):
+                continue
+            if k > best:
+                best, best_key = k, key
+        if best_key is None:
+            return 0, None, None
+        kv, logits = self.entries[best_key]
+        if best == len(ids) == len(best_key):
+            self.entries.move_to_end(best_key)
+            return best, kv, logits
+        best = min(best, len(ids) - 1)
+        best -= best % self.block
+        if best < max(self.min_tokens, 1):
+            return 0, None, None
+        self.entries.move_to_end(best_key)
+        return best, kv, None
+
+    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor) -> None:
+        """Keep ``ids``' KV as the most recently used entry; an entry whose prompt begins ``ids`` is dropped
+        (the new one holds all it could give)."""
+        key = tuple(ids)
+        for old in [e for e in self.entries if len(e) <= len(key) and key[: len(e)] == e]:
+            self.nbytes -= self._bytes(self.entries.pop(old)[0])
+        self.entries[key] = (kv, logits)
+        self.nbytes += self._bytes(kv)
+
+    def evict(self) -> bool:
+        """Drop the least recently used entry; False when there is none."""
+        if not self.entries:
+            return False
+        _, (kv, _) = self.entries.popitem(last=False)
+        self.nbytes -= self._bytes(kv)
+        self.evicted += 1
+        return True
+
+
+def kv_position_bytes(model) -> int:
+    """Bytes of keys and values one position takes over all layers (the model's config and dtype)."""
+    cfg = model.config
+    cfg = getattr(cfg, "text_config", None) or cfg
+    heads = cfg.num_attention_heads
+    kv_heads = getattr(cfg, "num_key_value_heads", None) or heads
+    head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // heads
+    elem = next(model.parameters()).element_size()
+    return 2 * cfg.num_hidden_layers * kv_heads * head_dim * elem
+
+
+def common_prefix(a, b) -> int:
+    """How many leading items ``a`` and ``b`` share (sequences compared by slices, in C: an episode's
+    prompts are thousands of tokens and every admission compares against every stored one)."""
     n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    a, b = list(a[:n]), list(b[:n])
+    if a == b:
+        return n
+    lo, hi = 0, n - 1  # a[:lo] == b[:lo]; a[:hi + 1] != b[:hi + 1]
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 # --------------------------------------------------------------------------- the decoder
+UNBUDGETED_STORE_PROMPTS = 1024  # block mode without a KV budget: the most prompts whose KV the store keeps
 @dataclass
 class _Row:
     req: DecodeRequest
     choice: Choice
+    bound: int = 0  # the most columns this row can need: its prompt plus its token limit
 
 
 class BatchDecoder:
@@ -299,14 +434,52 @@ class BatchDecoder:
     ``n`` rows join together; an empty batch always admits the next request, so ``max_rows=1`` serves
     one request at a time) and ``max_batch_tokens`` KV positions (rows x (width + the request's token
     limit)).
+
+    **Block mode** (``prefill_block=B > 0``, the agent episodes' mode, ``envs.policies.ChatPolicy``): a
+    prompt is prefilled in blocks ending at multiples of ``B`` positions and its KV kept in a ``KVStore``
+    (not the ``PrefixCache``), so a conversation that leaves at the end of its turn re-enters with its
+    observation reusing its own context's KV, and the G episodes of one task prefill their shared first
+    prompt once. Reuse is cut at block boundaries, so every token and log-prob is the same, bit for bit,
+    with or without sharing and whether a conversation's KV was kept or recomputed (``KVStore``). What is
+    kept is prefill KV: the tokens a turn sampled are prefilled again with the next prompt (their KV from
+    the decoding steps was computed in other shapes, so reusing it would change the last bits).
+
+    **KV budget** (``kv_budget_bytes``, block mode only): the bytes of keys and values the decoder holds,
+    the slab's allocation + the store + a prefill in flight (and the copy a slab relayout makes, tensor
+    by tensor), never exceed it. A request joins only when the slab can hold every row to its token limit
+    (rows x the longest prompt + limit) beside its prefill; to make room the decoder first shrinks the
+    slab to its live block, then evicts stored KV least recently used first (a waiting conversation's
+    context is then recomputed by prefill when it re-enters, with the same outputs); if there is still no
+    room the request waits for rows to leave (fewer rows decode at once). A request that could not fit
+    even alone ends with a ``ValueError`` naming the budget. ``kv_peak_bytes`` is the most held at once.
+    Admission never depends on what the store holds (it is always evictable), so the batch's make-up,
+    hence every output, is the same with and without sharing.
     """
 
     def __init__(self, model, tokenizer, *, max_rows: int | None = None, max_batch_tokens: int = 65536,
-                 prefix_cache_tokens: int = 4096, slab_hint: tuple[int, int] | None = None):
+                 prefix_cache_tokens: int = 4096, slab_hint: tuple[int, int] | None = None, prefill_block: int = 0,
+                 kv_budget_bytes: int | None = None, share_prefixes: bool = True, min_shared_prefix: int = 16):
         """``slab_hint`` (rows, columns): the KV slab's first size, for a caller that knows its workload
         (all of a rollout batch's rows, its longest prompt plus the token limit), so the slab is allocated
-        once instead of doubling its way there (each growth copies every layer into fresh memory)."""
+        once instead of doubling its way there (each growth copies every layer into fresh memory).
+        ``prefill_block``, ``kv_budget_bytes``, ``share_prefixes``, ``min_shared_prefix``: block mode and
+        its budget (class doc)."""
+        if kv_budget_bytes is not None and prefill_block <= 0:
+            raise ValueError("kv_budget_bytes needs block mode: give prefill_block > 0 as well")
+        if kv_budget_bytes is not None and kv_budget_bytes <= 0:
+            raise ValueError(f"kv_budget_bytes must be positive (got {kv_budget_bytes}); leave it None for no budget")
         self.model, self.tokenizer = model, tokenizer
+        self.prefill_block = int(prefill_block)
+        self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
+        self.kv_budget_bytes = kv_budget_bytes
+        self.position_bytes = kv_position_bytes(model) if prefill_block > 0 else 0
+        cfg = getattr(model.config, "text_config", None) or model.config
+        self._tensors = 2 * int(getattr(cfg, "num_hidden_layers", 1))  # keys and values of every layer
+        self.kv_peak_bytes = 0  # the most KV bytes held at once (block mode)
+        self.prefill_tokens = self.reused_tokens = 0  # positions prefilled / taken from the store (block mode)
+        self.deferred = 0  # steps at which the next request waited for the KV budget
+        self.max_live_rows = 0
+        self._inflight = 0  # bytes of a prefill's KV not yet in the store or the slab
         self.slab_hint = slab_hint
         self.max_rows, self.max_batch_tokens = max_rows, max_batch_tokens
         self.prefixes = PrefixCache(prefix_cache_tokens)
@@ -368,12 +541,67 @@ class BatchDecoder:
                     return
                 if rows * (width + req.max_new_tokens) > self.max_batch_tokens:
                     return
+            if self.kv_budget_bytes is not None:
+                room = self._make_room(req)
+                if room is None:
+                    self.deferred += 1
+                    return
+                if not room:
+                    self.pending.popleft()
+                    self._end(req, ValueError(
+                        f"a prompt of {len(req.prompt_ids)} tokens with a limit of {req.max_new_tokens} new ones ({req.n} rows) "
+                        f"needs more KV than kv_budget_bytes={self.kv_budget_bytes} holds ({self.position_bytes} bytes a "
+                        "position): raise the budget or lower max_new_tokens"))
+                    continue
             self.pending.popleft()
             self._add(req)
+
+    # ---- the KV budget (block mode)
+    def _held(self) -> int:
+        return (self.cache.nbytes() if self.cache is not None else 0) + self.store.nbytes + self._inflight
+
+    def _note(self, extra: int = 0) -> None:
+        """Record the bytes held now (plus ``extra``: a tensor allocated beside the one it replaces)."""
+        if self.store is not None:
+            self.kv_peak_bytes = max(self.kv_peak_bytes, self._held() + extra)
+
+    def _slack(self, nbytes: int) -> int:
+        """``nbytes`` plus the copy a relayout (or a prefill's concatenation) holds beside it: one layer's
+        keys or values at a time."""
+        return nbytes + -(-nbytes // self._tensors)
+
+    def _slab_cells(self, extra_rows: int = 0, extra_bound: int = 0) -> int:
+        bound = max([r.bound for r in self.rows] + [extra_bound])
+        return (len(self.rows) + extra_rows) * bound
+
+    def _make_room(self, req: DecodeRequest) -> bool | None:
+        """True when ``req`` fits the budget now (after shrinking the slab and evicting stored KV as
+        needed), None when it must wait for rows to leave, False when it could never fit."""
+        pb, budget = self.position_bytes, self.kv_budget_bytes
+        slab = self._slack(self._slab_cells(req.n, len(req.prompt_ids) + req.max_new_tokens) * pb)
+        prefill = self._slack(len(req.prompt_ids) * pb)
+        if slab + prefill > budget:
+            return False if not self.rows else None
+        cache = self.cache
+        if cache is not None and self._slack(cache.nbytes()) + self.store.nbytes + prefill > budget:
+            cache.compact()
+        while max(slab, self._slack(cache.nbytes()) if cache is not None else 0) + self.store.nbytes + prefill > budget:
+            if not self.store.evict():
+                break
+        return True
+
+    def _slab_cap(self) -> int:
+        """The cells the slab may hold now: the budget less the store and a prefill in flight, less the
+        relayout's copy."""
+        room = self.kv_budget_bytes - self.store.nbytes - self._inflight
+        return max(0, room * self._tensors // ((self._tensors + 1) * self.position_bytes))
 
     def _add(self, req: DecodeRequest) -> None:
         req.admitted_at = time.perf_counter()
         ids = req.prompt_ids
+        if self.store is not None:
+            self._add_blocks(req)
+            return
         logits, kv = self._prefill(ids)
         logits = logits.repeat(req.n, 1) if req.n > 1 else logits
         rows = [_Row(req, c) for c in req.choices]
@@ -402,6 +630,81 @@ class BatchDecoder:
         self.nxt = torch.cat([self.nxt, nxt[keep] if n < len(rows) else nxt])
         self.rows += [rows[j] for j in keep]
 
+    def _add_blocks(self, req: DecodeRequest) -> None:
+        """``_add`` in block mode: the prompt's KV from the store and block prefills, the store updated,
+        the budget kept (class doc)."""
+        ids = req.prompt_ids
+        logits, kv, fresh = self._prefill_blocks(ids)
+        self._inflight = self._kv_bytes(kv) if fresh else 0
+        self._note()
+        try:
+            logits = logits.repeat(req.n, 1) if req.n > 1 else logits
+            rows = [_Row(req, c, len(ids) + req.max_new_tokens) for c in req.choices]
+            req.live = req.n
+            nxt, logps = sample_tokens(logits, req.temperature, req.top_p, req.generator)
+            keep = self._record(req, rows, *_to_host(nxt, logps))
+            if keep:
+                self._splice(req, rows, keep, kv, nxt)
+        finally:
+            self._inflight = 0
+        if fresh:
+            self.store.put(ids, kv, logits[:1])
+            while self.kv_budget_bytes is None and len(self.store) > UNBUDGETED_STORE_PROMPTS:
+                self.store.evict()
+        self._note()
+
+    def _splice(self, req: DecodeRequest, rows: list[_Row], keep: list[int], kv, nxt: torch.Tensor) -> None:
+        """Rows ``keep`` of a just-prefilled request join the slab (``_add``'s second half, block mode)."""
+        ids, n = req.prompt_ids, len(keep)
+        if self.cache is None:
+            heads = kv[0][0].shape[1]
+            self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
+            self.cache.meter = self._note
+        if self.kv_budget_bytes is not None:
+            self.cache.max_cells = self._slab_cap()
+        old_width = self.cache.width if self.rows else 0
+        self.cache.append_rows(kv, n)
+        width = self.cache.width
+        if width > old_width and self.rows:
+            self.mask = torch.cat([torch.zeros(len(self.rows), width - old_width, dtype=torch.long, device=self.device), self.mask], 1)
+        if not self.rows:
+            self.mask = torch.zeros(0, width, dtype=torch.long, device=self.device)
+        new_mask = torch.zeros(n, width, dtype=torch.long, device=self.device)
+        new_mask[:, width - len(ids):] = 1
+        self.mask = torch.cat([self.mask, new_mask], 0)
+        self.pos = torch.cat([self.pos, torch.full((n,), len(ids), dtype=torch.long, device=self.device)])
+        self.nxt = torch.cat([self.nxt, nxt[keep] if n < len(rows) else nxt])
+        self.rows += [rows[j] for j in keep]
+        self.max_live_rows = max(self.max_live_rows, len(self.rows))
+
+    @staticmethod
+    def _kv_bytes(kv) -> int:
+        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+
+    def _prefill_blocks(self, ids: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], bool]:
+        """(last logits, KV, whether it was computed) for ``ids`` in block mode: the store's longest usable
+        prefix, then blocks ending at multiples of ``prefill_block`` (``KVStore``)."""
+        reuse, stored, logits = self.store.lookup(ids)
+        if logits is not None:  # the whole prompt is stored: its KV and logits as they were computed
+            self.reused_tokens += reuse
+            return logits, stored, False
+        cache = DynamicCache()
+        if stored is not None:
+            for i, (k, v) in enumerate(stored):
+                cache.update(k[:, :, :reuse], v[:, :, :reuse], i)
+        self.reused_tokens += reuse
+        self.prefill_tokens += len(ids) - reuse
+        block = self.prefill_block
+        start, out = reuse, None
+        for end in [*range((reuse // block + 1) * block, len(ids), block), len(ids)]:
+            out = self.model(input_ids=torch.tensor([ids[start:end]], device=self.device),
+                             attention_mask=torch.ones(1, end, dtype=torch.long, device=self.device),
+                             position_ids=torch.arange(start, end, device=self.device)[None, :], past_key_values=cache,
+                             use_cache=True, logits_to_keep=1)
+            cache, start = out.past_key_values, end
+        kv = [(layer.keys, layer.values) for layer in cache.layers]
+        return out.logits[:, -1, :].float(), kv, True
+
     def _prefill(self, ids: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
         """The last position's logits and every layer's keys and values for ``ids`` (batch of one),
         reusing the longest cached prefix."""
@@ -420,6 +723,8 @@ class BatchDecoder:
     # ---- one step
     def _forward_and_sample(self) -> None:
         cache = self.cache
+        if self.kv_budget_bytes is not None:
+            cache.max_cells = self._slab_cap()
         cache.reserve(1)
         mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=self.device)], 1)
         out = self.model(input_ids=self.nxt[:, None], attention_mask=mask, position_ids=self.pos[:, None],
@@ -470,6 +775,8 @@ class BatchDecoder:
             elif stops:
                 tail = tok.decode(c.token_ids[-self._tail(stops):], skip_special_tokens=True)
                 hit = any(s in tail for s in stops)
+            if not hit and req.stop_when is not None:
+                hit = bool(req.stop_when(c.token_ids))
             if ids[j] in self.eos or hit:
                 c.finish_reason = "stop"
                 finished.append(c.index)

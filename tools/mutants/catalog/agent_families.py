@@ -16,6 +16,9 @@ EB = "tentalis_pipelines/env_batches.py"
 LM = "tentalis_pipelines/rewards/llm_manager.py"
 KI = "tentalis_pipelines/tasks/kinds.py"
 PO = "tentalis_pipelines/envs/policies.py"
+BD = "tentalis_pipelines/inference/batch_decoder.py"
+EPI = ["tests/test_episode_decoding.py", "tests/test_envs_policy.py"]
+EPU = ["tests/unit/test_episode_decoder_parts.py"]
 SR = ["tests/unit/test_env_step_reviews.py"]
 MR = ["tests/test_env_manager_reviews.py"]
 
@@ -110,18 +113,33 @@ MUTANTS = [
      "replace": '            review["manager"], review["score"] = "llm", 0.5\n', "tests": MR,
      "why": "an llm-managed episode's score is not the verifier's"},
     # ---- the policy's shared-prefix KV across conversations
-    {"id": "kv-shared-cache-not-cut", "file": PO, "find": "        if len(ids) > best_n:\n", "replace": "        if False:\n",
-     "tests": ["tests/test_envs_policy.py"], "why": "a new conversation starts from another's whole cache, not its shared prefix"},
-    {"id": "kv-share-not-block-aligned", "file": PO,
-     "find": "        best_n -= best_n % self.prefill_block  # a block boundary", "replace": "        best_n -= 0  # a block boundary",
-     "tests": ["tests/test_envs_policy.py"],
+    {"id": "kv-shared-cache-not-cut", "file": BD,
+     "find": "            return logits, stored, False\n        cache = DynamicCache()\n        if stored is not None:\n"
+             "            for i, (k, v) in enumerate(stored):\n                cache.update(k[:, :, :reuse], v[:, :, :reuse], i)\n",
+     "replace": "            return logits, stored, False\n        cache = DynamicCache()\n        if stored is not None:\n"
+                "            for i, (k, v) in enumerate(stored):\n                cache.update(k, v, i)\n",
+     "tests": EPI, "why": "a new conversation starts from another's whole cache, not its shared prefix"},
+    {"id": "kv-share-not-block-aligned", "file": BD, "find": "        best -= best % self.block\n", "replace": "        best -= 0\n",
+     "tests": EPI + EPU,
      "why": "the shared prefix is cut mid-block: the blocks after it are other shapes than without sharing (bf16: other greedy tokens)"},
-    {"id": "kv-prefill-in-one-go", "file": PO, "find": "            block = max(self.prefill_block, 1)\n",
-     "replace": "            block = 10 ** 9\n", "tests": ["tests/test_envs_policy.py"],
+    {"id": "kv-prefill-in-one-go", "file": BD, "find": "        block = self.prefill_block\n        start, out = reuse, None\n",
+     "replace": "        block = 10 ** 9\n        start, out = reuse, None\n", "tests": EPI,
      "why": "a conversation's prompt is prefilled in one go: with a shared prefix, the rest is computed in another shape"},
-    {"id": "kv-share-flag-ignored", "file": PO, "find": "        if not self.share_prefixes:\n", "replace": "        if False:\n",
-     "tests": ["tests/test_envs_policy.py"], "why": "share_prefixes=False still shares"},
-    {"id": "kv-shared-prefix-whole-prompt", "file": PO, "find": "        best_n = min(best_n, len(prompt) - 1)",
-     "replace": "        best_n = min(best_n, len(prompt))", "tests": ["tests/test_envs_policy.py"],
-     "why": "a conversation asked again lies wholly inside the kept cache: nothing is fed, there are no logits"},
+    {"id": "kv-share-flag-ignored", "file": BD, "find": "            if not self.share and k < len(key):\n", "replace": "            if False:\n",
+     "tests": EPU, "why": "share_prefixes=False still shares"},
+    {"id": "kv-shared-prefix-whole-prompt", "file": BD, "find": "        if best == len(ids) == len(best_key):\n",
+     "replace": "        if best == len(ids):\n", "tests": EPU,
+     "why": "a prompt lying wholly inside a longer kept entry takes that entry's last logits, another position's"},
+    # ---- episodes in the batch decoder: the KV budget, the turn's end, each episode's own sampling stream
+    {"id": "kv-budget-no-eviction", "file": BD, "find": "            if not self.store.evict():\n                break\n",
+     "replace": "            break\n", "tests": EPI,
+     "why": "waiting conversations' KV is never evicted: admission outgrows the budget"},
+    {"id": "kv-budget-never-defers", "file": BD, "find": "        if slab + prefill > budget:\n            return False if not self.rows else None\n",
+     "replace": "", "tests": EPI, "why": "every row is admitted at once whatever the budget holds"},
+    {"id": "episode-stop-after-block-ignored", "file": BD,
+     "find": "            if not hit and req.stop_when is not None:\n", "replace": "            if False:\n",
+     "tests": EPI, "why": "a turn goes on past its closed action block and imagines the output"},
+    {"id": "episode-group-shares-one-seed", "file": PO, "find": "                                seed=_seed(self.seed, call, i), track_text=False,\n",
+     "replace": "                                seed=_seed(self.seed, call, 0), track_text=False,\n", "tests": EPI,
+     "why": "the G episodes of one task (one first prompt) draw the same stream: the group's samples are one sample"},
 ]

@@ -1,0 +1,120 @@
+"""The parts of episode decoding that need no model: the block-mode KV store (what it reuses, where it
+cuts, what it drops), the slab's capacity under a cap, the rollout engine's choice."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+
+from tentalis_pipelines.inference.batch_decoder import KVStore, SlabCache, common_prefix
+from tentalis_pipelines.inference.factory import choose_rollout_engine
+
+
+def _kv(p: int, layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    k = torch.arange(p, dtype=torch.float32)[None, None, :, None].expand(1, 1, p, 2).clone()
+    return [(k.clone(), -k.clone()) for _ in range(layers)]
+
+
+def _put(store: KVStore, ids: list[int]) -> None:
+    store.put(ids, _kv(len(ids)), torch.full((1, 3), float(len(ids))))
+
+
+@pytest.mark.parametrize(("a", "b", "n"), [([], [], 0), ([1], [], 0), ([1, 2, 3], [1, 2, 3], 3), ([1, 2, 3], [1, 2], 2),
+                                           ([1, 2, 3], [9, 2, 3], 0), ([1, 2, 3, 4, 5], [1, 2, 3, 9, 5], 3),
+                                           ((1, 2, 3), [1, 2, 4], 2), (list(range(1000)), [*range(999), -1], 999)])
+def test_common_prefix_at_every_boundary(a, b, n):
+    assert common_prefix(a, b) == n == common_prefix(b, a)
+
+
+def test_a_lookup_cuts_the_shared_prefix_to_a_block_boundary_and_keeps_a_token_to_compute():
+    store = KVStore(4, min_tokens=4)
+    _put(store, list(range(10)))
+    assert store.lookup([*range(9), 99])[0] == 8  # 9 shared -> the boundary at 8
+    assert store.lookup([*range(8), 99])[0] == 8  # exactly on a boundary
+    assert store.lookup([*range(7), 99])[0] == 4
+    assert store.lookup([*range(3), 99]) == (0, None, None)  # under min_tokens after the cut
+    n, kv, logits = store.lookup([*range(10), 5])  # the whole entry begins the prompt: still cut to the boundary
+    assert (n, logits) == (8, None) and kv is not None
+    assert store.lookup(list(range(8)))[0] == 4  # a prompt inside the entry: its last token is computed
+
+
+def test_the_whole_prompt_stored_gives_its_kv_and_logits_without_a_forward_pass():
+    store = KVStore(4, min_tokens=1)
+    _put(store, [5, 6, 7])
+    n, kv, logits = store.lookup([5, 6, 7])
+    assert n == 3 and logits is not None and logits[0, 0].item() == 3.0 and kv[0][0].shape[-2] == 3
+
+
+def test_without_sharing_only_an_entry_that_begins_the_prompt_is_used():
+    store = KVStore(2, share=False, min_tokens=2)
+    _put(store, [1, 2, 3, 4, 5, 6])  # another conversation sharing four tokens
+    assert store.lookup([1, 2, 3, 4, 9, 9]) == (0, None, None)
+    _put(store, [1, 2, 3, 4])
+    assert store.lookup([1, 2, 3, 4, 9, 9])[0] == 4
+    shared = KVStore(2, share=True, min_tokens=2)
+    _put(shared, [1, 2, 3, 4, 5, 6])
+    assert shared.lookup([1, 2, 3, 4, 9, 9])[0] == 4
+
+
+def test_put_replaces_the_entries_it_extends_and_evict_drops_the_least_recently_used():
+    store = KVStore(1, min_tokens=1)
+    _put(store, [1, 2])
+    _put(store, [7, 8, 9])
+    _put(store, [1, 2, 3])  # the next turn of [1, 2]: the old entry goes
+    assert list(store.entries) == [(7, 8, 9), (1, 2, 3)]
+    per_position = 2 * 2 * 2 * 4  # layers x (k, v) x dim x float32
+    assert store.nbytes == 6 * per_position
+    store.lookup([7, 8, 9, 1])  # used: now the most recent
+    assert store.evict() and list(store.entries) == [(7, 8, 9)] and store.nbytes == 3 * per_position
+    assert store.evict() and not store.evict() and store.nbytes == 0 and store.evicted == 2
+
+
+def test_a_zero_block_is_refused():
+    with pytest.raises(ValueError, match="prefill_block"):
+        KVStore(0)
+
+
+def test_a_capped_slab_grows_only_within_its_cells_and_compact_frees_it():
+    slab = SlabCache(1, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    seen = []
+    slab.meter = seen.append
+    slab.max_cells = 3 * 12
+    slab.append_rows(_kv(5, layers=1), n=3)
+    rows, cols = slab.k[0].shape[0], slab.k[0].shape[2]
+    assert rows * cols <= 36 and rows >= 3 and cols >= 6
+    for _ in range(6):  # decode to 11 columns: within the cap
+        slab.reserve(1)
+        slab.advance(1)
+    assert slab.k[0].shape[0] * slab.k[0].shape[2] <= 36 and slab.width == 11
+    assert seen and all(b <= 36 * 2 * 4 for b in seen)  # every allocation metered, none over the cap
+    with pytest.raises(RuntimeError, match="budget"):
+        slab.reserve(2)  # 13 columns x 3 rows: more than the cap holds
+    slab.compact()
+    assert (slab.k[0].shape[0], slab.k[0].shape[2]) == (3, 12) and slab.width == 11
+    slab.rows = 0
+    slab.compact()
+    assert slab.nbytes() == 0
+
+
+@pytest.mark.parametrize(("device", "vllm", "engine", "why"), [
+    ("cpu", True, "batch_decoder", "not CUDA"),
+    ("cuda", True, "vllm", "vLLM installed"),
+    ("cuda:1", False, "batch_decoder", "pip install"),
+    (torch.device("cpu"), False, "batch_decoder", "not CUDA"),
+    ("mps", True, "batch_decoder", "not CUDA"),
+])
+def test_the_rollout_engine_is_vllm_on_cuda_when_installed_and_the_choice_is_logged(device, vllm, engine, why, caplog):
+    with caplog.at_level(logging.INFO, logger="tentalis_pipelines.inference.factory"):
+        choice = choose_rollout_engine(device, vllm_installed=vllm)
+    assert choice.engine == engine and why in choice.reason
+    assert f"rollout engine: {engine}" in caplog.text and choice.reason in caplog.text
+
+
+def test_without_vllm_here_the_engine_on_cuda_is_the_batch_decoder():
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    assert choose_rollout_engine("cuda").engine == "batch_decoder"
