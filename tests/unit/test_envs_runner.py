@@ -431,3 +431,47 @@ def test_the_review_names_the_episode_its_verdict_and_who_reviewed():
     assert default["batch_id"] == "live" and default["manager"] == default["reviewer"] == "verifier"
     assert default["session_id"] == default["rollout_id"] == episode_to_turns(ep)[0]["session_id"]
     assert default["created_at"].tzinfo is timezone.utc
+
+
+def test_a_fresh_run_has_not_ended_and_earned_nothing():
+    from tentalis_pipelines.envs.runner import EpisodeRun
+
+    run = EpisodeRun(ToyEnv(), TASK)
+    assert run.done is False and run.end_reason == "" and run.reward == 0.0 and run.failed == ""
+    assert run.messages == [] and run.turns == []
+
+
+def test_the_finish_reason_and_the_timings_of_a_turn_are_kept_as_given():
+    class OnlyText:  # an output object with no finish_reason attribute at all
+        text = "done"
+
+    ep = run_episode(ToyEnv(), TerminalLikeNoLevel("t-1"), lambda m: OnlyText())
+    assert ep.turns[0].finish_reason == "stop" and ep.passed and ep.info["level"] is None
+    ep = run_episode(ToyEnv(max_turns=1), TASK, lambda m: PolicyOutput("x", finish_reason="length"))
+    assert ep.turns[0].finish_reason == "length"
+    assert 0.0 <= ep.turns[0].seconds_env < 5.0 and 0.0 <= ep.info["seconds"] < 5.0  # durations, not clock readings
+
+
+class TerminalLikeNoLevel:
+    """A task object with an id and no level attribute."""
+
+    def __init__(self, task_id):
+        self.task_id = task_id
+
+    def __getitem__(self, key):
+        return {"prompt": "p"}[key]
+
+
+def test_session_ids_do_not_depend_on_key_order_and_no_salt_is_the_empty_salt():
+    from tentalis_pipelines.envs.runner import episode_session_id
+
+    ep = _episode()
+    shuffled = Episode(**{**ep.__dict__, "messages": [dict(reversed(list(m.items()))) for m in ep.messages]})
+    assert [list(m) for m in shuffled.messages] != [list(m) for m in ep.messages]
+    assert episode_session_id(shuffled) == episode_session_id(ep) == episode_session_id(ep, salt="")
+
+
+def test_turn_rows_default_to_the_envs_tenant_and_backend_at_temperature_0():
+    (row, _) = episode_to_turns(_episode())
+    assert (row["tenant"], row["model"], row["policy_version"], row["backend"]) == ("envs", "", "base", "envs")
+    assert row["temperature"] == 0.0 and row["max_tokens"] is None
