@@ -465,3 +465,33 @@ def test_close_ends_the_sandbox_once(scripted):
     env.close()
     env.close()
     assert scripted.instances[0].closed == 1 and env.session is None
+
+
+def test_observation_keeps_trailing_spaces_and_names_each_kill_exactly():
+    assert format_observation(ok("x  \n\n"), limit=100, timeout_s=5) == "x  \n[exit code 0]"
+    assert format_observation(result_with("boXX\n"), limit=100, timeout_s=5) == "boXX\n[exit code 1]"
+    both = result_with("", process_limit=True, memory_limit=True, killed_processes=3)
+    assert format_observation(both, limit=100, timeout_s=5) == (
+        "(no output)\n[exit code 1]\n[killed: the command ran into the process limit]")
+    mem = result_with("", memory_limit=True, killed_processes=3)
+    assert format_observation(mem, limit=100, timeout_s=5).endswith("\n[killed: the command ran into the episode's memory limit]")
+    left = result_with("", killed_processes=2)
+    assert format_observation(left, limit=100, timeout_s=2.5).endswith("\n[2 process(es) it left running were killed]")
+    slow = result_with("", timed_out=True)
+    assert format_observation(slow, limit=100, timeout_s=2.5) == "(no output)\n[killed: the command ran past the 2.5 s time limit]"
+
+
+def test_the_format_message_shows_the_expected_form_and_how_to_finish():
+    from tentalis_pipelines.envs.terminal import format_error_message
+
+    assert format_error_message("no bash code block found") == (
+        "Format error: no bash code block found. Reply with exactly one bash code block holding one command, like\n"
+        "```bash\nls\n```\nTo finish, run submit ANSWER (or submit on its own after changing files).")
+
+
+def test_truncation_splits_an_odd_limit_and_handles_the_smallest_limits():
+    assert truncate_middle("abcdefgh", 5) == "ab\n[... 3 characters truncated ...]\nfgh"
+    assert truncate_output("ab", "cd", 1, 40) == "ab\n[... 1 characters truncated ...]\ncd"  # one byte dropped is a cut
+    assert truncate_output("abc", "xyz", 10, 2) == "a\n[... 14 characters truncated ...]\nz"
+    assert truncate_output("abc", "xyz", 10, 1) == "\n[... 15 characters truncated ...]\nz"
+    assert truncate_output("abc", "xyz", 10, 0) == "\n[... 16 characters truncated ...]\n"
