@@ -495,3 +495,14 @@ def test_truncation_splits_an_odd_limit_and_handles_the_smallest_limits():
     assert truncate_output("abc", "xyz", 10, 2) == "a\n[... 14 characters truncated ...]\nz"
     assert truncate_output("abc", "xyz", 10, 1) == "\n[... 15 characters truncated ...]\nz"
     assert truncate_output("abc", "xyz", 10, 0) == "\n[... 16 characters truncated ...]\n"
+
+
+def test_a_new_episode_starts_with_nothing_decided(scripted):
+    env = TerminalEnv()
+    assert env.task is None and env.session is None and env.sandbox_uid is None and env.hide_dirs is None
+    assert (env.turn, env.done, env.answer, env.end_reason) == (0, False, None, "")
+    for _ in range(2):  # the first episode, then one after a finished episode
+        env.reset(ANSWER_TASK)
+        assert (env.turn, env.done, env.answer, env.end_reason) == (0, False, None, "")
+        env.step(bash("submit 2"))
+        assert env.done is True and env.answer == "2" and env.end_reason == "submitted"
