@@ -568,3 +568,39 @@ def test_the_oracle_ends_each_turn_and_binds_positional_ground_truth_to_names(of
     t = bfcl.BfclTask(task_id="m", turns=["x"], initial_config={}, involved_classes=["MathAPI"],
                       ground_truth=[["add(1, 2)"]])
     assert bfcl.keyword_reply(["add(1, 2)", "mean(numbers=[3])"], t) == "[add(a=1, b=2), mean(numbers=[3])]"
+
+
+def test_official_items_join_every_user_message_of_a_turn_and_keep_their_path(monkeypatch, tmp_path):
+    # The shipped file has one user message per turn; BFCL's format allows several (and other roles).
+    (tmp_path / "possible_answer").mkdir()
+    items = [{"id": "multi_turn_base_9", "question": [[{"role": "user", "content": "first"}, {"role": "system", "content": "s"},
+                                                       {"role": "user", "content": "second"}], [{"role": "user", "content": "third"}]],
+              "initial_config": {}, "involved_classes": ["MathAPI"], "path": ["MathAPI.mean"]},
+             {"id": "multi_turn_base_10", "question": [[{"role": "user", "content": "only"}]], "initial_config": {},
+              "involved_classes": ["MathAPI"]}]
+    (tmp_path / bfcl.DATA_FILE).write_text("\n".join(json.dumps(q) for q in items) + "\n\n")
+    (tmp_path / "possible_answer" / bfcl.DATA_FILE).write_text(
+        json.dumps({"id": "multi_turn_base_10", "ground_truth": [[]]}) + "\n"
+        + json.dumps({"id": "multi_turn_base_9", "ground_truth": [["mean(numbers=[1])"], []]}) + "\n")
+    monkeypatch.setattr(bfcl, "data_dir", lambda: tmp_path)
+    a, b = bfcl.load_official()
+    assert a.turns == ["first\nsecond", "third"] and a.ground_truth == [["mean(numbers=[1])"], []]
+    assert a.metadata == {"path": ["MathAPI.mean"]} and b.metadata == {"path": []} and b.ground_truth == [[]]
+    assert (a.level, a.family, a.split) == (0, "multi_turn_base", "test")
+
+
+def test_the_checkers_verdicts_are_exact(official, monkeypatch):
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
+
+    task = official["multi_turn_base_1"]
+    allowed = bfcl.tool_names(task)
+    decoded = [[[c.text() for gt in turn for c in parse_calls(gt, allowed, positional=True)]] for turn in task.ground_truth]
+    assert bfcl.check(task, decoded) == Verdict(True, 1.0, "BFCL multi-turn checker: valid")
+    assert bfcl.check(task, decoded[:1]) == Verdict(False, 0.0, "force_terminated: 1 of 4 user turns were reached")
+    bad = bfcl.BfclTask(**{**task.to_dict(), "ground_truth": [["kill(pid=1)"], *task.ground_truth[1:]]})
+    assert bfcl.check(bad, decoded) == Verdict(
+        False, 0.0, "error: the task's ground truth is not a valid call list: 'kill' is not one of this task's tools")
+    monkeypatch.setattr(mtc, "multi_turn_checker", lambda *a: {"valid": False})
+    assert bfcl.check(task, decoded) == Verdict(False, 0.0, "invalid: ")  # neither a type nor a message
+    monkeypatch.setattr(mtc, "multi_turn_checker", lambda *a: {"valid": False, "error_type": "multi_turn:x", "error_message": 7})
+    assert bfcl.check(task, decoded) == Verdict(False, 0.0, "multi_turn:x: 7")
