@@ -210,7 +210,7 @@ def test_policy_outputs_of_every_length_are_read_and_their_numbers_normalised():
     assert [type(v) for v in out.token_ids + out.prompt_token_ids] == [int, int, int]
     assert [type(v) for v in out.logprobs] == [float, float]
     for bad in ((), ("a", [1], [-1.0], [2], "extra")):
-        with pytest.raises(ValueError, match=r"a policy returns \(text, token_ids, logprobs\[, prompt_token_ids\]\)"):
+        with pytest.raises(ValueError, match=r"^a policy returns \(text, token_ids, logprobs\[, prompt_token_ids\]\)$"):
             as_policy_output(bad)
 
     class Bare:  # only text: every token field unset, the finish reason the default

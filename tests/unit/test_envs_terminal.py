@@ -304,23 +304,25 @@ def test_a_submission_ends_the_episode_with_its_sanitised_answer_and_the_verdict
     assert first.info["command"] == "wc -l < a.txt" and first.info["turn"] == 1
     assert (first.info["exit_code"], first.info["timed_out"], first.info["output_bytes"]) == (0, False, 2)
     assert (first.info["memory_limit_kind"], first.info["memory_limit_bytes"]) == ("cgroup-v2", 512 << 20)
-    assert first.info["command_seconds"] == 0.25 and first.info["env_seconds"] >= 0
+    assert first.info["command_seconds"] == 0.25 and 0 <= first.info["env_seconds"] < 5  # a duration, not a clock reading
+    assert (first.info["process_limit"], first.info["killed_processes"], first.info["memory_limit"],
+            first.info["network_attempts"]) == (False, 0, False, 0)
     last = env.step(bash("submit 2"))
     assert last.done and last.reward == 1.0 and env.answer == "2" and last.info["answer"] == "2"
     assert (last.info["end_reason"], last.info["passed"], last.info["detail"]) == ("submitted", True, "correct answer")
     session = scripted.instances[0]
     assert session.commands == ["wc -l < a.txt", "submit 2"] and session.closed == 1 and env.session is None
     assert session.snapshots == []  # an answer task's verdict needs no tree
-    with pytest.raises(RuntimeError, match="after the episode ended"):
+    with pytest.raises(RuntimeError, match=r"^step\(\) after the episode ended \(or before reset\)$"):
         env.step(bash("ls"))
 
 
 def test_a_wrong_submission_scores_zero_and_step_before_reset_is_refused(scripted):
     scripted.results = [ok(submitted=True, submission="3")]
     env = TerminalEnv()
-    with pytest.raises(RuntimeError, match=r"before reset"):
+    with pytest.raises(RuntimeError, match=r"^step\(\) after the episode ended \(or before reset\)$"):
         env.step(bash("ls"))
-    with pytest.raises(RuntimeError, match=r"verify\(\) before reset\(\)"):
+    with pytest.raises(RuntimeError, match=r"^verify\(\) before reset\(\)$"):
         env.verify()
     env.reset(ANSWER_TASK)
     res = env.step(bash("submit 3"))
@@ -506,3 +508,18 @@ def test_a_new_episode_starts_with_nothing_decided(scripted):
         assert (env.turn, env.done, env.answer, env.end_reason) == (0, False, None, "")
         env.step(bash("submit 2"))
         assert env.done is True and env.answer == "2" and env.end_reason == "submitted"
+
+
+def test_every_sandbox_signal_reaches_the_step_info_and_a_timeout_is_named_with_the_limit(scripted):
+    from tentalis_pipelines.envs.terminal import TerminalConfig
+    from tentalis_pipelines.evaluation.sandbox import ShellLimits
+
+    scripted.results = [ok(killed_processes=2, network_attempts=3, memory_limit=True, process_limit=True),
+                        ok(code=137, timed_out=True)]
+    env = TerminalEnv(TerminalConfig(end_on_violation=False, limits=ShellLimits(command_timeout_s=2.5)))
+    env.reset(ANSWER_TASK)
+    info = env.step(bash("x")).info
+    assert (info["process_limit"], info["killed_processes"], info["memory_limit"], info["network_attempts"]) == (True, 2, True, 3)
+    res = env.step(bash("sleep 100"))
+    assert res.observation.messages[0]["content"] == "(no output)\n[killed: the command ran past the 2.5 s time limit]"
+    assert res.info["timed_out"] is True and res.info["exit_code"] == 137
