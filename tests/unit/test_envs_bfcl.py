@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -605,3 +606,33 @@ def test_the_checkers_verdicts_are_exact(official, monkeypatch):
     assert bfcl.check(task, decoded) == Verdict(False, 0.0, "invalid: ")  # neither a type nor a message
     monkeypatch.setattr(mtc, "multi_turn_checker", lambda *a: {"valid": False, "error_type": "multi_turn:x", "error_message": 7})
     assert bfcl.check(task, decoded) == Verdict(False, 0.0, "multi_turn:x: 7")
+
+
+def test_the_system_prompt_holds_each_part_of_bfcls_default_in_order():
+    functions = [{"name": "mean", "parameters": {"numbers": "list"}}]
+    prompt = bfcl.system_prompt(functions)
+    assert prompt.startswith("You are an expert in composing functions.You are given a question and a set of possible "
+                             "functions.")
+    assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)].  You SHOULD NOT " \
+           "include any other text in the response.\n\nAt each turn, you should try your best" in prompt  # no param types for Python
+    assert "None" not in prompt
+    assert prompt.endswith("Here is a list of functions in json format that you can invoke.\n"
+                           + json.dumps(functions, indent=4) + "\n")
+
+
+def test_an_argument_is_named_by_its_first_60_characters():
+    arg = "f(" + "x" * 80 + ")"
+    with pytest.raises(CallFormatError, match=r"^mean\(\.\.\.\): argument '" + re.escape(arg[:60]) + r"' is not a literal value$"):
+        parse_calls(f"[mean(numbers={arg})]", {"mean"})
+
+
+def test_a_step_with_calls_shows_its_results_as_a_user_message_and_times_itself(official):
+    env = BfclEnv()
+    env.reset(official["multi_turn_base_0"])
+    res = env.step("[pwd()]")
+    assert res.observation.messages == [{"role": "user", "kind": "observation", "content": str(
+        [{"role": "tool", "name": "pwd()", "content": '{"current_working_directory": "/workspace"}'}])}]
+    assert 0.0 <= res.info["env_seconds"] < 5.0
+    for reply in ("[]", "[]", "[]", "[]"):
+        res = env.step(reply)
+    assert res.done and res.info["passed"] is False and res.info["end_reason"] == "submitted"
