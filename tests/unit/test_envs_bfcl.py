@@ -159,8 +159,12 @@ def test_long_results_are_cut_with_a_visible_marker(official):
 
 
 def test_the_system_prompt_is_bfcls_default_with_the_tasks_function_docs(official):
-    obs = BfclEnv().reset(official["multi_turn_base_0"])
+    env = BfclEnv()
+    obs = env.reset(official["multi_turn_base_0"].to_dict())  # a task's dict is read as the task
+    assert env.task == official["multi_turn_base_0"]
     system, user = obs.messages
+    assert (system["role"], system["kind"], user["role"], user["kind"]) == ("system", "system", "user", "instruction")
+    assert set(system) == set(user) == {"role", "content", "kind"}
     assert system["content"].startswith("You are an expert in composing functions.")
     assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]" in system["content"]
     assert '"name": "post_tweet"' in system["content"] and '"name": "mkdir"' in system["content"]
@@ -347,6 +351,7 @@ def test_instances_start_from_a_copy_of_the_config_and_unknown_classes_are_named
     table["touch"](file_name="z.txt")
     assert json.dumps(t.initial_config, sort_keys=True) == before  # the task's config is never touched
     assert "new_dir" not in json.dumps(bfcl.make_instances(t)["GorillaFileSystem"].root.__dict__, default=str)
+    assert inst["GorillaFileSystem"].long_context is False  # BFCL's base category: no long-context padding
     # the configured state is loaded (the user's name from the config), MathAPI (stateless) needs none
     assert inst["TwitterAPI"].username == t.initial_config["TwitterAPI"]["username"]
     math = bfcl.BfclTask(task_id="m", turns=["x"], initial_config={}, involved_classes=["MathAPI"], ground_truth=[[]])
@@ -368,6 +373,9 @@ def test_the_whitelist_has_public_unrefused_methods_and_a_later_class_wins_a_sha
 
         def _private(self):
             return "p"
+
+        name = "not a method"
+        count = 3
 
     class Second:
         def ls(self):
