@@ -644,3 +644,18 @@ def test_a_step_with_calls_shows_its_results_as_a_user_message_and_times_itself(
     for reply in ("[]", "[]", "[]", "[]"):
         res = env.step(reply)
     assert res.done and res.info["passed"] is False and res.info["end_reason"] == "submitted"
+
+
+def test_the_decoder_strips_only_fences_newlines_spaces_and_quotes():
+    assert parse_calls("```python\n`mean(numbers=[1])`\n```", {"mean"})[0].text() == "mean(numbers=[1])"
+    for text in ("[mean(numbers=[1])]X", "```python\nmean(numbers=[1])X\n```", "'[mean(numbers=[1])]X'",
+                 "X[mean(numbers=[1])]"):
+        with pytest.raises(CallFormatError):  # an X is text, not decoration: the reply is not a call list
+            parse_calls(text, {"mean"})
+
+
+def test_an_expression_that_is_not_a_list_is_named_whole():
+    with pytest.raises(CallFormatError, match=r"^'\[mean\(numbers=\[1\]\)\]\[0\]' is not a function call$"):
+        parse_calls("[mean(numbers=[1])][0]", {"mean"})
+    with pytest.raises(CallFormatError, match=r"^'" + "o" * 58 + r"\.f': call a tool by its bare name \(no attribute access\)$"):
+        parse_calls("[" + "o" * 58 + ".f.g()]", {"mean"})
