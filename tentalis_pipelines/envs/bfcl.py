@@ -73,8 +73,9 @@ BFCL_STEP_LIMIT = 20  # BFCL's MAXIMUM_STEP_LIMIT (constants/default_prompts.py)
 INSTALL_HINT = "pip install --no-deps bfcl-eval==2026.3.23 (the pin of the extra tentalis[bfcl]; --no-deps: its own pins clash with torch's numpy)"
 # BFCL's executor refuses these method names before it evals (multi_turn_utils.py); kept refused here too.
 REFUSED_NAMES = frozenset({"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"})
-# Task ids end up in Python identifiers inside BFCL's checker (instance names), so only these characters.
-ID_RE = re.compile(r"^[A-Za-z0-9_]+$")
+# Task ids end up in Python identifiers inside BFCL's checker (instance names), so only these characters
+# (matched whole: ``$`` alone would let a trailing newline through).
+ID_RE = re.compile(r"[A-Za-z0-9_]+")
 
 
 class BfclUnavailable(EnvironmentUnavailable):
@@ -145,7 +146,7 @@ class BfclTask:
     metadata: dict = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if not ID_RE.match(self.task_id):
+        if not ID_RE.fullmatch(self.task_id):
             raise ValueError(f"BFCL task id {self.task_id!r}: use letters, digits and '_' only "
                              "(BFCL's checker makes Python names from it)")
         if len(self.turns) != len(self.ground_truth):

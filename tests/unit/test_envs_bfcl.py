@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import pytest
 
@@ -16,6 +17,7 @@ pytest.importorskip("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
 from tentalis_pipelines import contamination  # noqa: E402
 from tentalis_pipelines.env_batches import failure_type, load_tasks, make_env, verdict_review  # noqa: E402
 from tentalis_pipelines.envs import bfcl, bfcl_tasks  # noqa: E402
+from tentalis_pipelines.envs.base import EnvironmentUnavailable, Verdict  # noqa: E402
 from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv, CallFormatError, parse_calls  # noqa: E402
 from tentalis_pipelines.envs.runner import run_episode  # noqa: E402
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc  # noqa: E402
@@ -157,8 +159,12 @@ def test_long_results_are_cut_with_a_visible_marker(official):
 
 
 def test_the_system_prompt_is_bfcls_default_with_the_tasks_function_docs(official):
-    obs = BfclEnv().reset(official["multi_turn_base_0"])
+    env = BfclEnv()
+    obs = env.reset(official["multi_turn_base_0"].to_dict())  # a task's dict is read as the task
+    assert env.task == official["multi_turn_base_0"]
     system, user = obs.messages
+    assert (system["role"], system["kind"], user["role"], user["kind"]) == ("system", "system", "user", "instruction")
+    assert set(system) == set(user) == {"role", "content", "kind"}
     assert system["content"].startswith("You are an expert in composing functions.")
     assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)]" in system["content"]
     assert '"name": "post_tweet"' in system["content"] and '"name": "mkdir"' in system["content"]
@@ -202,7 +208,7 @@ def test_task_rows_round_trip_and_load_into_the_environment(home):
     row = t.task_row()
     assert row["environment"] == "bfcl" and row["prompt"] == "\n".join(t.turns)
     assert bfcl.BfclTask.from_task_row(row) == t
-    with pytest.raises(ValueError, match="use letters, digits and '_' only"):
+    with pytest.raises(ValueError, match=r"^BFCL task id .*: use letters, digits and '_' only \(BFCL's checker makes Python names from it\)$"):
         bfcl.BfclTask(**{**t.to_dict(), "task_id": "x-1; import os"})
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
     lake.write_batch("tasks", "b1", batches.bfcl_task_rows("b1", [t], now_utc(), max_turns=3))
@@ -266,3 +272,390 @@ def test_the_cli_takes_bfcl_levels_1_to_3():
     assert parse_levels("1,3", "bfcl") == [1, 3]
     with pytest.raises(typer.Exit):
         parse_levels("0", "bfcl")
+
+
+# ---------------------------------------------------------------------------------- the contract at its edges
+def test_a_missing_wheel_or_data_file_is_unavailable_with_the_install_command(monkeypatch, tmp_path):
+    import importlib.util
+
+    monkeypatch.setattr(bfcl, "package_dir", lambda: tmp_path)
+    with pytest.raises(bfcl.BfclUnavailable, match=r"^bfcl-eval is installed but .*BFCL_v4_multi_turn_base\.json is "
+                                                    r"missing; reinstall it \(pip install --no-deps bfcl-eval==.*\)\)$"):
+        bfcl.data_dir()
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / bfcl.DATA_FILE).write_text("")
+    assert bfcl.data_dir() == tmp_path / "data"
+    monkeypatch.undo()
+    assert (bfcl.package_dir() / "data" / bfcl.DATA_FILE).exists()
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "bfcl_eval" else real(name, *a))
+    with pytest.raises(bfcl.BfclUnavailable, match=r"^the BFCL environment needs the bfcl-eval package: pip install --no-deps bfcl-eval==.*\)$"):
+        bfcl.package_dir()
+    assert issubclass(bfcl.BfclUnavailable, EnvironmentUnavailable)
+
+
+def test_function_docs_are_the_classes_own_and_an_unknown_class_is_named():
+    docs = bfcl.function_docs("MathAPI")
+    assert isinstance(docs, tuple) and "mean" in {d["name"] for d in docs} and "mkdir" not in {d["name"] for d in docs}
+    with pytest.raises(ValueError, match=r"^no BFCL simulator class 'Maths'; known: GorillaFileSystem, MathAPI, .*MemoryAPI_rec_sum$"):
+        bfcl.function_docs("Maths")
+
+
+def test_a_task_refuses_an_unsafe_id_and_mismatched_turns_naming_both(official):
+    t = official["multi_turn_base_1"]
+    for bad in ("", "a-b", "a b", "a.b", "x\n", "\nx", "é"):
+        with pytest.raises(ValueError, match=r"^BFCL task id .*: use letters, digits and '_' only \(BFCL's checker makes Python names from it\)$"):
+            bfcl.BfclTask(**{**t.to_dict(), "task_id": bad})
+    assert bfcl.BfclTask(**{**t.to_dict(), "task_id": "Az_09"}).task_id == "Az_09"
+    with pytest.raises(ValueError, match=r"^task multi_turn_base_1: 4 user turns but 3 ground-truth turns$"):
+        bfcl.BfclTask(**{**t.to_dict(), "ground_truth": t.ground_truth[:3]})
+    assert t.kind == "bfcl" and t.prompt == "\n".join(t.turns) and t.prompt.count("\n") >= 3
+    assert t.test_entry() == {"id": "multi_turn_base_1", "initial_config": t.initial_config,
+                              "involved_classes": t.involved_classes}
+    assert bfcl.BfclTask.from_dict(t.to_dict()) == t
+
+
+def test_task_rows_keep_every_field_and_old_rows_read_with_defaults(official):
+    t = bfcl.BfclTask(task_id="g_1", turns=["a", "b"], initial_config={"MathAPI": {}}, involved_classes=["MathAPI"],
+                      ground_truth=[["mean(numbers=[1])"], []], level=2, family="fam", split="train", seed=7,
+                      metadata={"max_turns": 5})
+    row = t.task_row()
+    assert (row["task_id"], row["environment"], row["prompt"]) == ("g_1", "bfcl", "a\nb")
+    assert json.loads(row["reference"]) == t.ground_truth
+    assert json.loads(row["metadata"]) == {"level": 2, "family": "fam", "split": "train", "seed": 7, "turns": ["a", "b"],
+                                           "initial_config": {"MathAPI": {}}, "involved_classes": ["MathAPI"], "max_turns": 5}
+    assert bfcl.BfclTask.from_task_row(row) == t
+    meta = json.loads(row["metadata"])
+    del meta["split"], meta["seed"]
+    old = bfcl.BfclTask.from_task_row({**row, "metadata": json.dumps(meta)})
+    assert (old.split, old.seed, old.metadata) == ("train", 0, {"max_turns": 5})
+
+
+def test_official_items_are_level_0_test_items_with_every_user_message_of_a_turn(official):
+    with pytest.raises(ValueError, match=r"^only 'multi_turn_base' is supported \(got 'multi_turn_long_context'\)$"):
+        bfcl.load_official("multi_turn_long_context")
+    t = official["multi_turn_base_0"]
+    assert (t.level, t.family, t.split, t.seed) == (0, "multi_turn_base", "test", 0)
+    assert t.involved_classes == ["TwitterAPI", "GorillaFileSystem"] and "path" in t.metadata
+    assert len(t.turns) == len(t.ground_truth) == 4 and all(t.turns)
+
+
+def test_instances_start_from_a_copy_of_the_config_and_unknown_classes_are_named(official):
+    t = official["multi_turn_base_0"]
+    before = json.dumps(t.initial_config, sort_keys=True)
+    inst = bfcl.make_instances(t)
+    assert list(inst) == ["TwitterAPI", "GorillaFileSystem"]
+    table = bfcl.method_table(inst)
+    table["mkdir"](dir_name="new_dir")
+    table["cd"](folder="document")
+    table["touch"](file_name="z.txt")
+    assert json.dumps(t.initial_config, sort_keys=True) == before  # the task's config is never touched
+    assert "new_dir" not in json.dumps(bfcl.make_instances(t)["GorillaFileSystem"].root.__dict__, default=str)
+    assert inst["GorillaFileSystem"].long_context is False  # BFCL's base category: no long-context padding
+    # the configured state is loaded (the user's name from the config), MathAPI (stateless) needs none
+    assert inst["TwitterAPI"].username == t.initial_config["TwitterAPI"]["username"]
+    math = bfcl.BfclTask(task_id="m", turns=["x"], initial_config={}, involved_classes=["MathAPI"], ground_truth=[[]])
+    assert "mean" in bfcl.tool_names(math)
+    with pytest.raises(ValueError, match=r"^task m: unknown BFCL class 'ShellAPI'$"):
+        bfcl.make_instances(bfcl.BfclTask(**{**math.to_dict(), "involved_classes": ["MathAPI", "ShellAPI"]}))
+
+
+def test_the_whitelist_has_public_unrefused_methods_and_a_later_class_wins_a_shared_name():
+    class First:
+        def ls(self):
+            return "first"
+
+        def kill(self):
+            return "killed"
+
+        def run(self):
+            return "ran"
+
+        def _private(self):
+            return "p"
+
+        name = "not a method"
+        count = 3
+
+    class Second:
+        def ls(self):
+            return "second"
+
+        def cat(self):
+            return "c"
+
+    table = bfcl.method_table({"First": First(), "Second": Second()})
+    assert sorted(table) == ["cat", "ls"] and table["ls"]() == "second"
+    assert bfcl.method_table({"First": First()})["ls"]() == "first"
+    assert {"kill", "exit", "quit", "remove", "unlink", "popen", "Popen", "run"} <= bfcl.REFUSED_NAMES
+
+
+def test_call_text_is_positional_then_keyword_literals_by_repr():
+    assert bfcl.Call("f", (("a", "x"), ("b", [1, None])), (3, "y")).text() == "f(3, 'y', a='x', b=[1, None])"
+    assert bfcl.Call("g", ()).text() == "g()"
+
+
+@pytest.mark.parametrize("text", [
+    "mean(numbers=[1])", "[mean(numbers=[1])]", "```python\nmean(numbers=[1])\n```", "```py\n[mean(numbers=[1])]\n```",
+    "```json\nmean(numbers=[1])\n```", "  'mean(numbers=[1])'\n", "\n`[mean(numbers=[1])]`\n", "(mean(numbers=[1]))",
+])
+def test_bfcls_decoder_forms_all_read_as_the_same_call(text):
+    assert [c.text() for c in parse_calls(text, {"mean"})] == ["mean(numbers=[1])"]
+
+
+def test_several_calls_in_a_tuple_and_positional_arguments_where_allowed():
+    calls = parse_calls("[mean(numbers=[1]), (add(a=1, b=2))]", {"mean", "add"})
+    assert [c.name for c in calls] == ["mean", "add"]
+    # two lists side by side parse as a tuple of lists: its first element is named, not the whole
+    with pytest.raises(CallFormatError, match=r"^'\[mean\(numbers=\[1\]\)\]' is not a function call$"):
+        parse_calls("[mean(numbers=[1])], [add(a=1)]", {"mean", "add"})
+    (c,) = parse_calls("[add(1, b=2.5)]", {"add"}, positional=True)
+    assert c.args == (1,) and c.kwargs == (("b", 2.5),) and c.text() == "add(1, b=2.5)"
+    with pytest.raises(CallFormatError, match=r"^add\(\.\.\.\): \*args is not allowed$"):
+        parse_calls("[add(*[1, 2])]", {"add"}, positional=True)
+    with pytest.raises(CallFormatError, match=r"^add\(\.\.\.\): argument 'x' is not a literal value$"):
+        parse_calls("[add(x)]", {"add"}, positional=True)
+
+
+def test_a_reply_over_20000_characters_is_refused_by_its_length():
+    call = "[mean(numbers=[" + ",".join(["1"] * 9000)  # 19,999 characters with the closing ]
+    call += "0" * (20000 - len(call) - 3) + "])]"
+    assert len(call) == 20000 and parse_calls(call, {"mean"})[0].name == "mean"
+    longer = call[:-3] + "0])]"
+    with pytest.raises(CallFormatError, match=r"^the reply is 20001 characters long; a call list is expected$"):
+        parse_calls(longer, {"mean"})
+
+
+def test_format_errors_name_the_offending_text_exactly():
+    cases = {
+        "[mean(numbers=[1]), 42]": "'42' is not a function call",
+        "[os.system(command='x')]": "'os.system': call a tool by its bare name (no attribute access)",
+        "[rm(file_name='x')]": "'rm' is not one of this task's tools",
+        "[mean([1])]": "mean(...) has positional arguments; write them as name=value",
+        "[mean(**{'numbers': [1]})]": "mean(...): **kwargs is not allowed",
+        "[mean(numbers=x)]": "mean(...): argument 'x' is not a literal value",
+        "[mean(numbers=[1]": "not a Python list of calls (",
+    }
+    for text, why in cases.items():
+        with pytest.raises(CallFormatError) as exc:
+            parse_calls(text, {"mean"})
+        assert str(exc.value).startswith(why), (text, str(exc.value))
+    with pytest.raises(CallFormatError, match=r"^'" + "x" * 60 + "' is not a function call$"):
+        parse_calls("[" + "x" * 100 + "]", {"mean"})
+
+
+def test_results_are_rendered_as_bfcls_executor_renders_them_and_failures_are_recognised():
+    assert bfcl.result_text("as is") == "as is" and bfcl.result_text({"a": [1]}) == '{"a": [1]}'
+    assert bfcl.result_text({"a": {1, 2}}) == str({"a": {1, 2}})  # not JSON: its str
+    assert bfcl.result_text([1, "x"]) == "[1, 'x']" and bfcl.result_text(None) == "None"
+
+    class Tools:
+        def add(self, a, b=0):
+            return {"sum": a + b}
+
+        def boom(self):
+            raise KeyError("no such file")
+
+    t = Tools()
+    calls = [bfcl.Call("add", (("b", 2),), (1,)), bfcl.Call("boom", ()), bfcl.Call("add", (("a", 5),))]
+    results = bfcl.execute(calls, {"add": t.add, "boom": t.boom})
+    assert results == ['{"sum": 3}', "Error during execution: 'no such file'", '{"sum": 5}']
+    assert [bfcl.call_failed(r) for r in results] == [False, True, False]
+    assert bfcl.call_failed('{"error": "No such file"}') and not bfcl.call_failed('["error"]')
+    assert not bfcl.call_failed("error: plain text") and not bfcl.call_failed('"error"')
+    assert not bfcl.call_failed("x Error during execution: y")
+
+
+def test_truncation_keeps_the_text_up_to_the_limit_and_splits_head_and_tail():
+    assert bfcl.truncate("x" * 10, 10) == "x" * 10
+    assert bfcl.truncate("abcdefghijk", 10) == "abcde[... 1 characters truncated ...]ghijk"
+    assert bfcl.truncate("abcdefghijk", 5) == "ab[... 6 characters truncated ...]ijk"
+    assert bfcl.truncate("a" * 2005, 2) == "a[... 2,003 characters truncated ...]a"
+
+
+def test_the_checkers_invalid_verdict_and_its_crash_are_reported_with_their_reason(official, monkeypatch):
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_utils
+
+    task = official["multi_turn_base_1"]
+    seen = []
+
+    def invalid(decoded, truth, entry, category, model):
+        seen.append((category, model, entry))
+        vars(multi_turn_utils)[model + "_leftover"] = 1
+        return {"valid": False, "error_message": "m" * 400}
+
+    monkeypatch.setattr(mtc, "multi_turn_checker", invalid)
+    v = bfcl.check(task, [[]] * 4)
+    assert v == Verdict(False, 0.0, "invalid: " + "m" * 300)
+    (category, model, entry), = seen
+    assert category == "multi_turn_base" and model.startswith("tentalis_") and entry == task.test_entry()
+    assert not [k for k in vars(multi_turn_utils) if k.startswith("tentalis_")]
+
+    def crash(*a):
+        raise AssertionError("instances differ")
+
+    monkeypatch.setattr(mtc, "multi_turn_checker", crash)
+    assert bfcl.check(task, [[]] * 4) == Verdict(False, 0.0, "checker error: AssertionError: instances differ")
+    assert bfcl.check(task, []).detail == "force_terminated: 0 of 4 user turns were reached"
+    assert bfcl.check(task, [[]] * 5).detail == "force_terminated: 5 of 4 user turns were reached"
+
+
+def test_the_env_counts_turns_user_turns_and_failed_calls(official):
+    assert BfclConfig() == BfclConfig(max_steps_per_turn=20, max_turns=None, result_chars=2000)
+    env = BfclEnv()
+    assert env.max_turns == 21  # before reset: one user turn's worth
+    with pytest.raises(RuntimeError, match=r"^step\(\) after the episode ended \(or before reset\)$"):
+        env.step("[]")
+    with pytest.raises(RuntimeError, match=r"^verify\(\) before reset\(\)$"):
+        env.verify()
+    task = official["multi_turn_base_0"]
+    env.reset(task)
+    assert env.max_turns == 4 * 21 and BfclEnv(BfclConfig(max_turns=5)).max_turns == 5
+    res = env.step("[cd(folder='nowhere'), ls(a=True), cd(folder='document')]")
+    assert (res.info["turn"], res.info["user_turn"], res.info["failed_calls"]) == (1, 0, 1)
+    assert res.info["calls"] == ["cd(folder='nowhere')", "ls(a=True)", "cd(folder='document')"]
+    assert json.loads(res.info["command"]) == res.info["calls"] and not res.done and res.reward == 0.0
+    assert res.observation.messages[0]["kind"] == "observation" and "force_quit" not in res.info
+    res = env.step("All done.")
+    assert (res.info["turn"], res.info["user_turn"]) == (2, 0) and "format_error" in res.info
+    assert res.observation.messages == [{"role": "user", "content": "[Not executed: " + res.info["format_error"] + ".]\n"
+                                         + task.turns[1], "kind": "instruction"}]
+    res = env.step("[]")  # no calls, nothing wrong: the next user turn, with no note
+    assert res.info["user_turn"] == 1 and "format_error" not in res.info
+    assert res.observation.messages == [{"role": "user", "content": task.turns[2], "kind": "instruction"}]
+    assert env.decoded == [[["cd(folder='nowhere')", "ls(a=True)", "cd(folder='document')"]], [], []]
+    res = env.step("[]")
+    assert not res.done and env.user_turn == 3
+    res = env.step("[]")  # past the last user turn: the episode is over
+    assert res.done and res.info["end_reason"] == "submitted" and not res.info["passed"]
+    assert res.observation.messages == [{"role": "user", "content": "[episode over]", "kind": "observation"}]
+    assert res.info["detail"] == env.verify().detail and env.verify() is env.verify()  # decided once
+    env.close()
+    assert env.instances == {} and env.table == {}
+
+
+def test_the_step_limit_is_hit_exactly_and_the_turn_limit_too(official):
+    task = official["multi_turn_base_1"]
+    env = BfclEnv(BfclConfig(max_steps_per_turn=2))
+    env.reset(task)
+    assert not env.step("[ls(a=True)]").done
+    res = env.step("[ls(a=True)]")
+    assert res.done and res.info["force_quit"] is True and res.info["end_reason"] == "turn_limit"
+    assert env.verify() == Verdict(False, 0.0, "force_terminated: the step limit was reached in user turn 1 of 4")
+    assert res.info["detail"] == env.verify().detail and res.reward == 0.0
+    assert res.observation.messages[0]["kind"] == "observation"  # the results are still shown
+    env = BfclEnv(BfclConfig(max_steps_per_turn=2))
+    env.reset(task)
+    env.step("[ls(a=True)]")
+    env.step("[]")  # a new user turn starts the step count again
+    assert not env.step("[ls(a=True)]").done
+    assert env.step("[ls(a=True)]").info["detail"].endswith("in user turn 2 of 4")
+    env = BfclEnv(BfclConfig(max_turns=2))
+    env.reset(task)
+    assert not env.step("[]").done
+    res = env.step("[ls(a=True)]")
+    assert res.done and res.info["end_reason"] == "turn_limit" and "force_quit" not in res.info
+
+
+def test_a_probe_before_the_end_runs_the_checker_and_an_error_end_scores_zero(official):
+    task = official["multi_turn_base_1"]
+    env = BfclEnv()
+    env.reset(task)
+    assert env.verify().detail == "force_terminated: 1 of 4 user turns were reached"
+    env._finish("error: the simulator broke")
+    assert env.verify() == Verdict(False, 0.0, "error: the simulator broke")
+    env = BfclEnv()
+    env.reset(task)
+    env._finish("hostile: escaped")
+    assert env.verify() == Verdict(False, 0.0, "hostile: escaped")
+
+
+def test_the_oracle_ends_each_turn_and_binds_positional_ground_truth_to_names(official):
+    task = official["multi_turn_base_167"]  # its last user turn has no ground-truth calls
+    replies = bfcl.oracle_replies(task)
+    assert replies[-1] == "Done." and replies[-2] == "Done." and replies.count("Done.") == len(task.turns)
+    t = bfcl.BfclTask(task_id="m", turns=["x"], initial_config={}, involved_classes=["MathAPI"],
+                      ground_truth=[["add(1, 2)"]])
+    assert bfcl.keyword_reply(["add(1, 2)", "mean(numbers=[3])"], t) == "[add(a=1, b=2), mean(numbers=[3])]"
+
+
+def test_official_items_join_every_user_message_of_a_turn_and_keep_their_path(monkeypatch, tmp_path):
+    # The shipped file has one user message per turn; BFCL's format allows several (and other roles).
+    (tmp_path / "possible_answer").mkdir()
+    items = [{"id": "multi_turn_base_9", "question": [[{"role": "user", "content": "first"}, {"role": "system", "content": "s"},
+                                                       {"role": "user", "content": "second"}], [{"role": "user", "content": "third"}]],
+              "initial_config": {}, "involved_classes": ["MathAPI"], "path": ["MathAPI.mean"]},
+             {"id": "multi_turn_base_10", "question": [[{"role": "user", "content": "only"}]], "initial_config": {},
+              "involved_classes": ["MathAPI"]}]
+    (tmp_path / bfcl.DATA_FILE).write_text("\n".join(json.dumps(q) for q in items) + "\n\n")
+    (tmp_path / "possible_answer" / bfcl.DATA_FILE).write_text(
+        json.dumps({"id": "multi_turn_base_10", "ground_truth": [[]]}) + "\n"
+        + json.dumps({"id": "multi_turn_base_9", "ground_truth": [["mean(numbers=[1])"], []]}) + "\n")
+    monkeypatch.setattr(bfcl, "data_dir", lambda: tmp_path)
+    a, b = bfcl.load_official()
+    assert a.turns == ["first\nsecond", "third"] and a.ground_truth == [["mean(numbers=[1])"], []]
+    assert a.metadata == {"path": ["MathAPI.mean"]} and b.metadata == {"path": []} and b.ground_truth == [[]]
+    assert (a.level, a.family, a.split) == (0, "multi_turn_base", "test")
+
+
+def test_the_checkers_verdicts_are_exact(official, monkeypatch):
+    from bfcl_eval.eval_checker.multi_turn_eval import multi_turn_checker as mtc
+
+    task = official["multi_turn_base_1"]
+    allowed = bfcl.tool_names(task)
+    decoded = [[[c.text() for gt in turn for c in parse_calls(gt, allowed, positional=True)]] for turn in task.ground_truth]
+    assert bfcl.check(task, decoded) == Verdict(True, 1.0, "BFCL multi-turn checker: valid")
+    assert bfcl.check(task, decoded[:1]) == Verdict(False, 0.0, "force_terminated: 1 of 4 user turns were reached")
+    bad = bfcl.BfclTask(**{**task.to_dict(), "ground_truth": [["kill(pid=1)"], *task.ground_truth[1:]]})
+    assert bfcl.check(bad, decoded) == Verdict(
+        False, 0.0, "error: the task's ground truth is not a valid call list: 'kill' is not one of this task's tools")
+    monkeypatch.setattr(mtc, "multi_turn_checker", lambda *a: {"valid": False})
+    assert bfcl.check(task, decoded) == Verdict(False, 0.0, "invalid: ")  # neither a type nor a message
+    monkeypatch.setattr(mtc, "multi_turn_checker", lambda *a: {"valid": False, "error_type": "multi_turn:x", "error_message": 7})
+    assert bfcl.check(task, decoded) == Verdict(False, 0.0, "multi_turn:x: 7")
+
+
+def test_the_system_prompt_holds_each_part_of_bfcls_default_in_order():
+    functions = [{"name": "mean", "parameters": {"numbers": "list"}}]
+    prompt = bfcl.system_prompt(functions)
+    assert prompt.startswith("You are an expert in composing functions.You are given a question and a set of possible "
+                             "functions.")
+    assert "[func_name1(params_name1=params_value1, params_name2=params_value2...), func_name2(params)].  You SHOULD NOT " \
+           "include any other text in the response.\n\nAt each turn, you should try your best" in prompt  # no param types for Python
+    assert "None" not in prompt
+    assert prompt.endswith("Here is a list of functions in json format that you can invoke.\n"
+                           + json.dumps(functions, indent=4) + "\n")
+
+
+def test_an_argument_is_named_by_its_first_60_characters():
+    arg = "f(" + "x" * 80 + ")"
+    with pytest.raises(CallFormatError, match=r"^mean\(\.\.\.\): argument '" + re.escape(arg[:60]) + r"' is not a literal value$"):
+        parse_calls(f"[mean(numbers={arg})]", {"mean"})
+
+
+def test_a_step_with_calls_shows_its_results_as_a_user_message_and_times_itself(official):
+    env = BfclEnv()
+    env.reset(official["multi_turn_base_0"])
+    res = env.step("[pwd()]")
+    assert res.observation.messages == [{"role": "user", "kind": "observation", "content": str(
+        [{"role": "tool", "name": "pwd()", "content": '{"current_working_directory": "/workspace"}'}])}]
+    assert 0.0 <= res.info["env_seconds"] < 5.0
+    for reply in ("[]", "[]", "[]", "[]"):
+        res = env.step(reply)
+    assert res.done and res.info["passed"] is False and res.info["end_reason"] == "submitted"
+
+
+def test_the_decoder_strips_only_fences_newlines_spaces_and_quotes():
+    assert parse_calls("```python\n`mean(numbers=[1])`\n```", {"mean"})[0].text() == "mean(numbers=[1])"
+    for text in ("[mean(numbers=[1])]X", "```python\nmean(numbers=[1])X\n```", "'[mean(numbers=[1])]X'",
+                 "X[mean(numbers=[1])]"):
+        with pytest.raises(CallFormatError):  # an X is text, not decoration: the reply is not a call list
+            parse_calls(text, {"mean"})
+
+
+def test_an_expression_that_is_not_a_list_is_named_whole():
+    with pytest.raises(CallFormatError, match=r"^'\[mean\(numbers=\[1\]\)\]\[0\]' is not a function call$"):
+        parse_calls("[mean(numbers=[1])][0]", {"mean"})
+    with pytest.raises(CallFormatError, match=r"^'" + "o" * 58 + r"\.f': call a tool by its bare name \(no attribute access\)$"):
+        parse_calls("[" + "o" * 58 + ".f.g()]", {"mean"})
