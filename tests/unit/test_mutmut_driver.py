@@ -98,3 +98,13 @@ def test_unknown_target_is_an_error_naming_the_fix(capsys):
     with pytest.raises(SystemExit):
         generated.main(["--only", "no_such_target"])
     assert "--list" in capsys.readouterr().err
+
+
+def test_report_names_the_commit_the_tree_was_copied_at(tmp_path, monkeypatch):
+    monkeypatch.setattr(generated, "REPORTS", tmp_path)
+    monkeypatch.setattr(generated, "provenance", lambda target: ("now0000", False))
+    t = generated.Target("demo", ("tentalis_pipelines/training/guide.py",), ("tests/unit/test_guide.py",), "learning")
+    result = {"statuses": {"m__mutmut_1": "killed"}, "diffs": {}, "seconds": 1.0, "commit": "copied1", "dirty": True}
+    generated.write_report(t, result, {}, 1)
+    text = (tmp_path / "demo.md").read_text()
+    assert "`copied1` + uncommitted edits" in text and "now0000" not in text
