@@ -69,10 +69,11 @@ TARGETS: tuple[Target, ...] = (
     Target("gateway_landing", ("tentalis_pipelines/gateway/landing.py",),
            ("tests/unit/test_gateway_landing.py", "tests/unit/test_gateway_hostile.py"), "gateway"),
     Target("gateway_quarantine", ("tentalis_pipelines/gateway/quarantine.py",),
-           ("tests/unit/test_gateway_hostile.py",), "gateway"),
+           ("tests/unit/test_gateway_hostile.py", "tests/unit/test_gateway_quarantine.py"), "gateway"),
     # gateway/policy.py (the PolicyHolder); tests/unit/test_gateway_policy.py tests envs/gateway_policy.py instead.
     Target("gateway_policy", ("tentalis_pipelines/gateway/policy.py",), ("tests/unit/test_gateway_policy_holder.py",), "gateway"),
-    Target("atif", ("tentalis_pipelines/envs/atif.py",), ("tests/unit/test_atif.py", "tests/unit/test_atif_import.py", "tests/unit/test_atif_validate.py"), "imports"),
+    Target("atif", ("tentalis_pipelines/envs/atif.py",), ("tests/unit/test_atif.py", "tests/unit/test_atif_import.py",
+                                                      "tests/unit/test_atif_validate.py", "tests/unit/test_atif_files.py"), "imports"),
     Target("tasks_jsonl", ("tentalis_pipelines/tasks/jsonl.py",), ("tests/unit/test_tasks.py", "tests/unit/test_tasks_jsonl.py"), "imports"),
     Target("grounding", ("tentalis_pipelines/reviewers/grounding.py",), ("tests/unit/test_grounding.py",), "reviewers"),
     Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",), ("tests/unit/test_prm_labels.py",), "reviewers"),
