@@ -5,6 +5,7 @@ even the tiny model is the integration tier's job (tests/test_gateway.py)."""
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import time
 
@@ -71,7 +72,8 @@ def test_a_policy_made_by_hand_has_the_documented_defaults(tmp_path):
     assert (holder.poll_seconds, holder.device, holder.dtype, holder.max_batch_rows) == (2.0, "auto", "auto", 64)
 
 
-def test_refresh_switches_only_when_the_pointer_moves_and_keeps_the_old_policy_for_requests_in_flight(tmp_path, loads):
+def test_refresh_switches_only_when_the_pointer_moves_and_keeps_the_old_policy_for_requests_in_flight(tmp_path, loads, caplog):
+    caplog.set_level(logging.INFO, logger=gp.log.name)
     lake = Lakehouse(tmp_path / "lake")
     holder = gp.PolicyHolder(lake, tmp_path / "model", poll_seconds=0, device="cpu", dtype="bfloat16", max_batch_rows=5)
     assert holder.refresh() is True  # nothing loaded yet: the first refresh loads the base model
@@ -88,9 +90,11 @@ def test_refresh_switches_only_when_the_pointer_moves_and_keeps_the_old_policy_f
     serving.rollback(lake, actor="t", reason="back")
     assert holder.refresh() is True and holder.current().version == "base"
     assert holder.switches == [("", "base"), ("base", "c1"), ("c1", "base")]
+    assert [r.getMessage() for r in caplog.records] == ["serving policy switched: None -> base", "serving policy switched: base -> c1",
+                                                        "serving policy switched: c1 -> base"]
 
 
-def test_an_unloadable_pointer_keeps_the_current_policy_and_says_why_until_a_good_one_serves(tmp_path, loads):
+def test_an_unloadable_pointer_keeps_the_current_policy_and_says_why_until_a_good_one_serves(tmp_path, loads, caplog):
     lake = Lakehouse(tmp_path / "lake")
     holder = gp.PolicyHolder(lake, tmp_path / "model", poll_seconds=0)
     serving_now = holder.load()
@@ -100,6 +104,8 @@ def test_an_unloadable_pointer_keeps_the_current_policy_and_says_why_until_a_goo
     assert holder.refresh() is False
     assert holder.current() is serving_now and holder.switches == []
     assert "c1" in holder.last_error and "rollback" in holder.last_error
+    [rec] = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert rec.getMessage() == f"serving pointer cannot be loaded, still serving base: {holder.last_error}"
     serving.rollback(lake, actor="t", reason="back")  # base serves again: same version as loaded
     assert holder.refresh() is False and "c1" in holder.last_error
     _checkpoint(lake, tmp_path, "c2")
@@ -121,7 +127,7 @@ def test_the_watch_thread_polls_the_pointer_and_stops(tmp_path, loads):
     holder.load()
     holder.start()
     thread = holder._thread
-    assert thread is not None and thread.is_alive() and thread.daemon
+    assert thread is not None and thread.is_alive() and thread.daemon and thread.name == "tentalis-policy-watch"
     holder.start()  # a second start keeps the one watcher
     assert holder._thread is thread
     _checkpoint(lake, tmp_path, "c1")
@@ -131,7 +137,7 @@ def test_the_watch_thread_polls_the_pointer_and_stops(tmp_path, loads):
     assert not thread.is_alive()
 
 
-def test_the_watch_thread_keeps_watching_after_a_load_fails(tmp_path, loads, monkeypatch):
+def test_the_watch_thread_keeps_watching_after_a_load_fails(tmp_path, loads, monkeypatch, caplog):
     lake = Lakehouse(tmp_path / "lake")
     holder = gp.PolicyHolder(lake, tmp_path / "model", poll_seconds=0.02)
     holder.load()
@@ -149,6 +155,7 @@ def test_the_watch_thread_keeps_watching_after_a_load_fails(tmp_path, loads, mon
     holder.start()
     try:
         _wait(lambda: holder.last_error == "disk hiccup while reading the adapter")
+        _wait(lambda: any(r.getMessage() == "policy refresh failed" and r.exc_info for r in caplog.records))
         assert holder.current().version == "base"
         broken[0] = False
         _wait(lambda: holder.current().version == "c1")  # a later poll loads it: the watcher lived on
