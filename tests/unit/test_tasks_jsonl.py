@@ -203,3 +203,9 @@ def test_utf8_bytes_bound_tokens():
     assert jsonl.utf8_bytes_as_tokens("") == 0
     assert jsonl.utf8_bytes_as_tokens("aé😀") == 1 + 2 + 4
     assert jsonl.utf8_bytes_as_tokens("\udc80") == 1  # an undecodable byte counts as the one byte it was
+
+
+def test_a_refused_line_is_kept_as_it_came_trailing_spaces_and_letters_included(tmp_path):
+    """Only the line end ("\\n", then one "\\r") is taken off: the raw text in quarantine is the line itself."""
+    _, out = _load(tmp_path, b"{bad \t\nnope XX\n{x\r\r\n")
+    assert [r["raw"] for r in out.rejects] == ["{bad \t", "nope XX", "{x\r"]
