@@ -342,3 +342,27 @@ def test_read_atif_names_each_bad_trajectory_by_line_and_counts_past_ten(tmp_pat
     f.write_text("\n \n")
     with pytest.raises(atif.ATIFError, match=r"^t.jsonl: holds no trajectory$"):
         atif.read_atif(f)
+
+
+@pytest.mark.parametrize("n_bad, tail", [(10, "steps[0].source: 'bot'; must be one of system, user, agent"),
+                                         (11, "steps[0].source: 'bot'; must be one of system, user, agent\n"
+                                              "... and 1 more bad trajectories")])
+def test_read_atif_shows_ten_bad_trajectories_and_counts_from_the_eleventh(tmp_path, n_bad, tail):
+    bad = full_doc()
+    bad["steps"][0]["source"] = "bot"
+    f = tmp_path / "t.jsonl"
+    f.write_text("".join(json.dumps(bad) + "\n" for _ in range(n_bad)))
+    with pytest.raises(atif.ATIFError) as err:
+        atif.read_atif(f)
+    text = str(err.value)
+    assert text.endswith("t.jsonl line 10: not a valid ATIF v1.4 trajectory (session_id 's-1'):\n  " + tail)
+    assert text.count("not a valid ATIF") == 10
+
+
+def test_read_atif_checks_token_ids_against_the_vocabulary_it_is_given(tmp_path):
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps(full_doc()))
+    assert atif.read_atif(f, vocab_size=2**31) == [full_doc()]
+    with pytest.raises(atif.ATIFError, match=r"^t\.json: .*\n  steps\[2\]\.metrics\.prompt_token_ids\[1\]: token id 1 is outside "
+                                             r"the policy's vocabulary of 1 ids"):
+        atif.read_atif(f, vocab_size=1)
