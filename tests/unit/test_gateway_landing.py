@@ -135,3 +135,32 @@ def test_a_released_turn_index_is_taken_by_the_next_turn(tmp_path):
     assert reg.next_turn("s1", "acme") == 1
     reg.release_turn("s1", 0)  # not the last reserved: kept
     assert reg.next_turn("s1", "acme") == 2
+
+
+# --------------------------------------------------------------------------- the registry after a restart
+def test_a_restarted_registry_finds_owners_turns_and_the_next_index_in_the_lakehouse(tmp_path):
+    """A gateway process that has not seen a session (a restart) reads its owner, its turn count and
+    its turns from the lakehouse; turns it noted itself it answers from memory."""
+    lake = Lakehouse(tmp_path / "lake")
+    landing.land_records(lake, [_rec("s1", 0, 0, "base", 1), _rec("s1", 0, 1, "base", 1), _rec("s1", 1, 0, "base", 2)])
+    reg = landing.SessionRegistry(lake)
+    assert reg.owner("s1") == "acme" and reg.owner("nobody") is None
+    reg.check("s1", "acme")
+    reg.check("nobody", "rival")  # a session nobody has is anyone's to start
+    with pytest.raises(landing.Forbidden, match=r"^session 's1' belongs to another tenant$"):
+        reg.check("s1", "rival")
+    with pytest.raises(landing.Forbidden, match=r"^session 's1' belongs to another tenant$"):
+        reg.next_turn("s1", "rival")
+    assert reg.next_turn("s1", "acme") == 2  # two turns (three choices) landed: the next is index 2
+    assert reg.turn("s1-t1-0") == ("s1", "acme") and reg.turn("s1-t0-1") == ("s1", "acme")
+    assert reg.turn("s1-t9-0") is None
+    reg.note_turns(["up-1-0", "up-1-1"], "s3", "beta")  # not landed yet: only this process knows them
+    assert (reg.turn("up-1-0"), reg.turn("up-1-1")) == (("s3", "beta"), ("s3", "beta"))
+    assert landing.SessionRegistry(lake).turn("up-1-0") is None
+
+
+def test_a_session_row_with_no_turn_count_starts_at_index_zero(tmp_path):
+    lake = Lakehouse(tmp_path / "lake")
+    landing.land_records(lake, [_rec("s1", 0, 0, "base", 1)])
+    lake.replace_in("sessions", "session_id", ["s1"], [{**lake.read("sessions").to_pylist()[0], "turn_count": None}])
+    assert landing.SessionRegistry(lake).next_turn("s1", "acme") == 0
