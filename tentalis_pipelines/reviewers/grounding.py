@@ -10,13 +10,13 @@ and the reason.
 Normalisation, so that a faithful restatement is not flagged:
 
 * numbers: ``1,000`` = ``1000``; ``3.50`` = ``3.5``; the sign is ignored (``-2.5`` and "down 2.5"); a
-  number rounded from one in the context (``72`` or ``72.4`` for ``72.41``) is supported; list markers
+  number rounded from one in the context (``72`` or ``72.4`` for ``72.41``, a half either way) is supported; list markers
   (``1.`` at the start of a line) are not claims;
 * units: ``°F`` = ``F`` = ``degrees Fahrenheit``, ``$`` = ``USD`` = ``dollars``, ``km`` = ``kilometers``
   and so on (``UNITS``); a number the context has only with *another* unit is flagged as ``unit``;
 * dates: ``2024-03-05``, ``03/05/2024`` (either day order), ``March 5, 2024``, ``5 March 2024``, ``Mar 5th``
-  all compare as (year, month, day), a year missing on either side matching any; times ``14:30`` =
-  ``2:30 PM``;
+  all compare as (year, month, day), a year missing on either side matching any, a two-digit year this
+  century's; times ``14:30`` = ``2:30 PM``;
 * names: case-insensitive; a leading "The" and common sentence-opening words are not names.
 
 What it cannot see: a claim that is true of the context but wrong in meaning (the right number attached
