@@ -10,13 +10,13 @@ and the reason.
 Normalisation, so that a faithful restatement is not flagged:
 
 * numbers: ``1,000`` = ``1000``; ``3.50`` = ``3.5``; the sign is ignored (``-2.5`` and "down 2.5"); a
-  number rounded from one in the context (``72`` or ``72.4`` for ``72.41``) is supported; list markers
+  number rounded from one in the context (``72`` or ``72.4`` for ``72.41``, a half either way) is supported; list markers
   (``1.`` at the start of a line) are not claims;
 * units: ``°F`` = ``F`` = ``degrees Fahrenheit``, ``$`` = ``USD`` = ``dollars``, ``km`` = ``kilometers``
   and so on (``UNITS``); a number the context has only with *another* unit is flagged as ``unit``;
 * dates: ``2024-03-05``, ``03/05/2024`` (either day order), ``March 5, 2024``, ``5 March 2024``, ``Mar 5th``
-  all compare as (year, month, day), a year missing on either side matching any; times ``14:30`` =
-  ``2:30 PM``;
+  all compare as (year, month, day), a year missing on either side matching any, a two-digit year this
+  century's; times ``14:30`` = ``2:30 PM``;
 * names: case-insensitive; a leading "The" and common sentence-opening words are not names.
 
 What it cannot see: a claim that is true of the context but wrong in meaning (the right number attached
@@ -30,7 +30,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
+from decimal import MAX_PREC, ROUND_HALF_EVEN, ROUND_HALF_UP, Context, Decimal, InvalidOperation
 
 KINDS = ("number", "unit", "date", "time", "path", "entity")
 DETECTOR = "rules"
@@ -96,8 +96,8 @@ def unit_of(raw: str | None) -> str | None:
     """The canonical unit of ``raw`` (``°F`` -> ``degF``), None for none or an unknown one."""
     if not raw:
         return None
-    key = re.sub(r"\s+", "", raw.lower()).replace("degrees", "")
-    return UNITS.get(key) or UNITS.get(raw.lower().strip())
+    # Whitespace and "degrees" dropped: "° F", "degrees  Fahrenheit" and "°f" are one key.
+    return UNITS.get(re.sub(r"\s+", "", raw.lower()).replace("degrees", ""))
 
 
 def normalize_number(raw: str) -> Decimal | None:
@@ -106,6 +106,11 @@ def normalize_number(raw: str) -> Decimal | None:
         return Decimal(raw.replace(",", "")).normalize()
     except InvalidOperation:
         return None
+
+
+# Rounding a context number with more digits than the default 28-digit precision must not raise.
+_WIDE = Context(prec=MAX_PREC)
+_HALVES = (ROUND_HALF_UP, ROUND_HALF_EVEN)
 
 
 def _decimals(raw: str) -> int:
@@ -131,10 +136,10 @@ Date = tuple[int | None, int, int]
 
 
 def _year(raw: str | None) -> int | None:
+    """A two-digit year is this century's (``24`` -> 2024); four digits are the year as written (``0024``)."""
     if not raw:
         return None
-    y = int(raw)
-    return y + 2000 if y < 100 else y
+    return int(raw) + 2000 if len(raw) == 2 else int(raw)
 
 
 def _dates(m: re.Match, style: str) -> set[Date]:
@@ -212,7 +217,6 @@ class Evidence:
     dates: set[Date]
     times: set[int]
     paths: set[str]
-    words: set[str]
 
     @classmethod
     def of(cls, context: str | Iterable[str]) -> Evidence:
@@ -243,14 +247,16 @@ class Evidence:
         times = {t for m in TIME_RE.finditer(text) if (t := _minutes(m)) is not None}
         paths = {p.group().rstrip("/.") for p in PATH_RE.finditer(text)}
         paths |= {p.rsplit("/", 1)[-1] for p in list(paths)}
-        words = set(re.findall(r"[\w'’\-]+", _canon(text)))
-        return cls(_canon(text), numbers, raw, dates, times, paths, words)
+        return cls(_canon(text), numbers, raw, dates, times, paths)
 
     def number_supported(self, value: Decimal, decimals: int) -> bool:
+        """``value`` (written with ``decimals`` places) is a number of the context or one of its numbers rounded
+        to that many places, a half rounded either way (2.5 -> 3 as people round, 2.5 -> 2 as ``round`` does)."""
         if value in self.numbers:
             return True
         q = Decimal(1).scaleb(-decimals)
-        return any(d > decimals and v.quantize(q) == value for v, d in self.raw_numbers)
+        return any(d > decimals and any(v.quantize(q, rounding=r, context=_WIDE) == value for r in _HALVES)
+                   for v, d in self.raw_numbers)
 
     def has_phrase(self, phrase: str) -> bool:
         p = _canon(phrase)
@@ -260,6 +266,13 @@ class Evidence:
 # --------------------------------------------------------------------------- the check
 def _free(taken: list[tuple[int, int]], start: int, end: int) -> bool:
     return all(end <= s or start >= e for s, e in taken)
+
+
+def _list_marker(answer: str, start: int, end: int) -> bool:
+    """``answer[start:end]`` is a number that opens its line followed by ``.`` or ``)`` (one space at most
+    between) and a space: a list marker ("1. ", "  2) "), not a claim."""
+    line = answer[answer.rfind("\n", 0, start) + 1:start]
+    return not line.strip() and re.match(r"[ \t]?[.)]\s", answer[end:]) is not None
 
 
 def _sentence_start(answer: str, start: int) -> bool:
@@ -320,8 +333,8 @@ def check_answer(answer: str, context: str | Sequence[str] | Evidence) -> list[F
         ns, ne = m.span("num")
         if not _free(taken, ns, ne):
             continue
-        if re.match(r"[ \t]*[.)]\s", answer[ne:ne + 3]) and (ns == 0 or answer[:ns].rstrip(" \t").endswith("\n") or not answer[:ns].strip()):
-            continue  # "1. " opening a list line
+        if _list_marker(answer, ns, ne):
+            continue
         raw = m.group("num")
         value = abs(normalize_number(raw) or Decimal(0))
         unit = unit_of(m.group("cur")) or unit_of(m.group("unit"))
@@ -348,15 +361,15 @@ def check_answer(answer: str, context: str | Sequence[str] | Evidence) -> list[F
             continue
         s2, e2 = s + words[0].start(), s + words[-1].end()
         phrase = answer[s2:e2]
-        key = _canon(phrase)
-        if key.endswith("'s"):
-            key, e2 = key[:-2], e2 - 2
+        if _canon(phrase).endswith("'s"):  # the possessive is not part of the name
+            e2 -= 2
             phrase = answer[s2:e2]
         taken.append((s2, e2))
         if ev.has_phrase(phrase):
             continue
-        # A one-word opener the context lacks may be plain English ("Unfortunately"): only names inside a sentence count.
-        if len(words) == 1 and _sentence_start(answer, s2) and key not in ev.words and not any(ch.isupper() for ch in phrase[1:]):
+        # A one-word opener the context lacks may be plain English ("Unfortunately"): only names inside a sentence
+        # count, and an opener with a capital inside ("OAuth") is a name wherever it stands.
+        if len(words) == 1 and _sentence_start(answer, s2) and not any(ch.isupper() for ch in phrase[1:]):
             continue
         flag(s2, e2, "entity", f"{phrase!r} is not in the context")
     return sorted(flags, key=lambda f: (f.start, f.end))

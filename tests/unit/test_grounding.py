@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from tentalis_pipelines.reviewers.grounding import Flag, FlagError, check_answer, validate_flag
+from tentalis_pipelines.reviewers.grounding import (
+    Evidence,
+    Flag,
+    FlagError,
+    check_answer,
+    unit_of,
+    validate_flag,
+)
 from tentalis_pipelines.reviewers.grounding_data import Pair, make_sessions, split_by_session
 from tentalis_pipelines.reviewers.grounding_policy import GroundingFlagError, apply_flags, chars_to_tokens
 from tentalis_pipelines.reviewers.grounding_tagger import (
@@ -97,6 +104,178 @@ def test_a_malformed_flag_is_refused_clearly():
         validate_flag(Flag(1, 3, "number", "x", "xx"), "hello")
     with pytest.raises(FlagError, match="is not one of"):
         validate_flag(Flag(1, 3, "colour", "x", "el"), "hello")
+
+
+
+def test_each_flag_s_reason_names_the_claim_and_what_the_context_lacks():
+    answer = "In San Jose on March 6, 2024 it is 75°F; order ORD-10024 went via FedEx at 3:30 PM to /home/ana/report/q2.csv."
+    assert [f.reason for f in check_answer(answer, CONTEXT)] == [
+        "'San Jose' is not in the context", "no date in the context is 'March 6, 2024'", "75 is not a number of the context",
+        "'ORD-10024' is not in the context", "'FedEx' is not in the context", "no time in the context is '3:30 PM'",
+        "the path '/home/ana/report/q2.csv' is not in the context"]
+    # Several units for one number are listed, sorted, in the reason.
+    assert [(f.kind, f.text, f.reason) for f in check_answer("It weighs 8 kg.", "8 mph and 8 km")] == [
+        ("unit", "8 kg", "the context gives 8 in km, mph, not kg")]
+
+
+def test_e_mail_addresses_are_names_checked_whole():
+    ctx = "reply to ana@example.com before 2024-03-05"
+    answer = "Write to ana@example.com or bob@example.org by 2024-03-06."
+    assert [(f.kind, f.text, f.reason) for f in check_answer(answer, ctx)] == [
+        ("entity", "bob@example.org", "the address 'bob@example.org' is not in the context"),
+        ("date", "2024-03-06", "no date in the context is '2024-03-06'")]
+    assert check_answer("Mail ana@example.com.", ctx) == []
+
+
+def test_the_context_may_be_several_passages_or_its_evidence():
+    passages = ["Order shipped via UPS", "2024-03-05", "Maria\n  Lopez", "Pat O’Brien", "/home/ana/a.txt"]
+    answer = "Shipped 2024-03-05 to Maria Lopez and Pat O'Brien; see a.txt."
+    assert check_answer(answer, passages) == []  # each passage counts; line breaks and curly apostrophes are not news
+    wrong = "Shipped 2024-03-06 to Maria Lopez; see b.txt."
+    flags = check_answer(wrong, passages)
+    assert [(f.kind, f.text) for f in flags] == [("date", "2024-03-06"), ("path", "b.txt")]
+    assert check_answer(wrong, Evidence.of(passages)) == flags  # indexed once, checked the same
+
+
+def test_slash_iso_and_named_dates_at_month_and_day_edges():
+    # (answer, context): each the same calendar day, at the first and last month and day.
+    same = [("01/20/2024", "2024-01-20"), ("12/20/2024", "2024-12-20"), ("03/01/2024", "2024-03-01"),
+            ("01/31/2024", "2024-01-31"), ("20/01/2024", "2024-01-20"), ("20/12/2024", "2024-12-20"),
+            ("01/05/2024", "2024-05-01"), ("31/12/2024", "2024-12-31"), ("03/05/24", "2024-03-05"),
+            ("2024-01-15", "January 15, 2024"), ("2024-12-15", "Dec 15 2024"), ("2024-03-01", "1 March 2024"),
+            ("2024-01-31", "Jan. 31st, 2024"), ("Sept 30", "2024-09-30")]
+    for answer, ctx in same:
+        assert check_answer(f"Due {answer}.", f"due {ctx}") == [], (answer, ctx)
+    # A four-digit year is the year as written, not this century's: 0024 is not 2024.
+    assert kinds_of("Due 03/05/0024.", "due 2024-03-05") == [("date", "03/05/0024")]
+    assert kinds_of("Due 03/05/25.", "due 2024-03-05") == [("date", "03/05/25")]
+
+
+def test_an_impossible_date_is_no_date_and_its_numbers_are_checked():
+    for answer in ["13/13/2024", "01/32/2024", "32/12/2024", "00/05/2024", "2024-13-05", "2024-01-32", "2024-00-10",
+                   "2024-01-00"]:
+        got = kinds_of(f"Due {answer}.", "nothing here")
+        assert got and {k for k, _ in got} == {"number"}, (answer, got)
+    # An impossible date does not stop the dates after it from being checked.
+    assert kinds_of("From 45/67/2024 to 01/02/2025.", "from 2024-01-02") == [
+        ("number", "45"), ("number", "67"), ("number", "2024"), ("date", "01/02/2025")]
+    # Nor does a date inside a link (a link is no claim).
+    assert kinds_of("See https://x.org/2024-03-05 and 2024-03-09.", "2024-03-05") == [("date", "2024-03-09")]
+
+
+def test_times_at_noon_midnight_and_am_pm_edges():
+    same = [("3 PM", "15:00"), ("1:15 pm", "13:15"), ("12:30", "12:30 PM"), ("12:00", "12 PM"), ("00:00", "12 AM"),
+            ("09:00", "9 AM"), ("9 a.m.", "09:00"), ("11:59 PM", "23:59")]
+    for answer, ctx in same:
+        assert check_answer(f"It starts at {answer} sharp.", f"start {ctx}") == [], (answer, ctx)
+    other = [("2:00 PM", "14:30"), ("12:00", "12 AM"), ("00:00", "12 PM"), ("9 PM", "09:00"), ("13:00", "13:00 PM")]
+    for answer, ctx in other:
+        assert kinds_of(f"It starts at {answer} sharp.", f"start {ctx}") == [("time", answer)], (answer, ctx)
+    for answer in ["25:00", "24:00", "10:60", "13 PM", "0 PM"]:  # not times: their numbers are the claims
+        got = kinds_of(f"It starts at {answer} sharp.", "nothing here")
+        assert got[0] == ("number", answer.split(":")[0].split()[0]) and "time" not in {k for k, _ in got}, (answer, got)
+    assert kinds_of("From 25:00 to 3:30 PM.", "from 15:30") == [("number", "25"), ("number", "00")]
+    assert kinds_of("From 25:00 to 4:30 PM.", "from 15:30") == [("number", "25"), ("number", "00"), ("time", "4:30 PM")]
+
+
+def test_units_by_any_spelling():
+    table = [("°F", "degF"), ("° f", "degF"), ("degrees  Fahrenheit", "degF"), ("Degrees Celsius", "degC"), ("KM/H", "kmh"),
+             (" USD ", "usd"), ("$", "usd"), ("GiB", "gb"), (None, None), ("", None), ("parsecs", None)]
+    assert [unit_of(raw) for raw, _ in table] == [unit for _, unit in table]
+    assert kinds_of("It is 72° F.", "72 C") == [("unit", "72° F")]
+    assert kinds_of("The fee is $5.", "fee 5 EUR") == [("unit", "$5")]  # the span starts at the currency sign
+    assert kinds_of("The fee is 5 EUR.", "fee $5") == [("unit", "5 EUR")]
+
+
+def test_a_half_rounds_either_way_and_long_numbers_round_too():
+    ctx = "rate 2.5, temp 72.45, balance 1000000000000000000000000000000.50 wei"
+    for ok in ["3", "2", "72.5", "72.4", "1000000000000000000000000000001 wei", "1000000000000000000000000000000.5 wei"]:
+        assert check_answer(f"It is {ok}.", ctx) == [], ok
+    assert kinds_of("It is 72.6 or 1.", ctx) == [("number", "72.6"), ("number", "1")]  # no rounding of 72.45 or 2.5
+
+
+def test_zero_is_a_number_like_any_other():
+    assert kinds_of("0 items failed.", "1 item failed") == [("number", "0 items")]
+    assert check_answer("0 items failed.", "0 items failed") == []
+
+
+def test_numbers_next_to_dates_and_identifiers_in_the_context():
+    ctx = "on 2024-03-02 order ORD10023: wind 8 mph, temp 72.41"
+    assert check_answer("Order 10023: temp 72.4, wind 8 mph.", ctx) == []  # digits of an identifier; rounding
+    assert kinds_of("Wind 8 km/h.", ctx) == [("unit", "8 km/h")]
+    assert kinds_of("Wind 2 mph.", ctx) == [("number", "2 mph")]  # the day of a date is no quantity
+
+
+def test_list_markers_open_a_line_and_numbers_elsewhere_are_claims():
+    ctx = "total 45 USD"
+    assert kinds_of("1. Paid 46 USD\n2. Shipped\n  3) Done\n\t4 . Closed", ctx) == [("number", "46 USD")]
+    assert kinds_of("$5. That is the fee.", ctx) == [("number", "$5")]
+    assert kinds_of("The total was 3. Then it shipped.", ctx) == [("number", "3")]
+    assert kinds_of("The total was 3. Then it shipped.\nDone.", ctx) == [("number", "3")]  # a later line is no matter
+    assert kinds_of("Paid 45 USD\nthen 7. Done", ctx) == [("number", "7")]
+    assert kinds_of("Step 2  ) done", ctx) == [("number", "2")]  # two spaces before ")": no marker
+
+
+def test_paths_listed_folders_and_what_is_no_path():
+    ctx = ("ls /home/ana/reports/ -> q1_summary.csv\nconfig: /opt/app/config.yaml\nsaved to /var/log/app.log.\n"
+           "mounted /data/BOX")
+    for ok in ["/home/ana/reports/q1_summary.csv", "config.yaml", "/var/log/app.log", "/data/BOX", "/home/ana/reports"]:
+        assert check_answer(f"See {ok} now.", ctx) == [], ok
+    for bad in ["/home/ana/reports/q9.csv", "README.md", "q2_summary.csv", "/2024/03.csv", "/opt/app.yaml"]:
+        assert kinds_of(f"See {bad} now.", ctx) == [("path", bad)], bad
+    assert kinds_of("See 2024.csv now.", ctx) == [("number", "2024")]  # a name of digits only is a number
+    assert kinds_of("About 3/4 of them.", ctx) == [("number", "3"), ("number", "4")]  # a ratio is no path
+    assert check_answer("See https://example.com/home/bob/a.txt now.", ctx) == []  # nothing inside a link
+    assert ("path", "/home/bob/x.txt") in kinds_of("At 8 km/h see /home/bob/x.txt now.", ctx)
+
+
+def test_identifiers_that_are_plain_words_or_units_are_no_claims():
+    ctx = "carrier: ups"
+    assert check_answer("OK, UPS shipped it.", ctx) == []
+    assert kinds_of("OK, order ORD-1 shipped.", ctx) == [("entity", "ORD-1")]
+    assert kinds_of("OK, 5 MB and XYZ-9 left.", "5 MB") == [("entity", "XYZ-9")]
+
+
+def test_one_word_names_inside_a_sentence_and_plain_openers():
+    ctx = "customer: maria lopez; carrier: ups"
+    table = [
+        ("The parcel went to Bristol today.", [("entity", "Bristol")]),
+        ("It went to gate X Bristol today.", [("entity", "Bristol")]),
+        ("OAuth is down.", [("entity", "OAuth")]),  # a capital inside: a name even as an opener
+        ("It shipped. Sadly it broke.", []),
+        ("Shipped today\nSadly it broke.", []),
+        ("  Sadly it broke.", []),
+        ("Sadly, the parcel went to Bristol.", [("entity", "Bristol")]),
+        ("After Monday's call it shipped.", []),
+        ("Maria Lopez met Bob Smith.", [("entity", "Bob Smith")]),
+        ("Maria Lopez's parcel went to Bristol's depot.", [("entity", "Bristol")]),
+    ]
+    for answer, want in table:
+        assert kinds_of(answer, ctx) == want, answer
+
+
+def test_a_name_span_of_exactly_the_limit_is_checked():
+    name80 = "Abcdefghij" + " Abcdefghi" * 7
+    assert len(name80) == 80
+    assert kinds_of(f"We met {name80} today.", "nothing") == [("entity", name80)]
+    assert kinds_of(f"We met {name80}k today.", "nothing") == []  # 81 characters: a title, not one name
+
+
+def test_claims_written_without_a_space_between_them_are_each_checked():
+    ctx = "due 2024-03-05"
+    assert kinds_of("Due 5 Mar.Bob Smith pays.", ctx) == [("entity", "Bob Smith")]
+    assert kinds_of("I paid Bob Smith$5.", ctx) == [("entity", "Bob Smith"), ("number", "$5")]
+
+
+def test_a_flag_may_cover_the_whole_text_and_leave_its_text_unset():
+    for ok in [Flag(0, 5, "number", "x", "hello"), Flag(0, 1, "entity", "x", "h"), Flag(4, 5, "date", "x", "o"),
+               Flag(1, 3, "path", "x", "")]:
+        assert validate_flag(ok, "hello") is ok
+    for bad in [Flag(2, 2, "number", "x", ""), Flag(3, 2, "number", "x", ""), Flag(-1, 2, "number", "x", ""),
+                Flag(0, 6, "number", "x", "")]:
+        with pytest.raises(FlagError, match=r"lies outside the 5-character text: a flag must name characters of the "
+                                            r"answer it was computed on$"):
+            validate_flag(bad, "hello")
 
 
 # --------------------------------------------------------------------------- synthetic data

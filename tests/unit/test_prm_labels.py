@@ -4,6 +4,7 @@ generator's first wrong step, first-error prediction from scores, and ProcessBen
 from __future__ import annotations
 
 import random
+import re
 
 import pytest
 
@@ -212,3 +213,101 @@ def test_choose_threshold_maximises_f1_on_held_out_labels():
 def test_plain_arithmetic_for_the_calculator():
     assert plain_arithmetic("\\(3 \\times 4 = 12\\)") == " 3 × 4 = 12 "
     assert plain_arithmetic("\\frac{12}{4} = 3") == "(12)/(4) = 3"
+
+
+# --------------------------------------------------------------------------- contracts the mutation run asked for
+def _rows_file(tmp_path, lines):
+    path = tmp_path / "train.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def test_load_gsm8k_train_names_rows_by_file_line_and_samples_in_file_order(tmp_path):
+    import json
+
+    rows = [json.dumps({"question": f"Q{i} café ÷", "answer": f"A{i}\n#### {i}"}) for i in range(6)]
+    path = _rows_file(tmp_path, rows[:2] + [""] + rows[2:])  # a blank line: skipped, numbering continues
+    from tentalis_pipelines.reviewers.prm_labels import Problem, load_gsm8k_train
+
+    got = load_gsm8k_train(path)
+    assert [p.problem_id for p in got] == ["gsm8k-train-00001", "gsm8k-train-00002"] + [f"gsm8k-train-{n:05d}" for n in range(4, 8)]
+    assert got[0] == Problem("gsm8k-train-00001", "Q0 café ÷", "A0\n#### 0")
+    assert load_gsm8k_train(str(path), limit=6) == got  # a limit of all rows keeps all, in order
+    some = load_gsm8k_train(path, limit=3, seed=1)
+    assert len(some) == 3 and [got.index(p) for p in some] == sorted(got.index(p) for p in some)
+    assert load_gsm8k_train(path, limit=3, seed=1) == some  # seeded
+    assert {tuple(p.problem_id for p in load_gsm8k_train(path, limit=3, seed=s)) for s in range(6)} != {
+        tuple(p.problem_id for p in some)}  # and the seed matters
+    assert load_gsm8k_train(path, limit=0) == []
+
+
+def test_load_gsm8k_train_refuses_a_bad_line_or_file_by_name(tmp_path):
+    from tentalis_pipelines.reviewers.prm_labels import load_gsm8k_train
+
+    for bad in ['{"question": "Q"}', "not json", '["question", "answer"]']:
+        path = _rows_file(tmp_path, ['{"question": "Q", "answer": "A"}', "", bad])
+        with pytest.raises(ValueError, match=rf"^{re.escape(str(path))}:3: not a GSM8K row with 'question' and 'answer' \("):
+            load_gsm8k_train(path)
+    missing = tmp_path / "nope.jsonl"
+    with pytest.raises(FileNotFoundError, match=rf"^GSM8K train file {re.escape(str(missing))} not found: set "
+                                                r"TENTALIS_DATA_DIR to the folder holding gsm8k/train.jsonl "
+                                                r"\(tentalis data fetch --only gsm8k\)$"):
+        load_gsm8k_train(missing)
+
+
+def test_a_labelled_solution_as_a_row():
+    from tentalis_pipelines.reviewers.prm_labels import label_solution
+
+    s = label_solution("p9", "Q?", ["a", "b"], [v("provenance", 1), v("calculator", None), v("verifier", SOME_STEP)],
+                       "corrupted:result")
+    assert (s.problem_id, s.problem, s.steps) == ("p9", "Q?", ("a", "b"))
+    assert s.as_row() == {"problem_id": "p9", "kind": "corrupted:result", "first_error": 1, "steps": ["a", "b"],
+                          "labels": [1, 0], "verdicts": {"provenance": 1, "calculator": None, "verifier": SOME_STEP}}
+    r = label_rollout("r7", "48 clips", ["48 / 2 = 24", "48 + 24 = 72"], "72", "72", mc_labels=[1.0, 1.0])
+    assert (r.problem_id, r.problem, r.kind) == ("r7", "48 clips", "rollout")
+    assert r.as_row()["verdicts"] == {"calculator": CORRECT, "verifier": CORRECT, "mc": CORRECT}
+    # MC labels count: with the calculator abstaining, MC's step 0 and the verifier agree
+    mc = label_rollout("r8", "48 clips", ["Half of them.", "Then all."], "70", "72", mc_labels=[0.0, 0.0])
+    assert mc.first_error == 0 and mc.labels == (0, 0)
+
+
+def test_reference_steps_edges():
+    lines, final = reference_steps("Step one 1+1=<<1+1=2>>2\n\n  Step two  \n#### 1,234")
+    assert (lines, final) == (["Step one 1+1=<<1+1=2>>2", "Step two"], "1234")
+    # the last #### line is the answer: an earlier #### belongs to the steps
+    assert reference_steps("Use #### as a marker\n#### 5") == (["Use #### as a marker"], "5")
+    with pytest.raises(ValueError, match=r"^not a GSM8K reference solution: no '#### answer' line$"):
+        reference_steps("just text")
+    with pytest.raises(ValueError, match=r"^GSM8K reference solution without steps$"):
+        reference_steps("  \n#### 4")
+    assert render_solution(["a <<1+1=2>>2", "b"], "2") == ["a 2", "b The answer is \\boxed{2}."]
+    with pytest.raises(ValueError, match=r"^first error 4 is outside the solution's 4 steps$"):
+        step_labels_from(4, 4)
+
+
+def test_consensus_needs_every_pair_to_agree_and_a_located_error():
+    # the second and third verdicts contradict (1 vs 2) though each agrees with the first ("some step")
+    assert consensus([v("verifier", SOME_STEP), v("calculator", 1), v("mc", 2)], num_steps=4) is None
+    assert consensus([v("verifier", SOME_STEP), v("mc", SOME_STEP)], num_steps=4) is None
+
+
+def test_the_calculator_vouches_by_its_own_name():
+    assert calculator_verdict("48 clips", ["48 / 2 = 24"], vouch=True) == v("calculator", CORRECT)
+
+
+def test_build_label_set_is_seeded_and_skips_rows_that_are_no_reference():
+    from tentalis_pipelines.reviewers.prm_labels import Problem, build_label_set
+
+    probs = [Problem("bad", "Q", "no answer line"), Problem("p1", QUESTION, ANSWER), Problem("p2", QUESTION, ANSWER)]
+    out = build_label_set(probs, seed=3, corruptions=1)
+    assert [s.problem_id for s in out if s.kind == "reference"] == ["p1", "p2"]
+    assert all(s.problem == QUESTION for s in out)
+    assert sum(1 for s in out if s.problem_id == "p1") <= 2  # the reference and at most one corruption
+    assert [s.as_row() for s in build_label_set(probs, seed=3, corruptions=1)] == [s.as_row() for s in out]
+    more = build_label_set(probs, seed=3, corruptions=3)
+    assert len(more) > len(out)
+    expected = []
+    rng = random.Random(3)
+    for p in probs[1:]:
+        expected += label_gsm8k_problem(p.problem_id, p.question, p.answer, rng, corruptions=1)
+    assert [s.as_row() for s in out] == [s.as_row() for s in expected]

@@ -77,7 +77,8 @@ TARGETS: tuple[Target, ...] = (
                                                       "tests/unit/test_atif_validate.py", "tests/unit/test_atif_files.py"), "imports"),
     Target("tasks_jsonl", ("tentalis_pipelines/tasks/jsonl.py",), ("tests/unit/test_tasks.py", "tests/unit/test_tasks_jsonl.py"), "imports"),
     Target("grounding", ("tentalis_pipelines/reviewers/grounding.py",), ("tests/unit/test_grounding.py",), "reviewers"),
-    Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",), ("tests/unit/test_prm_labels.py",), "reviewers"),
+    Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",),
+           ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py"), "reviewers"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")

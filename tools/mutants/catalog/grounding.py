@@ -13,7 +13,8 @@ MUTANTS = [
     # (Dropping .normalize() is an equivalent mutant: Decimal('3.50') == Decimal('3.5') and they hash alike.)
     {"id": "grounding-commas-not-normalised", "file": G, "find": "        return Decimal(raw.replace(\",\", \"\")).normalize()\n",
      "replace": "        return Decimal(raw).normalize()\n", "tests": TU, "why": "1,000 is no number: its claim is never checked"},
-    {"id": "grounding-no-rounding", "file": G, "find": "        return any(d > decimals and v.quantize(q) == value for v, d in self.raw_numbers)\n",
+    {"id": "grounding-no-rounding", "file": G, "find": "        return any(d > decimals and any(v.quantize(q, rounding=r, context=_WIDE) == value for r in _HALVES)\n"
+             "                   for v, d in self.raw_numbers)\n",
      "replace": "        return False\n", "tests": TU, "why": "72 for 72.41 is flagged"},
     {"id": "grounding-unit-ignored", "file": G, "find": "            if known and unit not in known:\n",
      "replace": "            if False:\n", "tests": TU, "why": "8 km/h passes where the context says 8 mph"},
