@@ -170,7 +170,7 @@ def report_task_file(path: str):
         fail(f"--tasks {path}: not a terminal task file (no line has an \"instruction\"); math and code task files go into "
              "the inbox, see docs/tasks.md")
     for line in parsed.errors():
-        err.print(f"[yellow]{escape(line)}[/] [dim](quarantined; the good lines run)[/]")
+        err.print(f"[yellow]{escape(line)}[/] [dim](quarantined; the good lines run)[/]", soft_wrap=True)  # a path is never broken
     if not parsed.tasks:
         fail(f"--tasks {path}: no line is a usable task (each is listed above with its fix)")
     return parsed
