@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 
@@ -119,3 +121,45 @@ def test_the_scored_continuation_scores_the_steps_and_the_value_not_the_tags():
     _, cont, mask = scored_continuation(tok, "5", ("2 + 1 = 3", "3 + 2 = 5"))
     assert "".join(map(chr, cont)) == "2 + 1 = 3</step><step>3 + 2 = 5</step><answer>5"
     assert "".join(chr(c) for c, m in zip(cont, mask) if m) == "2 + 1 = 33 + 2 = 55"
+
+
+# --------------------------------------------------------------------------- choose_hint's contract at its edges
+def _rev(i, hint, manager="verifier"):
+    return {"rollout_id": f"r{i}", "group_index": i, "manager": manager, "hint": hint}
+
+
+def test_choose_hint_screens_against_every_reference_of_several():
+    from tentalis_pipelines.training.guide import choose_hint
+
+    hint = "Count the lines and submit 42 as the answer"
+    reviews = [_rev(0, hint)]
+    assert choose_hint("t", "v", reviews, ["7", "42"])[0] is None  # leaks the second reference
+    assert choose_hint("t", "v", reviews, ("7", "42"))[1] == "no usable hint (leaks_answer: 1)"
+    chosen, why = choose_hint("t", "v", reviews, ["7", "8"])
+    assert why == "" and chosen.hint == hint
+    # no reference at all (an empty list, None): still screened for empty and trivial hints
+    for ref in ([], None):
+        assert choose_hint("t", "v", [_rev(0, ""), _rev(1, "ok")], ref) == (None, "no usable hint (no_hint: 1, trivial: 1)")
+
+
+def test_choose_hint_counts_every_refusal_and_says_when_there_are_no_reviews():
+    from tentalis_pipelines.training.guide import choose_hint
+
+    assert choose_hint("t", "v", [_rev(0, ""), _rev(1, "  "), _rev(2, "")], "3") == (None, "no usable hint (no_hint: 3)")
+    assert choose_hint("t", "v", [], "3") == (None, "no usable hint (no reviews)")
+
+
+def test_the_chosen_hint_names_its_group():
+    from tentalis_pipelines.training.guide import choose_hint
+
+    h = "Add the two prices before you subtract the discount"
+    chosen, _ = choose_hint("task-9", "ckpt-2", [_rev(1, "Read the question twice before you answer"), _rev(0, h), _rev(2, h)], "12")
+    assert (chosen.task_id, chosen.policy_version, chosen.hint, chosen.votes, chosen.source_rollout_id) == ("task-9", "ckpt-2", h, 2, "r0")
+
+
+def test_a_guided_rollout_id_is_g_and_sixteen_hex_digits():
+    from tentalis_pipelines.training.guide import guided_rollout_id, is_guided
+
+    a = guided_rollout_id("b", "t", "v", "h", 0)
+    assert re.fullmatch(r"g-[0-9a-f]{16}", a) and is_guided(a)
+    assert len({a, guided_rollout_id("b", "t", "v", "h", 1), guided_rollout_id("b", "t", "v2", "h", 0)}) == 3
