@@ -59,9 +59,10 @@ class Target:
 # The learning path, the gym, the gateway, the imports and the reviewers (issue 73's list).
 TARGETS: tuple[Target, ...] = (
     Target("policy_lag", ("tentalis_pipelines/training/policy_lag.py",), ("tests/unit/test_policy_lag.py",), "learning"),
-    Target("guide", ("tentalis_pipelines/training/guide.py",), ("tests/unit/test_guide.py",), "learning"),
+    Target("guide", ("tentalis_pipelines/training/guide.py",), ("tests/unit/test_guide.py", "tests/unit/test_episode_guide.py"), "learning"),
     Target("multiturn", ("tentalis_pipelines/training/multiturn.py",),
-           ("tests/unit/test_sessions.py", "tests/unit/test_env_batches.py", "tests/unit/test_opd_segments.py"), "learning"),
+           ("tests/unit/test_sessions.py", "tests/unit/test_env_batches.py", "tests/unit/test_opd_segments.py",
+            "tests/unit/test_episode_guide.py", "tests/unit/test_envs_runner.py", "tests/unit/test_atif.py"), "learning"),
     Target("advantages", ("tentalis_pipelines/rewards/advantages.py",), ("tests/unit/test_rewards.py",), "learning"),
     Target("losses", ("tentalis_pipelines/training/losses.py",), ("tests/unit/test_losses.py", "tests/unit/test_guide.py"), "learning"),
     Target("terminal", ("tentalis_pipelines/envs/terminal.py",), ("tests/unit/test_envs_terminal.py", "tests/unit/test_envs_level0.py"), "gym"),
