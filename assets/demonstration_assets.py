@@ -50,6 +50,7 @@ class WarmStartRunConfig(Config):
     epochs: int = 3
     learning_rate: float = 1e-4
     per_step_rows: int = 8
+    seed: int = 0  # shuffling of the demonstrations (the LoRA's initialisation: the trainer resource's seed)
 
 
 @asset(deps=[demonstrations], group_name="learning_loop", kinds={"delta", "pytorch"}, pool="gpu",
@@ -64,7 +65,8 @@ def warm_start(context: AssetExecutionContext, config: WarmStartRunConfig, lakeh
     `sft_warm_start`, trained_on = the demonstrations' batches) and registered as a `checkpoint_ids`
     partition. Not promoted here: its benchmarks and the promotion gate decide, as for an RL checkpoint."""
     lake = lakehouse.lakehouse()
-    warm = WarmStartConfig(epochs=config.epochs, learning_rate=config.learning_rate, per_step_rows=config.per_step_rows)
+    warm = WarmStartConfig(epochs=config.epochs, learning_rate=config.learning_rate, per_step_rows=config.per_step_rows,
+                          seed=config.seed)
     res = train_warm_start(lake, lakehouse.paths(), policy.settings(), trainer.config(), warm, batches=config.batches or None,
                            on_step=lambda rec: context.log.info(f"step {rec['step']}: loss={rec['loss']:.4f}"))
     cid = str(res.metadata["checkpoint_id"])

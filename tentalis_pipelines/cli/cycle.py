@@ -252,6 +252,31 @@ METHODS = {"rl": {"w_rl": 1.0, "w_opd": 0.0}, "opd": {"w_rl": 0.0, "w_opd": 1.0}
            "resample": {"w_rl": 1.0, "w_opd": 0.0, "guide": True, "guide_with_hint": False}}
 
 
+HoldOutKindOpt = typer.Option(None, help="--tasks terminal: task kinds never trained on, comma-separated (e.g. last_line); each "
+                              "is evaluated alone at every checkpoint (benchmark terminal-l<level>-<kind>) to measure transfer.")
+
+
+def terminal_kinds(level: int) -> tuple[str, ...]:
+    from tentalis_pipelines.envs.terminal_tasks import FAMILIES
+
+    return tuple(FAMILIES.get(level, {}))
+
+
+def parse_hold_out_kinds(value: str | None, tasks: str, levels: tuple[int, ...]) -> tuple[str, ...]:
+    """``--hold-out-kind``'s kinds, checked against the terminal levels (a clear error otherwise)."""
+    if value is None or not value.strip():
+        return ()
+    if tasks != "terminal":
+        fail(f"--hold-out-kind: holds terminal task kinds out of training; --tasks {tasks} has none")
+    from tentalis_pipelines.tasks.batches import check_excluded_families
+
+    kinds = tuple(k.strip() for k in value.split(",") if k.strip())
+    try:
+        return check_excluded_families(levels, kinds)
+    except ValueError as exc:
+        fail(str(exc))
+
+
 @app.command()
 def learn(
     # The measured recipe of the README's learning curve: 8 tasks x 8 samples of level-1 arithmetic;
@@ -308,6 +333,7 @@ def learn(
                                             "episodes is resampled: hint (the manager's hint after the instruction) | prefix (the "
                                             "first k turns of the task's scripted demonstration, k annealed by the level's success) "
                                             "| both; default: the trainer resource's, hint."),
+    hold_out_kind: str | None = HoldOutKindOpt,
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -326,6 +352,7 @@ def learn(
     if curriculum and tasks != "terminal":
         fail(f"--curriculum: draws terminal levels; --tasks {tasks} takes --levels")
     lv = source_levels(tasks, levels or "1") if task_file else parse_levels(levels or ("0,1,2,3" if curriculum else "1"), tasks)
+    held_kinds = parse_hold_out_kinds(hold_out_kind, tasks, tuple(lv))
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
     options = {"loss_type": loss_type, "learning_rate": learning_rate, "beta": beta, "num_iterations": num_iterations,
@@ -388,11 +415,14 @@ def learn(
             resources.setdefault("review", {"config": {}})["config"]["hint_prefix"] = hint_prefix
         if tasks != "arithmetic":  # held out and gated on the dataset's own test split (terminal: the levels trained)
             held_out = held_out_benchmark(tasks, gated_levels)
-            resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out], "gate_benchmark": held_out})
+            # a kind held out of training is also evaluated alone at every checkpoint (never gated on)
+            kind_sets = [f"terminal-l{lv_}-{kind}" for kind in held_kinds for lv_ in lv if kind in terminal_kinds(lv_)]
+            resources.setdefault("benchmark", {"config": {}})["config"].update({"benchmarks": [held_out, *kind_sets], "gate_benchmark": held_out})
         # Skills are verified on the task family they come from, at the rollouts' completion length.
         skills_config = {"validation_source": tasks, "max_new_tokens": max_new_tokens} if skills else {}
         opts = CycleOptions(num_tasks=num_tasks, levels=tuple(lv), trigger="learn", task_source=tasks, skills=skills, resources=resources,
-                            skills_config=skills_config, max_turns=max_turns, recipe=recipe, curriculum=curriculum)
+                            skills_config=skills_config, max_turns=max_turns, recipe=recipe, curriculum=curriculum,
+                            exclude_families=held_kinds)
         _execute_cycle(opts, f"cycle {k}/{cycles}")
     console.print(f"[green]{cycles} cycle(s)[/] in {time.time() - t0:.0f} s. Held-out learning curve:")
     console.print(benchmark_history(Lakehouse(paths.lakehouse), held_out_benchmark(tasks, gated_levels))["history"])

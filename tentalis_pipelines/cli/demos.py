@@ -23,6 +23,7 @@ from tentalis_pipelines.cli.common import (
     home_paths,
     parse_levels,
 )
+from tentalis_pipelines.cli.cycle import HoldOutKindOpt, parse_hold_out_kinds, terminal_kinds
 
 demos_app = typer.Typer(help="Demonstrations: verified action sequences that solve training tasks (the warm start's data).")
 app.add_typer(demos_app, name="demos")
@@ -125,6 +126,9 @@ def warmstart(
     epochs: int = typer.Option(3, min=1, max=MAX_COUNT, help="Passes over the demonstrations."),
     learning_rate: float = typer.Option(1e-4, min=0.0, help="AdamW learning rate of the LoRA parameters."),
     gate: bool = typer.Option(True, help="Benchmark the checkpoint on the held-out split and run the promotion gate."),
+    hold_out_kind: str | None = HoldOutKindOpt,
+    run_seed: int = typer.Option(0, min=0, max=MAX_SEED, help="The trainer's seed: the LoRA's initialisation and the shuffling of "
+                                 "the demonstrations (as `learn --seed`)."),
     home: str | None = HomeOpt,
 ):
     """Warm-start the serving policy on demonstrations: a new batch's tasks, the oracle's verified
@@ -138,6 +142,7 @@ def warmstart(
         check_seed(seed)
     check_policy_settings("transformers")
     lv = tuple(parse_levels(levels, tasks))
+    held_kinds = parse_hold_out_kinds(hold_out_kind, tasks, lv)
     paths = home_paths(home)
     from dagster import DagsterInstance
 
@@ -147,9 +152,10 @@ def warmstart(
     from tentalis_pipelines.definitions import defs
 
     held_out = held_out_benchmark(tasks, lv)
+    kind_sets = [f"terminal-l{lv_}-{kind}" for kind in held_kinds for lv_ in lv if kind in terminal_kinds(lv_)]
     opts = WarmStartOptions(task_source=tasks, num_tasks=num_tasks, seed=seed, levels=lv, max_turns=max_turns, epochs=epochs,
-                            learning_rate=learning_rate, gate=gate,
-                            resources={"benchmark": {"config": {"benchmarks": [held_out], "gate_benchmark": held_out}}})
+                            learning_rate=learning_rate, gate=gate, exclude_families=held_kinds, run_seed=run_seed,
+                            resources={"benchmark": {"config": {"benchmarks": [held_out, *kind_sets], "gate_benchmark": held_out}}})
     t0 = time.time()
     try:
         out = run_warm_start(defs, DagsterInstance.get(), paths, opts,

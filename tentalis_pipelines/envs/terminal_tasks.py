@@ -458,6 +458,64 @@ def _replace_word(rng):
                  [f"sed -i 's/\\b{old}\\b/{new}/g' {f}", f"cat {f}"])
 
 
+# level 1, in other words ------------------------------------------------------
+# The paraphrased held-out split (``wording="paraphrased"``): the same six kinds, each asked in other
+# words, over other file names and other contents, so a benchmark on it tells how much of what a
+# policy learned on the default wording survives a change of wording. Never used for training.
+def _p_count_lines(rng):
+    f = _fname(rng, ["inventory.lst", "guests.dat", "backlog.text", "cities.out"])
+    lines = [f"{rng.choice(CITIES)} {rng.choice(ITEMS)}" for _ in range(rng.randint(4, 40))]
+    return _answer(f"Tell me the line count of {f}: submit how many lines it contains.", {f: "\n".join(lines) + "\n"},
+                   len(lines), f"wc -l < {f}")
+
+
+def _p_count_matching(rng):
+    f = _fname(rng, ["daemon.out", "cron.txt", "worker.trace"])
+    tag = rng.choice(["FAIL", "TIMEOUT"])
+    n = rng.randint(6, 40)
+    lines = [f"[{rng.choice(['OK', 'FAIL', 'TIMEOUT', 'RETRY'])}] job-{rng.randint(1, 999)} {rng.choice(ITEMS)}" for _ in range(n)]
+    if not any(tag in ln for ln in lines):
+        lines[rng.randrange(n)] = f"[{tag}] job-1 {rng.choice(ITEMS)}"
+    count = sum(tag in ln for ln in lines)
+    return _answer(f"Count the entries in {f} that include {tag} and submit that count.", {f: "\n".join(lines) + "\n"},
+                   count, f"grep -c {tag} {f}")
+
+
+def _p_find_line(rng):
+    f = _fname(rng, ["roster.dat", "crew.lst", "directory.text"])
+    names = rng.sample(NAMES, rng.randint(5, 15))
+    colors = rng.sample(COLORS, len(names)) if len(names) <= len(COLORS) else [rng.choice(COLORS) for _ in names]
+    lines = [f"{n.capitalize()}: likes {c}, badge {rng.randint(100, 999)}" for n, c in zip(names, colors)]
+    target = rng.randrange(len(lines))
+    who = names[target].capitalize()
+    return _answer(f"Find the entry for {who} in {f} and submit it exactly as written.", {f: "\n".join(lines) + "\n"},
+                   lines[target], f"grep {who} {f}")
+
+
+def _p_nth_field(rng):
+    f = _fname(rng, ["sample.dat", "fields.txt", "tuple.out"])
+    fields = [rng.choice(ITEMS + CITIES) if rng.random() < 0.6 else str(rng.randint(1, 9999)) for _ in range(rng.randint(5, 9))]
+    k = rng.randint(2, len(fields))
+    ordinal = {2: "second", 3: "third", 4: "fourth", 5: "fifth", 6: "sixth", 7: "seventh", 8: "eighth", 9: "ninth"}[k]
+    return _answer(f"{f} contains a single comma-delimited record. Submit its {ordinal} value.", {f: ",".join(fields) + "\n"},
+                   fields[k - 1], f"cut -d, -f{k} {f}")
+
+
+def _p_line_n(rng):
+    f = _fname(rng, ["verses.dat", "chapter.text", "script.lst"])
+    lines = [" ".join(rng.choice(CITIES + ITEMS) for _ in range(rng.randint(2, 5))) for _ in range(rng.randint(8, 30))]
+    k = rng.randint(2, len(lines) - 1)
+    return _answer(f"Submit the text found on line number {k} of the file {f}.", {f: "\n".join(lines) + "\n"},
+                   lines[k - 1], f"sed -n {k}p {f}")
+
+
+def _p_last_line(rng):
+    f = _fname(rng, ["audit.trail", "changes.dat", "feed.lst"])
+    lines = [f"{rng.choice(NAMES)} {rng.choice(['added', 'removed', 'moved'])} {rng.choice(ITEMS)}" for _ in range(rng.randint(5, 40))]
+    return _answer(f"Look at the end of {f} and submit its final entry (the last line).", {f: "\n".join(lines) + "\n"},
+                   lines[-1], f"tail -n 1 {f}")
+
+
 Generator = Callable[[random.Random], tuple[str, dict, dict, list[str]]]
 FAMILIES: dict[int, dict[str, Generator]] = {
     0: {"run_wc": _run_wc, "run_grep_count": _run_grep_count, "run_cut": _run_cut, "run_sed": _run_sed,
@@ -470,17 +528,37 @@ FAMILIES: dict[int, dict[str, Generator]] = {
         "move_matching": _move_matching, "delete_ext": _delete_ext, "sort_in_place": _sort_in_place,
         "replace_word": _replace_word},
 }
+# The same kinds in other words (held-out evaluation only; see the section above): level -> family -> generator.
+PARAPHRASED: dict[int, dict[str, Generator]] = {
+    1: {"count_lines": _p_count_lines, "count_matching": _p_count_matching, "find_line": _p_find_line,
+        "nth_field": _p_nth_field, "line_n": _p_line_n, "last_line": _p_last_line},
+}
+WORDINGS = ("default", "paraphrased")
 
 
-def make_task(level: int, index: int, *, seed: int = 0, test_per_level: int = DEFAULT_TEST_PER_LEVEL) -> TerminalTask:
-    """Task ``index`` of ``level`` (families in turn); the same arguments always give the same task."""
-    families = FAMILIES[level]
-    family = list(families)[index % len(families)]
-    rng = random.Random(f"tentalis-terminal:{seed}:{level}:{index}")
+def make_task(level: int, index: int, *, seed: int = 0, test_per_level: int = DEFAULT_TEST_PER_LEVEL,
+              family: str | None = None, wording: str = "default") -> TerminalTask:
+    """Task ``index`` of ``level`` (families in turn, or always ``family`` when given); the same
+    arguments always give the same task. ``wording="paraphrased"``: the same kind asked in other words
+    over other files (:data:`PARAPHRASED`, level 1 only)."""
+    if wording not in WORDINGS:
+        raise ValueError(f"wording must be one of {WORDINGS}, got {wording!r}")
+    table = FAMILIES if wording == "default" else PARAPHRASED
+    if level not in table:
+        raise ValueError(f"level {level} has no {wording} tasks (levels: {sorted(table)})")
+    families = table[level]
+    if family is not None and family not in families:
+        raise ValueError(f"level {level} has no task kind {family!r} (kinds: {', '.join(families)})")
+    # the round-robin default keeps the seed string every stored task was generated with
+    salt = "" if wording == "default" and family is None else f":{wording}:{family}"
+    family = family or list(families)[index % len(families)]
+    rng = random.Random(f"tentalis-terminal:{seed}:{level}:{index}{salt}")
     instruction, tree, check, solution = families[family](rng)
-    return TerminalTask(task_id=f"terminal-s{seed}-l{level}-{index:04d}-{family}", level=level, family=family,
+    suffix = "" if wording == "default" else "-para"
+    return TerminalTask(task_id=f"terminal-s{seed}-l{level}-{index:04d}-{family}{suffix}", level=level, family=family,
                         instruction=instruction, tree=tree, check=check, solution=solution,
-                        split="test" if index < test_per_level else "train", seed=seed)
+                        split="test" if index < test_per_level else "train", seed=seed,
+                        metadata={} if wording == "default" else {"wording": wording})
 
 
 def generate_tasks(per_level: int = DEFAULT_PER_LEVEL, *, seed: int = 0, levels: tuple[int, ...] = LEVELS,

@@ -33,17 +33,30 @@ from tentalis_pipelines.rewards.steps import last_number, parse_completion
 from tentalis_pipelines.settings import data_dir
 from tentalis_pipelines.statistics import bootstrap_ci, paired_bootstrap, wilson_interval
 from tentalis_pipelines.tasks.arithmetic import generate_arithmetic, generate_transfer_arithmetic
-from tentalis_pipelines.tasks.batches import HELD_OUT_SEED_BASE, terminal_held_out_tasks, terminal_max_turns
+from tentalis_pipelines.tasks.batches import (
+    HELD_OUT_SEED_BASE,
+    terminal_held_out_tasks,
+    terminal_kind_held_out_tasks,
+    terminal_max_turns,
+    terminal_paraphrased_tasks,
+)
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 # One benchmark per terminal level: the held-out split of that level alone.
 TERMINAL_LEVEL_BENCHMARKS = {f"terminal-l{level}": level for level in terminal_tasks.ALL_LEVELS}
-BENCHMARKS = ("arithmetic", "arithmetic-transfer", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS, "bfcl", "swe")
+# Held-out sets beside the levels' splits: one kind of a level alone (``terminal-l1-last_line``: what a
+# run that held that kind out of training does on it) and a level in other words (``terminal-l1-paraphrased``).
+TERMINAL_KIND_BENCHMARKS = {f"terminal-l{level}-{family}": (level, family)
+                            for level in terminal_tasks.ALL_LEVELS for family in terminal_tasks.FAMILIES[level]}
+TERMINAL_PARAPHRASED_BENCHMARKS = {f"terminal-l{level}-paraphrased": level for level in terminal_tasks.PARAPHRASED}
+TERMINAL_BENCHMARKS = {"terminal", *TERMINAL_LEVEL_BENCHMARKS, *TERMINAL_KIND_BENCHMARKS, *TERMINAL_PARAPHRASED_BENCHMARKS}
+BENCHMARKS = ("arithmetic", "arithmetic-transfer", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS,
+              *TERMINAL_PARAPHRASED_BENCHMARKS, *TERMINAL_KIND_BENCHMARKS, "bfcl", "swe")
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
 DEFAULT_LIMITS = {"arithmetic": 64, "arithmetic-transfer": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
-                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 20, "swe": 30}
+                  **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_BENCHMARKS - {"terminal"}}, "bfcl": 20, "swe": 30}
 MAX_NEW_TOKENS = {"arithmetic": 128, "arithmetic-transfer": 128, "gsm8k": 256, "math500": 320, "humaneval": 384, "terminal": 128,  # agent benchmarks: per turn
-                  **{name: 128 for name in TERMINAL_LEVEL_BENCHMARKS}, "bfcl": 128, "swe": 128}
+                  **{name: 128 for name in TERMINAL_BENCHMARKS - {"terminal"}}, "bfcl": 128, "swe": 128}
 # bfcl: replies with calls per user turn before BFCL's force-quit (BFCL: 20; a CPU-sized default here).
 BFCL_MAX_STEPS = 5
 SWE_MAX_TURNS = 8
@@ -53,7 +66,7 @@ ENVIRONMENT_BENCHMARKS = ("terminal", "swe")
 
 def is_environment_benchmark(name: str) -> bool:
     """Whether a benchmark's items are agent episodes: success rates, Wilson intervals, success per level."""
-    return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_LEVEL_BENCHMARKS or name == "bfcl"
+    return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_BENCHMARKS or name == "bfcl"
 # The transfer set's seed: its templates are not the training generator's, so no training seed can reach it.
 TRANSFER_SEED = 7_000_001
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
@@ -168,10 +181,16 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)
     if name_or_path == "humaneval":
         return "humaneval", _subset(load_humaneval(), limit or DEFAULT_LIMITS["humaneval"], seed)
-    if name_or_path == "terminal" or name_or_path in TERMINAL_LEVEL_BENCHMARKS:
-        # the held-out split: the first 30 tasks of each level (never in a training batch), all or one level
-        level = TERMINAL_LEVEL_BENCHMARKS.get(name_or_path)
-        held_out = terminal_held_out_tasks() if level is None else terminal_held_out_tasks((level,))
+    if name_or_path in TERMINAL_BENCHMARKS:
+        # the held-out split: the first 30 tasks of each level (never in a training batch), all or one level;
+        # or 30 tasks of one kind, or of a level in other words (reserved seeds, never in a training batch)
+        if name_or_path in TERMINAL_KIND_BENCHMARKS:
+            held_out = terminal_kind_held_out_tasks(*TERMINAL_KIND_BENCHMARKS[name_or_path])
+        elif name_or_path in TERMINAL_PARAPHRASED_BENCHMARKS:
+            held_out = terminal_paraphrased_tasks(TERMINAL_PARAPHRASED_BENCHMARKS[name_or_path])
+        else:
+            level = TERMINAL_LEVEL_BENCHMARKS.get(name_or_path)
+            held_out = terminal_held_out_tasks() if level is None else terminal_held_out_tasks((level,))
         items = [BenchItem(t.task_id, t.instruction, json.dumps(t.check, sort_keys=True), environment="terminal",
                            extra={"level": t.level, "task": t.to_dict()}) for t in held_out]
         return name_or_path, _subset(items, limit or DEFAULT_LIMITS[name_or_path], seed)

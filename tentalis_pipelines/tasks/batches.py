@@ -333,7 +333,8 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
         tasks = generate_arithmetic(manifest["num_tasks"], seed=manifest["seed"], levels=tuple(manifest["levels"]))
         return LoadedTasks(tasks=arithmetic_task_rows(batch_id, tasks, created_at))
     if manifest["kind"] == TERMINAL_MANIFEST:
-        tasks = terminal_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
+        tasks = terminal_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]),
+                                        tuple(manifest.get("exclude_families", ())))
         return LoadedTasks(tasks=terminal_task_rows(batch_id, tasks, created_at, max_turns=int(manifest_recipe(manifest).max_turns)))
     if manifest["kind"] == BFCL_MANIFEST:
         bfcl = bfcl_training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
@@ -363,16 +364,33 @@ def terminal_fingerprint(task: terminal_tasks.TerminalTask) -> str:
     return hashlib.sha256(body.encode()).hexdigest()
 
 
-def terminal_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...]) -> list[terminal_tasks.TerminalTask]:
+def check_excluded_families(levels: tuple[int, ...], exclude_families: tuple[str, ...]) -> tuple[str, ...]:
+    """``exclude_families`` sorted and deduplicated if every name is a task kind of one of ``levels`` and
+    no level is left without a kind; else a clear error naming the kinds there are."""
+    kinds = {fam for lv in levels for fam in terminal_tasks.FAMILIES.get(lv, {})}
+    unknown = sorted(set(exclude_families) - kinds)
+    if unknown:
+        raise ValueError(f"--hold-out-kind {', '.join(unknown)}: not a task kind of levels {list(levels)}; "
+                         f"kinds: {', '.join(sorted(kinds))}")
+    for lv in levels:
+        if set(terminal_tasks.FAMILIES[lv]) <= set(exclude_families):
+            raise ValueError(f"--hold-out-kind leaves level {lv} no task kind to train on; hold out fewer kinds")
+    return tuple(sorted(set(exclude_families)))
+
+
+def terminal_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...],
+                            exclude_families: tuple[str, ...] = ()) -> list[terminal_tasks.TerminalTask]:
     """``num_tasks`` training tasks of generator seed ``seed``, levels in turn: task ``k`` of a level is
     that level's training-split task ``DEFAULT_TEST_PER_LEVEL + k`` (never one of the first
     ``DEFAULT_TEST_PER_LEVEL``, the held-out split), skipping any that equals a held-out task of the
-    benchmark (same instruction, tree and check), so no benchmark item is ever trained on."""
+    benchmark (same instruction, tree and check), so no benchmark item is ever trained on, and any of
+    a kind in ``exclude_families`` (a kind held out whole, to measure transfer to a kind never seen)."""
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
     bad = [lv for lv in levels if lv not in terminal_tasks.ALL_LEVELS]
     if bad or not levels:
         raise ValueError(f"terminal levels must be a non-empty subset of {list(terminal_tasks.ALL_LEVELS)}, got {list(levels)}")
+    excluded = set(check_excluded_families(tuple(levels), tuple(exclude_families)))
     held_out = {terminal_fingerprint(t) for t in terminal_held_out_tasks()}
     start = terminal_tasks.DEFAULT_TEST_PER_LEVEL
     next_index = dict.fromkeys(levels, start)
@@ -382,10 +400,34 @@ def terminal_training_tasks(seed: int, num_tasks: int, levels: tuple[int, ...]) 
         while True:
             task = terminal_tasks.make_task(level, next_index[level], seed=seed)
             next_index[level] += 1
-            if task.split == "train" and terminal_fingerprint(task) not in held_out:
+            if task.split == "train" and task.family not in excluded and terminal_fingerprint(task) not in held_out:
                 break
         out.append(task)
     return out
+
+
+# Held-out sets beside the benchmark's split, from reserved seeds (no training batch can use them):
+# one kind alone (a kind a run held out of training: ``--hold-out-kind``), and the paraphrased wording.
+TERMINAL_KIND_SEED = HELD_OUT_SEED_BASE + 7_100
+TERMINAL_PARAPHRASE_SEED = HELD_OUT_SEED_BASE + 7_200
+
+
+def terminal_kind_held_out_tasks(level: int, family: str, n: int = terminal_tasks.DEFAULT_TEST_PER_LEVEL) -> list[terminal_tasks.TerminalTask]:
+    """``n`` held-out tasks of one kind of ``level`` (a reserved seed: never in a training batch)."""
+    return [terminal_tasks.make_task(level, i, seed=TERMINAL_KIND_SEED, family=family, test_per_level=n) for i in range(n)]
+
+
+def terminal_paraphrased_tasks(level: int, n: int = terminal_tasks.DEFAULT_TEST_PER_LEVEL) -> list[terminal_tasks.TerminalTask]:
+    """``n`` held-out tasks of ``level`` in other words (``wording="paraphrased"``; kinds in turn)."""
+    return [terminal_tasks.make_task(level, i, seed=TERMINAL_PARAPHRASE_SEED, wording="paraphrased", test_per_level=n)
+            for i in range(n)]
+
+
+def terminal_evaluation_tasks() -> list[terminal_tasks.TerminalTask]:
+    """Every terminal task a benchmark evaluates on: the levels' held-out split, each kind's set and the
+    paraphrased sets (what the contamination guard screens training tasks and demonstrations against)."""
+    kinds = [t for lv, fams in terminal_tasks.FAMILIES.items() for fam in fams for t in terminal_kind_held_out_tasks(lv, fam)]
+    return [*terminal_held_out_tasks(), *kinds, *(t for lv in terminal_tasks.PARAPHRASED for t in terminal_paraphrased_tasks(lv))]
 
 
 def terminal_task_rows(batch_id: str, tasks: list[terminal_tasks.TerminalTask], created_at,
@@ -406,24 +448,28 @@ def terminal_batch_id(seed: int, num_tasks: int, levels: tuple[int, ...]) -> str
 
 def register_terminal_batch(batches_dir: Path, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (1,),
                             max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None,
-                            curriculum: dict[str, Any] | None = None) -> str:
+                            curriculum: dict[str, Any] | None = None, exclude_families: tuple[str, ...] = ()) -> str:
     """Record the parameters of a seeded terminal batch (agent episodes in the sandbox; the batch kind
     ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the generator's training
-    split only (:func:`terminal_training_tasks`)."""
+    split only (:func:`terminal_training_tasks`), without the kinds in ``exclude_families``."""
     check_training_seed(seed)
     if max_turns is not None and max_turns < 1:
         raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
-    terminal_training_tasks(seed, 1, tuple(levels))  # validate the parameters now, not at run time
+    excluded = check_excluded_families(tuple(levels), tuple(exclude_families))
+    terminal_training_tasks(seed, 1, tuple(levels), excluded)  # validate the parameters now, not at run time
     chosen = family_recipe("terminal", tuple(levels), recipe, max_turns=max_turns)  # the family's, max_turns as given
     if num_tasks < 1:
         raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
-    batch_id = validate_batch_id(batch_id or terminal_batch_id(seed, num_tasks, tuple(levels)))
+    default_id = terminal_batch_id(seed, num_tasks, tuple(levels)) + (f"-x{len(excluded)}" if excluded else "")
+    batch_id = validate_batch_id(batch_id or default_id)
     folder = batches_dir / batch_id
     folder.mkdir(parents=True, exist_ok=True)
     manifest = {"kind": TERMINAL_MANIFEST, "family": "terminal", "source": "terminal", "seed": seed, "num_tasks": num_tasks, "levels": list(levels),
                 "recipe": chosen.to_json()}
     if curriculum:  # why these levels: the curriculum's choice and the success figures it used
         manifest["curriculum"] = curriculum
+    if excluded:  # the kinds held out of training (evaluated on terminal-l<N>-<kind>)
+        manifest["exclude_families"] = list(excluded)
     _store_manifest(folder, batch_id, manifest)
     return batch_id
 
