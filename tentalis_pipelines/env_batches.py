@@ -55,7 +55,7 @@ from tentalis_pipelines.envs.runner import episode_to_turns
 from tentalis_pipelines.envs.swe_tasks import ENVIRONMENT as SWE
 from tentalis_pipelines.envs.swe_tasks import SweTask
 from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
-from tentalis_pipelines.envs.terminal_tasks import TerminalTask
+from tentalis_pipelines.envs.terminal_tasks import TerminalTask, solution_tools
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import group_advantages
 from tentalis_pipelines.rewards.scoring import RewardWeights, combine
@@ -118,15 +118,25 @@ def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_error
     return {"tree": "wrong_tree", "tests": "tests_fail"}.get(check_kind, "wrong_answer")
 
 
+# Failure types after which the verifier's hint also names the tools of the task's known solution.
+TOOL_HINT_FAILURES = ("turn_limit", "wrong_answer", "wrong_tree")
+
+
 def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
-                   turns: int, max_turns: int) -> dict[str, Any]:
+                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
     """The verifier's verdict as a review: score = the verdict's reward, critique = how the episode ended
-    and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed)."""
+    and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed). When the
+    agent ran out of turns or submitted the wrong result and the task's known solution names ``tools``
+    (``terminal_tasks.solution_tools``), the hint names them too: the kind of command, never the command
+    or the answer (a manager who knows how the task is done says which tool to reach for)."""
     why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
     critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
                 f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
     hints = BFCL_HINTS if check_kind == "bfcl" else HINTS
-    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hints[why], "failure": why}
+    hint = hints[why]
+    if tools and why in TOOL_HINT_FAILURES:
+        hint = f"{hint} The tool{'s' if len(tools) > 1 else ''} for it: {', '.join(tools)}."
+    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hint, "failure": why}
 
 
 def episode_review_fields(episode: Episode, check_kind: str) -> dict[str, Any]:
@@ -266,6 +276,8 @@ def episode_record(episode: Episode, task: TerminalTask | BfclTask | SweTask) ->
             "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
             "max_turns": episode.max_turns, "format_errors": sum(1 for t in episode.turns if t.action is None),
             "check_kind": task.kind, "level": task.level, "transcript": episode.transcript(),
+            # the programs of the task's known solution (terminal tasks): what the verifier's hint may name
+            **({"tools": solution_tools(task.solution)} if isinstance(task, TerminalTask) and task.solution else {}),
             # the mini-SWE reward-hacking detector's findings (swe_tamper), for forensics.verifier_tampering
             "tampering": next((t.info["tampering"] for t in reversed(episode.turns) if t.info.get("tampering")), [])}
 
@@ -406,7 +418,8 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
         review = verdict_review(passed=bool(rec.get("passed")), reward=float(rec.get("reward") or 0.0), detail=str(rec.get("detail") or ""),
                                 end_reason=str(rec.get("end_reason") or "error: no episode record"),
                                 check_kind=str(rec.get("check_kind") or "answer"), format_errors=int(rec.get("format_errors") or 0),
-                                turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0))
+                                turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0),
+                                tools=[str(t) for t in rec.get("tools") or []])
         failures[review.pop("failure")] += 1
         if llm_texts is not None:
             critique, hint = llm_texts[k]

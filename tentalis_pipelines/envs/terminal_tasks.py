@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -104,6 +105,26 @@ class TerminalTask:
         return cls(task_id=row["task_id"], level=int(meta["level"]), family=meta["family"], instruction=row["prompt"],
                    tree=dict(meta["tree"]), check=json.loads(row["reference"]), solution=list(meta["solution"]),
                    split=meta.get("split", "train"), seed=int(meta.get("seed", 0)), metadata=extra)
+
+
+# Shell words that say nothing about which tool a task needs (navigation, looking, control flow).
+_NOT_TOOLS = frozenset({"cd", "ls", "cat", "for", "do", "done", "if", "then", "fi", "while", "submit", "echo", "true"})
+
+
+def solution_tools(solution: list[str]) -> list[str]:
+    """The programs a known solution uses (the first word of each command of each pipeline or list, in
+    order, without navigation, ``cat``/``ls`` and ``submit``): what a manager may name in a hint ("the
+    tool for it: wc") without giving the answer or the whole command."""
+    tools: list[str] = []
+    for command in solution:
+        for part in re.split(r"\|\||&&|[|;]", command):
+            words = part.strip().split()
+            if words and words[0] in ("do", "then"):  # a loop's or a branch's body: its own first word
+                words = words[1:]
+            word = words[0] if words else ""
+            if word and re.fullmatch(r"[A-Za-z][\w.+-]*", word) and word not in _NOT_TOOLS and word not in tools:
+                tools.append(word)
+    return tools
 
 
 # --------------------------------------------------------------------------- checks

@@ -367,13 +367,15 @@ def terminal_fingerprint(task: terminal_tasks.TerminalTask) -> str:
 def check_excluded_families(levels: tuple[int, ...], exclude_families: tuple[str, ...]) -> tuple[str, ...]:
     """``exclude_families`` sorted and deduplicated if every name is a task kind of one of ``levels`` and
     no level is left without a kind; else a clear error naming the kinds there are."""
+    if not exclude_families:
+        return ()
     kinds = {fam for lv in levels for fam in terminal_tasks.FAMILIES.get(lv, {})}
     unknown = sorted(set(exclude_families) - kinds)
     if unknown:
         raise ValueError(f"--hold-out-kind {', '.join(unknown)}: not a task kind of levels {list(levels)}; "
                          f"kinds: {', '.join(sorted(kinds))}")
     for lv in levels:
-        if set(terminal_tasks.FAMILIES[lv]) <= set(exclude_families):
+        if lv in terminal_tasks.FAMILIES and set(terminal_tasks.FAMILIES[lv]) <= set(exclude_families):
             raise ValueError(f"--hold-out-kind leaves level {lv} no task kind to train on; hold out fewer kinds")
     return tuple(sorted(set(exclude_families)))
 

@@ -121,6 +121,28 @@ def test_a_verdict_becomes_a_review_by_hand():
     assert _review(reward=0.5)["score"] == 0.5
 
 
+def test_the_verifier_names_the_solutions_tools_after_a_wrong_result_or_no_submission_only():
+    from tentalis_pipelines.envs.terminal_tasks import solution_tools
+
+    tools = ["wc"]
+    for end, kind, why in (("turn_limit", "answer", "turn_limit"), ("submitted", "answer", "wrong_answer"), ("submitted", "tree", "wrong_tree")):
+        hint = _review(end_reason=end, check_kind=kind, tools=tools)["hint"]
+        assert hint == env_batches.HINTS[why] + " The tool for it: wc."
+    assert _review(end_reason="submitted", tools=["sort", "uniq", "head"])["hint"].endswith(" The tools for it: sort, uniq, head.")
+    # passed, format-only, hostile and error reviews never name a tool; no tools (None-like: empty) adds nothing
+    assert _review(passed=True, reward=1.0, tools=tools)["hint"] == ""
+    assert _review(end_reason="turn_limit", turns=8, format_errors=8, tools=tools)["hint"] == env_batches.HINTS["format"]
+    assert _review(end_reason="hostile: network access", turns=1, tools=tools)["hint"] == env_batches.HINTS["hostile"]
+    assert _review(end_reason="error: sandbox died", turns=1, tools=tools)["hint"] == ""
+    assert _review(tools=())["hint"] == env_batches.HINTS["wrong_answer"]
+    # the tools: first words of each command of a pipeline or list, loop bodies included; looking and submit are not tools
+    assert solution_tools(["wc -l < a.txt", "submit 4"]) == ["wc"]
+    assert solution_tools(["sort v.txt | uniq -c | sort -rn | head -n 1", "submit bob"]) == ["sort", "uniq", "head"]
+    assert solution_tools(['cd docs && for f in *.txt; do mv "$f" "${f%.txt}.md"; done', "ls docs", "submit"]) == ["mv"]
+    assert solution_tools(["mkdir -p urgent", "grep -lw urgent inbox/* | xargs -I{} mv {} urgent/", "ls inbox urgent"]) == ["mkdir", "grep", "xargs"]
+    assert solution_tools(["cat a.txt", "submit x"]) == [] and solution_tools([]) == []
+
+
 # --------------------------------------------------------------------------- trajectories by hand
 def _rollout(bid, task_id, g, spans, n):
     eid = env_batches.episode_id(bid, task_id, "base", g)
