@@ -25,8 +25,9 @@ whether a conversation's KV was kept or evicted and recomputed: the outputs are 
 bf16 prefill of 4,300 tokens in one go and of 4,250 + 50 differ in the last bits, enough to flip a
 greedy choice of the 135M model).
 
-Memory is bounded by ``kv_budget_bytes`` (default ``DEFAULT_KV_BUDGET_BYTES``, 1 GiB: a level-0
-terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, then decodes ~15 rows of
+Memory is bounded by ``kv_budget_bytes`` (default ``"auto"``: ``$TENTALIS_KV_BUDGET_MB``, else an eighth
+of the host's memory between 1 GiB and 8 GiB, :func:`default_kv_budget_bytes`; at 1 GiB a level-0
+terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, decodes ~15 rows of
 1,500 positions at once and stays under ~3 GB RSS with the model): the decoder admits fewer rows rather
 than exceed it, and evicts waiting conversations' KV least recently used first, recomputing it by
 prefill when they re-enter. ``stats`` reports the peak KV bytes for the run's metadata.
@@ -37,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from collections import OrderedDict
@@ -51,6 +53,33 @@ from tentalis_pipelines.inference.transformers_backend import load_policy
 log = logging.getLogger(__name__)
 
 DEFAULT_KV_BUDGET_BYTES = 1 << 30  # module doc: a terminal learning cycle of the 135M model under ~3 GB
+MAX_AUTO_KV_BUDGET_BYTES = 8 << 30
+KV_BUDGET_ENV = "TENTALIS_KV_BUDGET_MB"
+
+
+def default_kv_budget_bytes(environ: dict[str, str] | None = None, physical_bytes: int | None = None) -> int:
+    """The KV budget a ``ChatPolicy`` gets when none is given: ``$TENTALIS_KV_BUDGET_MB`` when set, else
+    one eighth of the host's memory, between 1 GiB (``DEFAULT_KV_BUDGET_BYTES``) and 8 GiB. Under the
+    budget the decoder evicts waiting conversations' KV and recomputes it by prefill when they re-enter;
+    a level-1 terminal batch (64 episodes of up to 8 turns, ~1,500 positions each at 46 kB a position in
+    fp32) holds ~4 GiB, so a 1 GiB budget spends most of a cycle re-prefilling (89% of its time, measured
+    with py-spy), while a 24 GiB host can keep three times as much."""
+    env = os.environ if environ is None else environ
+    raw = env.get(KV_BUDGET_ENV, "").strip()
+    if raw:
+        try:
+            mb = float(raw)
+        except ValueError:
+            mb = -1.0
+        if not mb > 0 or mb != mb or mb == float("inf"):
+            raise ValueError(f"${KV_BUDGET_ENV}={raw!r}: give the KV budget in MiB as a positive number (e.g. 4096), or unset it")
+        return int(mb * 2**20)
+    if physical_bytes is None:
+        try:
+            physical_bytes = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        except (ValueError, OSError, AttributeError):  # not a POSIX host: the fixed default
+            physical_bytes = 0
+    return max(DEFAULT_KV_BUDGET_BYTES, min(MAX_AUTO_KV_BUDGET_BYTES, physical_bytes // 8))
 
 CLOSED_BLOCK = re.compile(r"```[\w+-]*[ \t]*\n.*?```", re.DOTALL)
 
@@ -85,7 +114,7 @@ class ChatPolicy:
                  top_p: float = 1.0, seed: int = 0, stop_after_block: bool = True,
                  max_context_tokens: int | None = None, cache_size: int = 4096, share_prefixes: bool = True,
                  min_shared_prefix: int = 64, prefill_block: int = 128,
-                 kv_budget_bytes: int | None = DEFAULT_KV_BUDGET_BYTES, max_rows: int | None = None):
+                 kv_budget_bytes: int | None | str = "auto", max_rows: int | None = None):
         self.model, self.tokenizer = model, tokenizer
         self.max_new_tokens = int(max_new_tokens)
         self.temperature = float(temperature)
@@ -100,6 +129,8 @@ class ChatPolicy:
         self.share_prefixes = share_prefixes
         self.min_shared_prefix = int(min_shared_prefix)
         self.prefill_block = int(prefill_block)
+        if kv_budget_bytes == "auto":  # $TENTALIS_KV_BUDGET_MB, else an eighth of the host's memory (1-8 GiB)
+            kv_budget_bytes = default_kv_budget_bytes()
         self.decoder = BatchDecoder(model, tokenizer, max_rows=max_rows, max_batch_tokens=1 << 62, prefix_cache_tokens=0,
                                     prefill_block=self.prefill_block, kv_budget_bytes=kv_budget_bytes,
                                     share_prefixes=share_prefixes, min_shared_prefix=self.min_shared_prefix)

@@ -118,3 +118,26 @@ def test_without_vllm_here_the_engine_on_cuda_is_the_batch_decoder():
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed here")
     assert choose_rollout_engine("cuda").engine == "batch_decoder"
+
+
+def test_the_default_kv_budget_is_the_env_var_else_an_eighth_of_the_host_clamped():
+    from tentalis_pipelines.envs.policies import (
+        DEFAULT_KV_BUDGET_BYTES,
+        MAX_AUTO_KV_BUDGET_BYTES,
+        default_kv_budget_bytes,
+    )
+
+    gib = 1 << 30
+    assert default_kv_budget_bytes({}, 24 * gib) == 3 * gib
+    assert default_kv_budget_bytes({}, 8 * gib) == DEFAULT_KV_BUDGET_BYTES == gib  # exactly at the floor
+    assert default_kv_budget_bytes({}, 4 * gib) == gib  # below: the floor
+    assert default_kv_budget_bytes({}, 0) == gib  # an unknown host size: the floor
+    assert default_kv_budget_bytes({}, 64 * gib) == MAX_AUTO_KV_BUDGET_BYTES == 8 * gib  # exactly at the cap
+    assert default_kv_budget_bytes({}, 512 * gib) == 8 * gib
+    # the variable wins over the host, in MiB, fractions allowed; empty or blank means unset
+    assert default_kv_budget_bytes({"TENTALIS_KV_BUDGET_MB": "512"}, 512 * gib) == 512 << 20
+    assert default_kv_budget_bytes({"TENTALIS_KV_BUDGET_MB": "0.5"}, gib) == 1 << 19
+    assert default_kv_budget_bytes({"TENTALIS_KV_BUDGET_MB": " "}, 24 * gib) == 3 * gib
+    for bad in ("0", "-1", "nan", "inf", "4GB"):
+        with pytest.raises(ValueError, match="TENTALIS_KV_BUDGET_MB"):
+            default_kv_budget_bytes({"TENTALIS_KV_BUDGET_MB": bad}, gib)
