@@ -223,7 +223,8 @@ def test_terminal_tasks_are_screened_as_tasks_exactly_never_by_their_instruction
          "extracted_answer": None, "reference": it.reference, "correct": False, "lenient_correct": False, "formatted": True,
          "created_at": now_utc(), "skill_ids": []} for it in items])
     index = contamination.build_index(lake, benchmarks=("terminal",), cache_dir=tmp_path / "cache")
-    assert index.counts == {"terminal": 120} and index.coverage.screened == ("terminal",)
+    # every terminal evaluation set: 4 levels x 30 held-out, 25 kinds x 30, 30 paraphrased
+    assert index.counts == {"terminal": 120 + 25 * 30 + 30} and index.coverage.screened == ("terminal",)
     held_out = terminal_held_out_tasks((0,))[0]
     # the held-out task itself, under another id: caught, exactly
     twin = {**held_out.task_row(), "task_id": "train-0"}

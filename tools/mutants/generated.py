@@ -64,6 +64,9 @@ TARGETS: tuple[Target, ...] = (
            ("tests/unit/test_sessions.py", "tests/unit/test_env_batches.py", "tests/unit/test_opd_segments.py",
             "tests/unit/test_episode_guide.py", "tests/unit/test_envs_runner.py", "tests/unit/test_atif.py"), "learning"),
     Target("advantages", ("tentalis_pipelines/rewards/advantages.py",), ("tests/unit/test_rewards.py",), "learning"),
+    # issue 72: the guided episodes' ratio, mask and prefix annealing, and the curriculum's choice of levels
+    Target("episode_guide", ("tentalis_pipelines/training/episode_guide.py",), ("tests/unit/test_episode_guide.py",), "learning"),
+    Target("curriculum", ("tentalis_pipelines/tasks/curriculum.py",), ("tests/unit/test_curriculum.py",), "learning"),
     Target("losses", ("tentalis_pipelines/training/losses.py",), ("tests/unit/test_losses.py", "tests/unit/test_guide.py"), "learning"),
     Target("terminal", ("tentalis_pipelines/envs/terminal.py",), ("tests/unit/test_envs_terminal.py", "tests/unit/test_envs_level0.py"), "gym"),
     Target("env_runner", ("tentalis_pipelines/envs/runner.py",), ("tests/unit/test_envs_runner.py",), "gym"),
