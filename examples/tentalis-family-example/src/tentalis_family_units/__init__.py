@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import json
 
-from tentalis_pipelines.tasks.families import Recipe, TaskFamily
-
 from tentalis_family_units import tasks
 from tentalis_family_units.env import ENVIRONMENT, UnitsEnv
+from tentalis_pipelines.tasks.families import Recipe, TaskFamily
 
 
 class UnitsFamily(TaskFamily):

@@ -23,9 +23,8 @@ from __future__ import annotations
 import math
 import re
 
-from tentalis_pipelines.envs.base import SUBMITTED, TURN_LIMIT, Environment, Observation, StepResult, Verdict
-
 from tentalis_family_units.tasks import UnitsTask, convert
+from tentalis_pipelines.envs.base import SUBMITTED, TURN_LIMIT, Environment, Observation, StepResult, Verdict
 
 ENVIRONMENT = "units"
 SYSTEM = ("You convert units with a converter tool. Call it with one block:\n```convert\n<amount> <unit> to <unit>\n```\n"
