@@ -319,7 +319,8 @@ def learn(
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
                               "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | bfcl "
                               "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker) | swe "
-                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark)."),
+                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark) | an installed "
+                              "environment family's name (its seeded tasks; held-out and gate: its benchmark, docs/families.md)."),
     max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
