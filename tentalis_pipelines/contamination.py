@@ -673,7 +673,10 @@ def held_out_reason(row: dict[str, Any]) -> str | None:
             from tentalis_pipelines.tasks.families import family_of_environment
 
             family = family_of_environment(env)
-            fingerprint = family.fingerprint(family.task_from_row(row))
+            try:
+                fingerprint = family.fingerprint(family.task_from_row(row))
+            except (KeyError, TypeError, ValueError):  # not a whole row of the family: the ids and split decide
+                fingerprint = None
     for e in envs:
         ids, prints = held_out_tasks(e)
         if task_id in ids:

@@ -103,3 +103,10 @@ def test_the_cli_takes_an_installed_family_as_a_task_source(units):
     check_seeded_source("units")  # no exit
     assert held_out_benchmark("units", (1,)) == "units"
     assert parse_levels("1,2", "units") == [1, 2]
+
+
+def test_a_cycle_resumes_an_installed_familys_batch_left_without_trajectories(tmp_path, units):
+    first = batches.register_family_batch(tmp_path, "units", seed=1, num_tasks=2, levels=(1,))
+    resumed = batches.interrupted_cycle_batch(tmp_path, task_source="units", num_tasks=2, levels=(1,), settled=set())
+    assert resumed == first
+    assert batches.interrupted_cycle_batch(tmp_path, task_source="units", num_tasks=2, levels=(1,), settled={first}) is None
