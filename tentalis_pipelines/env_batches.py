@@ -130,17 +130,19 @@ TOOL_HINT_FAILURES = ("turn_limit", "wrong_answer", "wrong_tree")
 
 
 def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
-                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = (),
+                   family_hints: dict[str, str] | None = None) -> dict[str, Any]:
     """The verifier's verdict as a review: score = the verdict's reward, critique = how the episode ended
     and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed). When the
     agent ran out of turns or submitted the wrong result and the task's known solution names ``tools``
     (``terminal_tasks.solution_tools``), the hint names them too: the kind of command, never the command
-    or the answer (a manager who knows how the task is done says which tool to reach for)."""
+    or the answer (a manager who knows how the task is done says which tool to reach for).
+    ``family_hints`` (the task family's ``hints``) replace the generic hint of the failure types they name."""
     why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
     critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
                 f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
     hints = BFCL_HINTS if check_kind == "bfcl" else HINTS
-    hint = hints[why]
+    hint = {**hints, **(family_hints or {})}[why]
     if tools and why in TOOL_HINT_FAILURES:
         hint = f"{hint} The tool{'s' if len(tools) > 1 else ''} for it: {', '.join(tools)}."
     return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hint, "failure": why}
@@ -405,6 +407,9 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
         llm_texts = llm_manager.review_episodes([(review_transcript(ep["episode"]), float(ep["episode"].get("reward") or 0.0))
                                                  for _, ep in episodes])
         reviewer = f"llm-manager:{getattr(llm_manager, 'version', 'base')}"
+    from tentalis_pipelines.tasks.families import environment_families
+
+    family_hints = {env: dict(f.hints) for env, f in environment_families().items()}  # each family's own wording
     rows, failures = [], defaultdict(int)
     for k, (eid, ep) in enumerate(episodes):
         rec = ep["episode"]
@@ -412,7 +417,8 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
                                 end_reason=str(rec.get("end_reason") or "error: no episode record"),
                                 check_kind=str(rec.get("check_kind") or "answer"), format_errors=int(rec.get("format_errors") or 0),
                                 turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0),
-                                tools=[str(t) for t in rec.get("tools") or []])
+                                tools=[str(t) for t in rec.get("tools") or []],
+                                family_hints=family_hints.get(str(rec.get("environment") or "")))
         failures[review.pop("failure")] += 1
         if llm_texts is not None:
             critique, hint = llm_texts[k]

@@ -91,6 +91,7 @@ def test_an_installed_family_learns_is_benchmarked_on_its_held_out_split_and_gat
     assert {r["temperature"] for r in rollouts} == {0.7}  # the family's recipe, from the manifest
     reviews = lake.read("reviews", batch_id=batch_id).to_pylist()
     assert sorted(r["score"] for r in reviews) == [0.0, 0.0, 1.0, 1.0]  # one stubbed pass per task's pair
+    assert all("```convert" in r["hint"] for r in reviews if r["score"] == 0)  # the family's own hints, not bash's
     trajectories = lake.read("trajectories", batch_id=batch_id).to_pylist()
     assert {r["kind"] for r in trajectories} == {"multi_turn"} and all(r["kept"] for r in trajectories)
     # the environment's own per-turn scores (info["step_score"]) or format errors land in step_scores

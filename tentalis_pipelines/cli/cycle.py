@@ -359,7 +359,7 @@ def learn(
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import benchmark_history
     from tentalis_pipelines.resources import TrainerResource
-    from tentalis_pipelines.tasks.families import get_family
+    from tentalis_pipelines.tasks.families import get_family, installed_environment_families
 
     check_policy_settings()
     from tentalis_pipelines.tasks.batches import is_task_file_source
@@ -384,7 +384,7 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    learnable = ("arithmetic", "gsm8k", "terminal", "bfcl", "swe", *seeded_sources()[len(SEEDED_SOURCES):])
+    learnable = ("arithmetic", "gsm8k", "terminal", "bfcl", "swe", *installed_environment_families())
     if tasks not in learnable and not task_file:
         fail(f"--tasks {tasks!r}: choose {', '.join(learnable)}, or a terminal task file (path/to/tasks.jsonl)")
     if manager not in (None, "verifier", "llm"):

@@ -110,3 +110,12 @@ def test_a_cycle_resumes_an_installed_familys_batch_left_without_trajectories(tm
     resumed = batches.interrupted_cycle_batch(tmp_path, task_source="units", num_tasks=2, levels=(1,), settled=set())
     assert resumed == first
     assert batches.interrupted_cycle_batch(tmp_path, task_source="units", num_tasks=2, levels=(1,), settled={first}) is None
+
+
+def test_the_verifier_review_speaks_the_familys_words(units):
+    from tentalis_pipelines.env_batches import verdict_review
+
+    fields = {"passed": False, "reward": 0.0, "detail": "", "end_reason": "turn_limit", "check_kind": "answer", "format_errors": 4,
+              "turns": 4, "max_turns": 4}
+    assert "```bash" in verdict_review(**fields)["hint"]  # the generic (terminal) wording
+    assert verdict_review(**fields, family_hints=units.hints)["hint"] == units.hints["format"]

@@ -22,7 +22,8 @@ registered by name and TRL's ``rollout_func``:
 * ``task_row(task)`` / ``task_from_row(row)``: a task as a ``tasks`` row and back;
 * ``fingerprint(task)``: what makes two tasks the same task (the contamination guard's key);
 * ``make_env(max_turns)``: a fresh environment with ``envs/base.py``'s protocol (``reset``, ``step``,
-  ``verify``, ``close``), the verifier inside it.
+  ``verify``, ``close``), the verifier inside it;
+* ``hints`` (optional): the verifier review's hint per failure type, in the words of the family's tools.
 
 A task is any object with ``task_id`` (str) and ``level`` (int); an optional ``kind`` names its final check
 (the verdict review's wording, default ``answer``). Single-turn families (arithmetic, gsm8k, jsonl) leave
@@ -112,6 +113,9 @@ class TaskFamily:
     levels: tuple[int, ...] = ()
     default_recipe: Recipe = Recipe()
     environment: str | None = None  # the tasks' ``environment`` column; None: a single-turn family
+    # The verifier review's hint per failure type (``env_batches.failure_type``: ``format``, ``turn_limit``,
+    # ``wrong_answer``, ...) where the generic wording (the terminal's: bash blocks, files) does not fit.
+    hints: dict[str, str] = {}
 
     def recipe(self, levels: tuple[int, ...] = ()) -> Recipe:
         """The family's recipe for a batch of these levels (override when it depends on them)."""

@@ -21,6 +21,12 @@ class UnitsFamily(TaskFamily):
     levels = tasks.LEVELS
     # Short replies (one block), a few turns: convert, then answer.
     default_recipe = Recipe(temperature=0.7, max_new_tokens=48, max_turns=4)
+    # The verifier review's hint per failure type, in this tool's words (the generic ones speak of bash).
+    hints = {
+        "format": "Reply with exactly one ```convert block (amount, unit, 'to', unit) or one ```answer block holding a number.",
+        "turn_limit": "Call ```convert once, then submit its result in an ```answer block within the turn limit.",
+        "wrong_answer": "Submit exactly the number the ```convert tool printed, in the unit the question asks for.",
+    }
 
     def training_tasks(self, seed, num_tasks, levels):
         return tasks.training_tasks(seed, num_tasks, tuple(levels))
