@@ -31,16 +31,19 @@ from tentalis_pipelines.tasks.batches import (
     interrupted_cycle_batch,
     is_task_file_source,
     next_bfcl_seed,
+    next_family_seed,
     next_generator_seed,
     next_swe_seed,
     next_terminal_seed,
     register_bfcl_batch,
     register_dataset_batch,
+    register_family_batch,
     register_generated_batch,
     register_swe_batch,
     register_terminal_batch,
     register_terminal_file_batch,
 )
+from tentalis_pipelines.tasks.families import installed_environment_families
 
 
 class CycleFailed(RuntimeError):
@@ -103,8 +106,16 @@ def register_batch(instance: DagsterInstance, paths: Paths, *, num_tasks: int, s
                                                 overrides=recipe)
         _ensure_batch_partition(instance, batch_id)
         return batch_id
+    installed = installed_environment_families()
+    if task_source in installed:  # an environment family of an installed package: the registry's generic batch
+        chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
+        seed = seed if seed is not None else next_family_seed(paths.batches, task_source)
+        batch_id = register_family_batch(paths.batches, task_source, seed=seed, num_tasks=num_tasks, levels=tuple(levels), recipe=chosen)
+        _ensure_batch_partition(instance, batch_id)
+        return batch_id
     if task_source not in ("arithmetic", "terminal", "bfcl", "swe"):
-        raise ValueError(f"task source {task_source!r}: a seeded batch is arithmetic, terminal, bfcl or swe, or a terminal task file (.jsonl)")
+        raise ValueError(f"task source {task_source!r}: a seeded batch is {', '.join(['arithmetic', 'terminal', 'bfcl', 'swe', *installed])}, "
+                         "or a terminal task file (.jsonl)")
     chosen = family_recipe(task_source, tuple(levels), max_turns=max_turns, **(recipe or {}))
     if task_source == "terminal":
         seed = seed if seed is not None else next_terminal_seed(paths.batches)
@@ -228,7 +239,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
         if on_note:
             on_note(f"curriculum: {batch_id} draws levels {dict(choice.record()['tasks_per_level'])} from recent success "
                     f"{ {k: f'{v:.0%}' for k, v in sorted(choice.success_by_level.items())} or 'none yet'}")
-    elif opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source):
+    elif (opts.task_source in ("arithmetic", "terminal", "bfcl", "swe") or is_task_file_source(opts.task_source)
+          or opts.task_source in installed_environment_families()):
         batch_id = register_batch(instance, paths, num_tasks=opts.num_tasks, seed=opts.seed, levels=opts.levels,
                                   task_source=opts.task_source, max_turns=opts.max_turns, recipe=opts.recipe,
                                   exclude_families=opts.exclude_families)

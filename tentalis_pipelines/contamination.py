@@ -347,10 +347,13 @@ def evaluated_items(lake: Lakehouse) -> list[ReferenceItem]:
     """Every distinct prompt a checkpoint was ever benchmarked on (``benchmark_items``)."""
     if not lake.exists("benchmark_items"):
         return []
+    from tentalis_pipelines.tasks.families import installed_environment_families
+
     seen: set[tuple[str, str, str]] = set()
     out = []
+    families = installed_environment_families()  # their held-out splits are screened by fingerprint (tasks.batches.load_family_batch)
     for row in lake.read("benchmark_items", columns=["benchmark", "item_id", "prompt"]).to_pylist():
-        if str(row["benchmark"]).startswith(ENVIRONMENT_BENCHMARK_PREFIX):
+        if str(row["benchmark"]).startswith(ENVIRONMENT_BENCHMARK_PREFIX) or row["benchmark"] in families:
             continue  # indexed whole, as tasks, by static_items: the prompt alone is not the task
         key = (row["benchmark"], str(row["item_id"]), row["prompt"] or "")
         if row["prompt"] and key not in seen:
@@ -589,6 +592,14 @@ HELD_OUT_ENVIRONMENTS = ("terminal", "bfcl", "swe")
 _TASK_ID_PREFIXES = {"terminal": "terminal-", "bfcl": "bfcl_", "swe": "swe-"}
 
 
+def held_out_environments() -> tuple[str, ...]:
+    """The environments with held-out tasks: the built-in ones, then every environment family of an
+    installed package (``tasks/families``)."""
+    from tentalis_pipelines.tasks.families import installed_environment_families
+
+    return (*HELD_OUT_ENVIRONMENTS, *(str(f.environment) for f in installed_environment_families().values()))
+
+
 STATE_KEYS = ("tree", "turns", "initial_config")  # what an environment task starts from (metadata keys)
 
 
@@ -615,12 +626,19 @@ def task_fingerprint(row: dict[str, Any]) -> str:
 def held_out_tasks(environment: str) -> tuple[frozenset[str], dict[str, str]]:
     """(task ids, {fingerprint: task id}) of an environment's generated held-out tasks: the terminal
     benchmark's (every level), the generated BFCL held-out split, the mini-SWE catalogue's test split.
-    The fingerprint is :func:`task_fingerprint` of the task row."""
+    The fingerprint is :func:`task_fingerprint` of the task row; an installed environment family's
+    (``tasks/families``) are its ``held_out_tasks()`` and its own ``fingerprint``."""
     from tentalis_pipelines.envs.base import EnvironmentUnavailable
     from tentalis_pipelines.envs.swe_tasks import held_out_tasks as swe_held_out
     from tentalis_pipelines.tasks.batches import bfcl_held_out_tasks, terminal_evaluation_tasks
 
-    load = {"terminal": terminal_evaluation_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}[environment]
+    load = {"terminal": terminal_evaluation_tasks, "bfcl": bfcl_held_out_tasks, "swe": swe_held_out}.get(environment)
+    if load is None:  # an environment family of an installed package: its own held-out split and fingerprint
+        from tentalis_pipelines.tasks.families import family_of_environment
+
+        family = family_of_environment(environment)
+        tasks = family.held_out_tasks(())
+        return frozenset(str(t.task_id) for t in tasks), {family.fingerprint(t): str(t.task_id) for t in tasks}
     try:
         tasks = load()
     except EnvironmentUnavailable:  # an environment that is not installed has no tasks to leak
@@ -638,9 +656,10 @@ def held_out_reason(row: dict[str, Any]) -> str | None:
     prefix names), or against every environment's when neither says."""
     task_id = str(row.get("task_id") or "")
     env = row.get("environment")
-    if env not in HELD_OUT_ENVIRONMENTS:
+    known = held_out_environments()
+    if env not in known:
         env = next((e for e, p in _TASK_ID_PREFIXES.items() if task_id.startswith(p)), None)
-    envs = (env,) if env else HELD_OUT_ENVIRONMENTS
+    envs = (env,) if env else known
     try:
         meta = json.loads(row.get("metadata") or "{}")
     except (TypeError, ValueError):
@@ -650,6 +669,14 @@ def held_out_reason(row: dict[str, Any]) -> str | None:
     fingerprint = row.get("task_fingerprint")
     if not fingerprint and row.get("prompt") is not None:
         fingerprint = task_fingerprint(row)
+        if env and env not in HELD_OUT_ENVIRONMENTS:  # an installed family fingerprints its own tasks
+            from tentalis_pipelines.tasks.families import family_of_environment
+
+            family = family_of_environment(env)
+            try:
+                fingerprint = family.fingerprint(family.task_from_row(row))
+            except (KeyError, TypeError, ValueError):  # not a whole row of the family: the ids and split decide
+                fingerprint = None
     for e in envs:
         ids, prints = held_out_tasks(e)
         if task_id in ids:

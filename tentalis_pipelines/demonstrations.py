@@ -310,16 +310,16 @@ def import_demonstrations(lake: Lakehouse, path: Path | str, *, verify: bool = T
             if row is None:
                 raise ValueError(f"unknown task {demo['task_id']!r} in batch {demo['batch_id']!r} (not in tasks): "
                                  "materialise the batch's tasks first")
-            if row.get("environment") not in env_batches.FAMILIES:
+            if row.get("environment") not in env_batches.environments():
                 raise ValueError(f"task {demo['task_id']} is a {row.get('environment')!r} task; demonstrations are for "
-                                 f"{', '.join(env_batches.FAMILIES)} tasks")
+                                 f"{', '.join(env_batches.environments())} tasks")
             if demo["environment"] and demo["environment"] != row["environment"]:
                 raise ValueError(f"environment {demo['environment']!r} but task {demo['task_id']} is a {row['environment']} task")
             key = (demo["batch_id"], demo["task_id"], json.dumps(demo["actions"]))
             if key in seen:
                 raise ValueError(f"the same demonstration of {demo['task_id']} appears twice in this file")
             seen.add(key)
-            task = env_batches.FAMILIES[row["environment"]][1](row)
+            task = env_batches.task_from_row(row)
             if verify:
                 ep = replay(row["environment"], task, demo["actions"], max_turns=task_max_turns(row), env_factory=env_factory)
                 if not ep.passed or len(policy_actions(ep)) != len(demo["actions"]):

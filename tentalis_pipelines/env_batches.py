@@ -16,7 +16,8 @@ A batch whose tasks come from an agent environment (``environment = 'terminal'``
   run, ``answer`` the submitted answer and ``parse_mode`` ``episode:<end kind>``
   (``submitted | turn_limit | hostile | error``);
 * step_scores: one per assistant turn where the environment gives a deterministic signal
-  (:func:`turn_step_score`, scorer ``environment``): terminal, the command's exit status (1 for 0, else 0)
+  (:func:`turn_step_score`, scorer ``environment``): a step whose ``info`` holds ``step_score`` (and
+  ``step_reason``), that score (any environment family may set it); else terminal, the command's exit status (1 for 0, else 0)
   or 0 for a turn without a command; mini-SWE the same, and for a run of the tests whether they passed;
   BFCL, 0 when a call raised or returned an error, 1 when every call ran, 0 for a call the parser
   refused, nothing for a reply without calls (BFCL's way to end a user turn). They are recorded, not
@@ -50,11 +51,8 @@ from typing import TYPE_CHECKING, Any
 
 from tentalis_pipelines.envs.base import Episode, end_kind
 from tentalis_pipelines.envs.bfcl import ENVIRONMENT as BFCL
-from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.envs.runner import episode_to_turns
 from tentalis_pipelines.envs.swe_tasks import ENVIRONMENT as SWE
-from tentalis_pipelines.envs.swe_tasks import SweTask
-from tentalis_pipelines.envs.terminal_tasks import ENVIRONMENT as TERMINAL
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask, solution_tools
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import group_advantages
@@ -66,7 +64,15 @@ if TYPE_CHECKING:
     from tentalis_pipelines.policy import PolicySettings
     from tentalis_pipelines.settings import Paths
 
-ENVIRONMENTS = (TERMINAL, BFCL, SWE)  # the environment families whose batches this module runs
+
+def environments() -> tuple[str, ...]:
+    """The environments whose batches this module runs: every environment family of the registry
+    (``tasks/families``: terminal, bfcl, swe and those of installed packages)."""
+    from tentalis_pipelines.tasks.families import environment_families
+
+    return tuple(environment_families())
+
+
 VERIFIER = "verifier"
 # The reward is the review's score alone (the verifier's verdict).
 WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
@@ -92,11 +98,12 @@ BFCL_HINTS = {
 
 
 def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
-    """Whether every task of the batch is an environment's (``environment`` names one of :data:`ENVIRONMENTS`)."""
+    """Whether every task of the batch is an environment's (``environment`` names one of :func:`environments`)."""
     if not lake.exists("tasks"):
         return False
     envs = lake.read("tasks", batch_id=batch_id, columns=["environment"]).column("environment").to_pylist()
-    return bool(envs) and all(e in ENVIRONMENTS for e in envs)
+    known = environments()
+    return bool(envs) and all(e in known for e in envs)
 
 
 # --------------------------------------------------------------------------- reviews from verdicts
@@ -123,17 +130,19 @@ TOOL_HINT_FAILURES = ("turn_limit", "wrong_answer", "wrong_tree")
 
 
 def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
-                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = ()) -> dict[str, Any]:
+                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = (),
+                   family_hints: dict[str, str] | None = None) -> dict[str, Any]:
     """The verifier's verdict as a review: score = the verdict's reward, critique = how the episode ended
     and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed). When the
     agent ran out of turns or submitted the wrong result and the task's known solution names ``tools``
     (``terminal_tasks.solution_tools``), the hint names them too: the kind of command, never the command
-    or the answer (a manager who knows how the task is done says which tool to reach for)."""
+    or the answer (a manager who knows how the task is done says which tool to reach for).
+    ``family_hints`` (the task family's ``hints``) replace the generic hint of the failure types they name."""
     why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
     critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
                 f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
     hints = BFCL_HINTS if check_kind == "bfcl" else HINTS
-    hint = hints[why]
+    hint = {**hints, **(family_hints or {})}[why]
     if tools and why in TOOL_HINT_FAILURES:
         hint = f"{hint} The tool{'s' if len(tools) > 1 else ''} for it: {', '.join(tools)}."
     return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hint, "failure": why}
@@ -156,6 +165,9 @@ def turn_step_score(environment: str, turn: dict[str, Any]) -> tuple[float | Non
     ``action`` and ``info``): 1 for a step that worked, 0 for one that failed, None where the
     environment gives no deterministic signal (see the module doc)."""
     info, action = turn.get("info") or {}, turn.get("action")
+    if "step_score" in info:  # an environment that scores its own turns (e.g. an installed family's)
+        score = info["step_score"]
+        return (None if score is None else float(score)), str(info.get("step_reason") or "the environment's step score")
     if action is None:
         if environment == BFCL:
             # A reply in words (or anything without a call in it) is BFCL's way to end a user turn: no
@@ -225,57 +237,40 @@ def chat_policy(lake: Lakehouse, paths: Paths, policy: PolicySettings, backend=N
     return version, ChatPolicy.load(resolve_model(policy.model, paths.models), adapter, device=policy.device, dtype=policy.dtype, **kwargs)
 
 
-def _terminal_env(max_turns: int):
-    from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
-
-    return TerminalEnv(TerminalConfig(max_turns=max_turns))
-
-
-def _bfcl_env(max_turns: int):
-    from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv
-
-    # max_turns: the replies with calls allowed per user turn (BFCL's step limit; past it, a force-quit).
-    return BfclEnv(BfclConfig(max_steps_per_turn=max_turns))
-
-
-def _swe_env(max_turns: int):
-    from tentalis_pipelines.envs.swe import SweConfig, SweEnv, swe_terminal_config
-
-    return SweEnv(SweConfig(terminal=swe_terminal_config(max_turns)))
-
-
-# environment family -> (its environment for a turn limit, its task from a ``tasks`` row)
-FAMILIES: dict[str, tuple[Any, Any]] = {
-    TERMINAL: (_terminal_env, TerminalTask.from_task_row),
-    BFCL: (_bfcl_env, BfclTask.from_task_row),
-    SWE: (_swe_env, SweTask.from_task_row),
-}
-
-
 def make_env(environment: str, max_turns: int):
-    if environment not in FAMILIES:
-        raise ValueError(f"no environment {environment!r}; known: {', '.join(ENVIRONMENTS)}")
-    return FAMILIES[environment][0](max_turns)
+    """A fresh environment of ``environment`` for episodes of at most ``max_turns`` turns: its family's
+    (``tasks/families``: ``TaskFamily.make_env``)."""
+    from tentalis_pipelines.tasks.families import family_of_environment
+
+    return family_of_environment(environment).make_env(max_turns)
 
 
-def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, TerminalTask | BfclTask | SweTask]]:
+def task_from_row(row: dict) -> Any:
+    """The environment task of a ``tasks`` row (its family's ``task_from_row``)."""
+    from tentalis_pipelines.tasks.families import family_of_environment
+
+    return family_of_environment(row["environment"]).task_from_row(row)
+
+
+def load_tasks(lake: Lakehouse, batch_id: str) -> list[tuple[dict, Any]]:
     rows = sorted(lake.read("tasks", batch_id=batch_id).to_pylist(), key=lambda t: t["task_id"])
     if not rows:
         raise ValueError(f"batch {batch_id!r} has no tasks: materialise the tasks asset for it first")
-    unknown = sorted({r["environment"] for r in rows} - set(FAMILIES))
+    known = environments()
+    unknown = sorted({r["environment"] for r in rows} - set(known))
     if unknown:
-        raise ValueError(f"batch {batch_id!r} has tasks of unknown environments {unknown}; known: {', '.join(FAMILIES)}")
-    return [(r, FAMILIES[r["environment"]][1](r)) for r in rows]
+        raise ValueError(f"batch {batch_id!r} has tasks of unknown environments {unknown}; known: {', '.join(known)}")
+    return [(r, task_from_row(r)) for r in rows]
 
 
-def episode_record(episode: Episode, task: TerminalTask | BfclTask | SweTask) -> dict[str, Any]:
+def episode_record(episode: Episode, task: Any) -> dict[str, Any]:
     """What the ``episode`` column of its rollouts holds: how it ended and the verifier's verdict, and the
     episode's transcript (``Episode.transcript``: every message and turn without the token ids, which the
     segment holds), so that ``episodes.py`` exports the episode whole (ATIF)."""
     return {"environment": episode.environment, "end_reason": episode.end_reason, "passed": bool(episode.verdict.passed),
             "reward": float(episode.verdict.reward), "detail": episode.verdict.detail, "turns": episode.turns_used,
             "max_turns": episode.max_turns, "format_errors": sum(1 for t in episode.turns if t.action is None),
-            "check_kind": task.kind, "level": task.level, "transcript": episode.transcript(),
+            "check_kind": getattr(task, "kind", "answer"), "level": task.level, "transcript": episode.transcript(),
             # the programs of the task's known solution (terminal tasks): what the verifier's hint may name
             **({"tools": solution_tools(task.solution)} if isinstance(task, TerminalTask) and task.solution else {}),
             # the mini-SWE reward-hacking detector's findings (swe_tamper), for forensics.verifier_tampering
@@ -286,7 +281,7 @@ def _transcript(messages: list[dict]) -> str:
     return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in messages if isinstance(m, dict))
 
 
-def episode_rollout_rows(batch_id: str, task: TerminalTask | BfclTask, group_index: int, episode: Episode, *, policy_version: str, model: str,
+def episode_rollout_rows(batch_id: str, task: Any, group_index: int, episode: Episode, *, policy_version: str, model: str,
                          temperature: float, max_tokens: int | None, created_at) -> list[dict]:
     """An episode's rollout rows (one per segment; one with ``ChatPolicy``), shaped as a sessions batch's."""
     eid = episode_id(batch_id, task.task_id, policy_version, group_index)
@@ -412,6 +407,9 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
         llm_texts = llm_manager.review_episodes([(review_transcript(ep["episode"]), float(ep["episode"].get("reward") or 0.0))
                                                  for _, ep in episodes])
         reviewer = f"llm-manager:{getattr(llm_manager, 'version', 'base')}"
+    from tentalis_pipelines.tasks.families import environment_families
+
+    family_hints = {env: dict(f.hints) for env, f in environment_families().items()}  # each family's own wording
     rows, failures = [], defaultdict(int)
     for k, (eid, ep) in enumerate(episodes):
         rec = ep["episode"]
@@ -419,7 +417,8 @@ def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VER
                                 end_reason=str(rec.get("end_reason") or "error: no episode record"),
                                 check_kind=str(rec.get("check_kind") or "answer"), format_errors=int(rec.get("format_errors") or 0),
                                 turns=int(rec.get("turns") or 0), max_turns=int(rec.get("max_turns") or 0),
-                                tools=[str(t) for t in rec.get("tools") or []])
+                                tools=[str(t) for t in rec.get("tools") or []],
+                                family_hints=family_hints.get(str(rec.get("environment") or "")))
         failures[review.pop("failure")] += 1
         if llm_texts is not None:
             critique, hint = llm_texts[k]

@@ -146,8 +146,14 @@ def fail(message: str, code: int = 2) -> None:
 
 
 def parse_levels(levels: str, tasks: str = "arithmetic") -> list[int]:
-    """``--levels`` for the task source: arithmetic 1-4, terminal 0-3 (level 0: the command is named), bfcl and swe 1-3."""
+    """``--levels`` for the task source: arithmetic 1-4, terminal 0-3 (level 0: the command is named), bfcl and swe 1-3,
+    an installed environment family its ``levels``."""
     allowed = {"terminal": (0, 1, 2, 3), "bfcl": (1, 2, 3), "swe": (1, 2, 3)}.get(tasks, (1, 2, 3, 4))
+    from tentalis_pipelines.tasks.families import installed_environment_families
+
+    installed = installed_environment_families()
+    if tasks in installed:  # an installed environment family: its own levels
+        allowed = tuple(installed[tasks].levels) or allowed
     try:
         lv = [int(x) for x in levels.split(",") if x.strip()]
     except ValueError:

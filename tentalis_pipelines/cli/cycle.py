@@ -142,6 +142,20 @@ def run(
 SEEDED_SOURCES = ("arithmetic", "terminal", "bfcl", "swe")
 
 
+def seeded_sources() -> tuple[str, ...]:
+    """The seeded task sources: the built-in ones and every environment family of an installed package."""
+    from tentalis_pipelines.tasks.families import installed_environment_families
+
+    return (*SEEDED_SOURCES, *installed_environment_families())
+
+
+def installed_family(tasks: str) -> bool:
+    """Whether ``--tasks`` names an environment family of an installed package (``tasks/families``)."""
+    from tentalis_pipelines.tasks.families import installed_environment_families
+
+    return tasks in installed_environment_families()
+
+
 def check_temperature(temperature: float | None) -> float | None:
     """``--temperature`` as given (None: the family's recipe decides, ``tasks/families``), refused
     outside (0, 2]. The value goes into the batch's manifest, not the policy resource's run config."""
@@ -184,14 +198,16 @@ def held_out_benchmark(tasks: str, levels: tuple[int, ...]) -> str:
 
     if is_task_file_source(tasks):
         tasks, levels = "terminal", tuple(lv for lv in levels if lv in (0, 1, 2, 3)) or (0, 1)
+    if installed_family(tasks):  # an installed environment family: its held-out split, named after it
+        return tasks
     if tasks == "terminal" and len(set(levels)) == 1:
         return f"terminal-l{levels[0]}"
     return tasks
 
 
 def check_seeded_source(tasks: str) -> None:
-    if tasks not in SEEDED_SOURCES:
-        fail(f"--tasks {tasks!r}: choose {' or '.join(SEEDED_SOURCES)}, or a terminal task file (path/to/tasks.jsonl)")
+    if tasks not in seeded_sources():
+        fail(f"--tasks {tasks!r}: choose {' or '.join(seeded_sources())}, or a terminal task file (path/to/tasks.jsonl)")
 
 
 def source_levels(tasks: str, levels: str) -> list[int]:
@@ -303,7 +319,8 @@ def learn(
                               "(slices of $TENTALIS_DATA_DIR/gsm8k/train.jsonl; held-out and gate: GSM8K test) | terminal "
                               "(agent episodes on the terminal generator's training split; held-out and gate: the terminal benchmark) | bfcl "
                               "(generated tool-calling tasks; held-out and gate: BFCL's multi_turn_base through its checker) | swe "
-                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark)."),
+                              "(bug-fixing episodes on the mini-SWE training split; held-out and gate: the swe benchmark) | an installed "
+                              "environment family's name (its seeded tasks; held-out and gate: its benchmark, docs/families.md)."),
     max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
@@ -342,6 +359,7 @@ def learn(
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import benchmark_history
     from tentalis_pipelines.resources import TrainerResource
+    from tentalis_pipelines.tasks.families import get_family, installed_environment_families
 
     check_policy_settings()
     from tentalis_pipelines.tasks.batches import is_task_file_source
@@ -351,7 +369,8 @@ def learn(
         curriculum = tasks == "terminal" and levels is None
     if curriculum and tasks != "terminal":
         fail(f"--curriculum: draws terminal levels; --tasks {tasks} takes --levels")
-    lv = source_levels(tasks, levels or "1") if task_file else parse_levels(levels or ("0,1,2,3" if curriculum else "1"), tasks)
+    default_levels = "0,1,2,3" if curriculum else ",".join(map(str, get_family(tasks).levels)) if installed_family(tasks) else "1"
+    lv = source_levels(tasks, levels or "1") if task_file else parse_levels(levels or default_levels, tasks)
     held_kinds = parse_hold_out_kinds(hold_out_kind, tasks, tuple(lv))
     if method not in METHODS:
         fail(f"--method {method!r}: choose one of {', '.join(METHODS)}")
@@ -365,8 +384,9 @@ def learn(
         name = str(exc).split()[0]
         flag = f"--{name.replace('_', '-')} {trainer[name]!r}" if name in trainer else "trainer setting"
         fail(f"{flag}: {exc}")
-    if tasks not in ("arithmetic", "gsm8k", "terminal", "bfcl", "swe") and not task_file:
-        fail(f"--tasks {tasks!r}: choose arithmetic, gsm8k, terminal, bfcl or swe, or a terminal task file (path/to/tasks.jsonl)")
+    learnable = ("arithmetic", "gsm8k", "terminal", "bfcl", "swe", *installed_environment_families())
+    if tasks not in learnable and not task_file:
+        fail(f"--tasks {tasks!r}: choose {', '.join(learnable)}, or a terminal task file (path/to/tasks.jsonl)")
     if manager not in (None, "verifier", "llm"):
         fail(f"--manager {manager!r}: choose verifier or llm")
     if step_scorer not in (None, "calculator", "judge", "prm_head"):
@@ -392,7 +412,7 @@ def learn(
             step_scorer_version(paths.home)
         except PRMHeadNotTrained as exc:
             fail(f"--step-scorer prm_head: {exc}")
-    if (tasks in ("terminal", "bfcl", "swe") or task_file) and skills:
+    if (tasks in ("terminal", "bfcl", "swe") or task_file or installed_family(tasks)) and skills:
         fail(f"--skills: not built for --tasks {tasks} yet")
     from tentalis_pipelines.tasks.families import get_family
 

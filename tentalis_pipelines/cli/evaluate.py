@@ -27,7 +27,8 @@ def benchmark(
     checkpoint: str = typer.Option("promoted", help="'base', 'promoted' or a checkpoint id."),
     tasks: str = typer.Option("arithmetic", "--tasks", "--benchmark", help="arithmetic | gsm8k | math500 | humaneval | terminal (the agent gym's held-out "
                               "split, one greedy episode per task; terminal-l0 ... terminal-l3: one level's) | bfcl (BFCL's multi_turn_base "
-                              "through its checker) | swe (the mini-SWE held-out bugs, one greedy episode each) | path/to/tasks.jsonl"),
+                              "through its checker) | swe (the mini-SWE held-out bugs, one greedy episode each) | an installed environment family's "
+                              "name (its held-out split, docs/families.md) | path/to/tasks.jsonl"),
     limit: int | None = typer.Option(None, min=1, max=MAX_COUNT, help="Items to evaluate (a fixed seeded subset)."),
     seed: int = typer.Option(0, min=0, max=MAX_SEED, help="Seed of the subset."),
     format: str = typer.Option("table", "--format", "-f", help="table | json"),

@@ -40,6 +40,7 @@ from tentalis_pipelines.tasks.batches import (
     terminal_max_turns,
     terminal_paraphrased_tasks,
 )
+from tentalis_pipelines.tasks.families import TaskFamily, environment_families, installed_environment_families
 from tentalis_pipelines.tasks.jsonl import TaskRowError, parse_task_record
 
 # One benchmark per terminal level: the held-out split of that level alone.
@@ -51,7 +52,9 @@ TERMINAL_KIND_BENCHMARKS = {f"terminal-l{level}-{family}": (level, family)
 TERMINAL_PARAPHRASED_BENCHMARKS = {f"terminal-l{level}-paraphrased": level for level in terminal_tasks.PARAPHRASED}
 TERMINAL_BENCHMARKS = {"terminal", *TERMINAL_LEVEL_BENCHMARKS, *TERMINAL_KIND_BENCHMARKS, *TERMINAL_PARAPHRASED_BENCHMARKS}
 BENCHMARKS = ("arithmetic", "arithmetic-transfer", "gsm8k", "math500", "humaneval", "terminal", *TERMINAL_LEVEL_BENCHMARKS,
-              *TERMINAL_PARAPHRASED_BENCHMARKS, *TERMINAL_KIND_BENCHMARKS, "bfcl", "swe")
+              *TERMINAL_PARAPHRASED_BENCHMARKS, *TERMINAL_KIND_BENCHMARKS, "bfcl", "swe",
+              # each environment family of an installed package: its held-out split, named after the family
+              *installed_environment_families())
 # CPU-sized defaults: a fixed subset (seeded) of each benchmark. `limit` overrides them.
 DEFAULT_LIMITS = {"arithmetic": 64, "arithmetic-transfer": 64, "gsm8k": 100, "math500": 100, "humaneval": 20, "terminal": 120,
                   **{name: terminal_tasks.DEFAULT_TEST_PER_LEVEL for name in TERMINAL_BENCHMARKS - {"terminal"}}, "bfcl": 20, "swe": 30}
@@ -66,7 +69,7 @@ ENVIRONMENT_BENCHMARKS = ("terminal", "swe")
 
 def is_environment_benchmark(name: str) -> bool:
     """Whether a benchmark's items are agent episodes: success rates, Wilson intervals, success per level."""
-    return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_BENCHMARKS or name == "bfcl"
+    return name in ENVIRONMENT_BENCHMARKS or name in TERMINAL_BENCHMARKS or name == "bfcl" or name in installed_environment_families()
 # The transfer set's seed: its templates are not the training generator's, so no training seed can reach it.
 TRANSFER_SEED = 7_000_001
 DATA_FILES = {"gsm8k": "gsm8k/test.jsonl", "math500": "math500/test.jsonl"}
@@ -208,6 +211,9 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
         items = [BenchItem(t.task_id, t.instruction, json.dumps({"FAIL_TO_PASS": t.fail_to_pass, "PASS_TO_PASS": t.pass_to_pass}),
                            environment="swe", extra={"level": t.level, "task": t.to_dict()}) for t in swe_tasks.held_out_tasks()]
         return "swe", _subset(items, limit or DEFAULT_LIMITS["swe"], seed)
+    family = installed_environment_families().get(name_or_path)
+    if family is not None:  # an installed environment family: its held-out split, one greedy episode per task
+        return name_or_path, _subset([family_item(family, t) for t in family.held_out_tasks(())], limit, seed)
     path = Path(name_or_path).expanduser()
     if path.suffix == ".jsonl" or path.exists():
         if not path.exists():
@@ -225,6 +231,45 @@ def load_benchmark(name_or_path: str, limit: int | None = None, seed: int = 0) -
     raise ValueError(f"unknown benchmark {name_or_path!r}: choose one of {BENCHMARKS} or a path to a .jsonl task file")
 
 
+def family_item(family: TaskFamily, task: Any) -> BenchItem:
+    """A held-out task of an environment family as a benchmark item (its ``tasks`` row travels in ``extra``)."""
+    row = family.task_row(task)
+    return BenchItem(str(task.task_id), str(row.get("prompt") or ""), str(row.get("reference") or ""), environment=str(family.environment),
+                     extra={"level": int(task.level), "family": family.name, "task_row": row})
+
+
+def evaluate_family_items(backend, items: list[BenchItem], *, max_new_tokens: int = 128,
+                          max_turns: int | None = None) -> dict[str, ItemResult]:
+    """One greedy episode per item of an environment family (``TaskFamily.make_env``, the verifier inside
+    the environment), all episodes of a turn limit in lock step: correct when the verdict passes;
+    ``formatted`` when some turn held an action; the extracted answer is the submitted one. The turn limit
+    is the family's recipe for the item's level unless ``max_turns``."""
+    from tentalis_pipelines.envs.policies import ChatPolicy
+    from tentalis_pipelines.envs.runner import run_episodes
+
+    if getattr(backend, "model", None) is None or getattr(backend, "tokenizer", None) is None:
+        raise ValueError(f"an environment benchmark runs episodes with a transformers model; backend {backend.name!r} has none")
+    policy = ChatPolicy(backend.model, backend.tokenizer, max_new_tokens=max_new_tokens, temperature=0.0)
+    families = environment_families()
+    by_run: dict[tuple[str, int], list[int]] = {}
+    for i, it in enumerate(items):
+        family = families[it.environment]
+        limit = max_turns or family.recipe((int(it.extra.get("level") or 0),)).max_turns or 8
+        by_run.setdefault((it.environment, limit), []).append(i)
+    out = {}
+    for (environment, limit), idx in sorted(by_run.items()):
+        family = families[environment]
+        tasks = [family.task_from_row(items[i].extra["task_row"]) for i in idx]
+        episodes = run_episodes(lambda f=family, m=limit: f.make_env(m), tasks, policy.generate_batch)
+        for i, ep in zip(idx, episodes):
+            it = items[i]
+            answer = next((t.info.get("answer") for t in reversed(ep.turns) if t.info.get("answer") is not None), None)
+            completion = "\n\n".join(t.text for t in ep.turns) + f"\n\n[{ep.end_reason}: {ep.verdict.detail}]"
+            out[it.item_id] = ItemResult(it, completion, None if answer is None else str(answer), ep.passed, ep.passed,
+                                         any(t.action is not None for t in ep.turns))
+    return out
+
+
 def evaluate_items(
     backend,
     items: list[BenchItem],
@@ -238,9 +283,13 @@ def evaluate_items(
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
     by_item = {it.item_id: (skills[i] if skills is not None else []) for i, it in enumerate(items)}
-    math_items = [it for it in items if it.environment not in ("code", *ENVIRONMENT_BENCHMARKS, "bfcl")]
+    installed = {f.environment for f in installed_environment_families().values()}
+    math_items = [it for it in items if it.environment not in ("code", *ENVIRONMENT_BENCHMARKS, "bfcl", *installed)]
     code_items = [it for it in items if it.environment == "code"]
     out: dict[str, ItemResult] = {}
+    family_items = [it for it in items if it.environment in installed]
+    if family_items:
+        out.update(evaluate_family_items(backend, family_items, max_new_tokens=max_new_tokens))
     for environment in ENVIRONMENT_BENCHMARKS:
         env_items = [it for it in items if it.environment == environment]
         if env_items:
@@ -402,7 +451,8 @@ def run_benchmark(backend, name_or_path: str, *, limit: int | None = None, seed:
 
         sandbox_run = run_humaneval_check
     t0 = time.perf_counter()
-    tokens = max_new_tokens or MAX_NEW_TOKENS.get(name, 256)
+    family = installed_environment_families().get(name)
+    tokens = max_new_tokens or MAX_NEW_TOKENS.get(name) or (family is not None and family.recipe(()).max_new_tokens) or 256
     results = evaluate_items(backend, items, max_new_tokens=tokens, sandbox_run=sandbox_run, skills=skills)
     return summarize(name, results, time.perf_counter() - t0, seed), results
 

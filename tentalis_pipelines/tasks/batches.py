@@ -23,7 +23,13 @@ from tentalis_pipelines.envs import bfcl_tasks, swe_tasks, terminal_tasks
 from tentalis_pipelines.envs.bfcl import BfclTask
 from tentalis_pipelines.lakehouse import validate_batch_id
 from tentalis_pipelines.tasks.arithmetic import arithmetic_task_rows, generate_arithmetic
-from tentalis_pipelines.tasks.families import Recipe, get_family, manifest_recipe
+from tentalis_pipelines.tasks.families import (
+    Recipe,
+    TaskFamily,
+    get_family,
+    installed_environment_families,
+    manifest_recipe,
+)
 from tentalis_pipelines.tasks.families.terminal import (  # noqa: F401 - re-exported: the terminal recipe's constants
     DEFAULT_TERMINAL_MAX_TURNS,
     LEVEL0_MAX_TURNS,
@@ -302,6 +308,12 @@ def interrupted_cycle_batch(batches_dir: Path, *, task_source: str, num_tasks: i
             top = max(seeds)
             if seeds[top] == [swe_batch_id(top, num_tasks, tuple(levels))]:
                 newest = seeds[top][0]
+    elif task_source in installed_environment_families():  # an installed family: its seeds, as terminal's
+        seeds = family_batch_seeds(batches_dir, task_source)
+        if seeds:
+            top = max(seeds)
+            if seeds[top] == [family_batch_id(task_source, top, num_tasks, tuple(levels or ()))]:
+                newest = seeds[top][0]
     elif is_task_file_source(task_source):  # a terminal task file: its slices, as a dataset's
         done = terminal_file_batches(batches_dir, Path(task_source), num_tasks)
         newest = done[-1] if done else None
@@ -342,6 +354,8 @@ def load_batch(batches_dir: Path, batch_id: str, created_at: datetime, **jsonl_o
     if manifest["kind"] == SWE_MANIFEST:
         swe = swe_tasks.training_tasks(manifest["seed"], manifest["num_tasks"], tuple(manifest["levels"]))
         return LoadedTasks(tasks=swe_task_rows(batch_id, swe, created_at, max_turns=int(manifest_recipe(manifest).max_turns)))
+    if manifest["kind"] == FAMILY_MANIFEST:
+        return load_family_batch(batch_id, manifest, created_at)
     raise ValueError(f"batch {batch_id!r} has an unknown manifest kind {manifest['kind']!r}")
 
 
@@ -761,3 +775,91 @@ def load_terminal_file_batch(batches_dir: Path, batch_id: str, manifest: dict[st
     rows = terminal_task_rows(batch_id, chosen, created_at, max_turns=int(manifest_recipe(manifest).max_turns))
     rows = [{**r, "source": manifest["source"]} for r in rows]
     return LoadedTasks(tasks=rows, rejects=[{**r, "batch_id": batch_id} for r in parsed.rejects])
+
+
+# --------------------------------------------------------------------------- any environment family (the registry's)
+FAMILY_MANIFEST = "family"
+
+
+def family_batch_id(family: str, seed: int, num_tasks: int, levels: tuple[int, ...]) -> str:
+    return f"{family}-s{seed}-n{num_tasks}-l{''.join(map(str, levels))}"
+
+
+def _environment_family(name: str) -> TaskFamily:
+    family = get_family(name)
+    if not family.environment:
+        raise ValueError(f"task family {name!r} is single-turn: a seeded batch of the registry is an environment family's")
+    return family
+
+
+def family_held_out_prints(family: TaskFamily) -> dict[str, str]:
+    """``{fingerprint: task id}`` of the family's held-out tasks (every level): what no training task may be."""
+    return {family.fingerprint(t): str(t.task_id) for t in family.held_out_tasks(())}
+
+
+def family_task_rows(batch_id: str, family: TaskFamily, tasks: list, created_at, max_turns: int) -> list[dict]:
+    """The ``tasks`` rows of an environment family's tasks (``family.task_row``; the batch's turn limit in
+    the metadata as ``max_turns``, ``source`` ``generator:<family>``, ``difficulty`` the task's level)."""
+    rows = []
+    for t in tasks:
+        row = family.task_row(t)
+        meta = {**json.loads(row.get("metadata") or "{}"), "max_turns": int(max_turns)}
+        rows.append({**row, "environment": family.environment, "batch_id": batch_id, "source": f"generator:{family.name}",
+                     "difficulty": int(t.level), "metadata": json.dumps(meta, sort_keys=True), "created_at": created_at})
+    return rows
+
+
+def register_family_batch(batches_dir: Path, family: str, *, seed: int, num_tasks: int, levels: tuple[int, ...] = (),
+                          max_turns: int | None = None, batch_id: str | None = None, recipe: Recipe | None = None) -> str:
+    """Record a seeded batch of any environment family of the registry (``"kind": "family"`` with its
+    ``"family"``; the batch kind ``EnvironmentBatch``). Idempotent for the same batch id. Its tasks are the
+    family's ``training_tasks(seed, num_tasks, levels)`` (levels: the family's all when empty)."""
+    fam = _environment_family(family)
+    check_training_seed(seed)
+    if num_tasks < 1:
+        raise ValueError(f"num_tasks must be at least 1 (got {num_tasks})")
+    if max_turns is not None and max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1 (got {max_turns})")
+    levels = tuple(levels) or tuple(fam.levels)
+    bad = [lv for lv in levels if fam.levels and lv not in fam.levels]
+    if bad or not levels:
+        raise ValueError(f"{family} levels must be a non-empty subset of {list(fam.levels)}, got {list(levels)}")
+    fam.training_tasks(seed, 1, levels)  # validate the parameters now, not at run time
+    chosen = family_recipe(family, levels, recipe, max_turns=max_turns)
+    batch_id = validate_batch_id(batch_id or family_batch_id(family, seed, num_tasks, levels))
+    folder = batches_dir / batch_id
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = {"kind": FAMILY_MANIFEST, "family": family, "source": family, "seed": seed, "num_tasks": num_tasks,
+                "levels": list(levels), "recipe": chosen.to_json()}
+    _store_manifest(folder, batch_id, manifest)
+    return batch_id
+
+
+def load_family_batch(batch_id: str, manifest: dict[str, Any], created_at) -> LoadedTasks:
+    """A ``"kind": "family"`` batch's rows: its family's training tasks, each screened against the family's
+    held-out tasks by ``fingerprint`` (the contamination guard for a family the index does not know): a
+    training task equal to a held-out one is quarantined, never trained on."""
+    fam = _environment_family(manifest["family"])
+    tasks = fam.training_tasks(int(manifest["seed"]), int(manifest["num_tasks"]), tuple(manifest["levels"]))
+    held_out = family_held_out_prints(fam)
+    clean = [t for t in tasks if fam.fingerprint(t) not in held_out]
+    rejects = [{"source": f"generator:{fam.name}", "line": None, "raw": json.dumps(fam.task_row(t), default=str)[:10000],
+                "error": f"task {t.task_id} is the same task as held-out {held_out[fam.fingerprint(t)]} of {fam.name}: "
+                         "training on it would contaminate the benchmark", "batch_id": batch_id, "stage": "tasks"}
+               for t in tasks if fam.fingerprint(t) in held_out]
+    rows = family_task_rows(batch_id, fam, clean, created_at, max_turns=int(manifest_recipe(manifest).max_turns or 8))
+    return LoadedTasks(tasks=rows, rejects=rejects)
+
+
+def family_batch_seeds(batches_dir: Path, family: str) -> dict[int, list[str]]:
+    """``{seed: ids of the registered batches of ``family`` with that seed}`` (``"kind": "family"`` manifests)."""
+    seeds: dict[int, list[str]] = {}
+    for manifest in Path(batches_dir).glob("*/manifest.json"):
+        m = json.loads(manifest.read_text())
+        if m.get("kind") == FAMILY_MANIFEST and m.get("family") == family:
+            seeds.setdefault(int(m["seed"]), []).append(manifest.parent.name)
+    return seeds
+
+
+def next_family_seed(batches_dir: Path, family: str) -> int:
+    return max(family_batch_seeds(batches_dir, family), default=0) + 1

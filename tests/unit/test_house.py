@@ -133,3 +133,79 @@ def test_only_the_product_is_installed():
 def test_the_private_name_check_finds_what_it_should(source, expected):
     """The checker itself: each planted use is found, public and foreign names are not."""
     assert len(private_imports(ROOT / "tentalis_pipelines" / "house_probe.py", source)) == expected
+
+
+# --------------------------------------------------------------------------- no branch on a family's name
+FAMILY_NAMES = frozenset({"arithmetic", "gsm8k", "jsonl", "terminal", "bfcl", "swe"})
+FAMILIES_HOME = "tentalis_pipelines/tasks/families/"
+# The ratchet: each file's count of branches on a family name today (issue 71). A count may only go down:
+# a new branch fails the test, and a file whose count went down must lower its number here (so the
+# allowance never hides a new branch). A new family must not need any: it goes through the registry.
+FAMILY_BRANCHES_ALLOWED = {
+    "jobs/runner.py": 7,
+    "jobs/warm_start.py": 1,
+    "tentalis_pipelines/cli/cycle.py": 6,
+    "tentalis_pipelines/cli/demos.py": 1,
+    "tentalis_pipelines/contamination.py": 3,
+    "tentalis_pipelines/env_batches.py": 2,
+    "tentalis_pipelines/evaluation/benchmarks.py": 7,
+    "tentalis_pipelines/skills/library.py": 1,
+    "tentalis_pipelines/stages/skills.py": 2,
+    "tentalis_pipelines/tasks/batches.py": 9,
+}
+
+
+def _family_literals(node: ast.AST) -> list[str]:
+    items = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+    return [e.value for e in items if isinstance(e, ast.Constant) and isinstance(e.value, str) and e.value in FAMILY_NAMES]
+
+
+def family_branches(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, name) of every comparison with a family's name: ``x == "terminal"``, ``x != "bfcl"``,
+    ``x in ("terminal", "swe")``, ``x not in [...]``, either side."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Compare) and any(isinstance(op, ast.Eq | ast.NotEq | ast.In | ast.NotIn) for op in node.ops):
+            names = [n for side in (node.left, *node.comparators) for n in _family_literals(side)]
+            if names:
+                found.append((node.lineno, names[0]))
+    return found
+
+
+def test_no_branch_on_a_family_name_outside_the_families_package():
+    """Adding a family touches only its own module(s) (issue 71, must-hold 2): outside
+    ``tentalis_pipelines/tasks/families/`` the product never compares a value with a family's name
+    (arithmetic, gsm8k, jsonl, terminal, bfcl, swe). Today's code still has such branches for the built-in
+    families, so this is a ratchet: :data:`FAMILY_BRANCHES_ALLOWED` holds each file's count today, a count may
+    only shrink, and a file that sheds one must lower its allowance in the same change."""
+    over, under = [], []
+    counted = {}
+    for path in _files(*PRODUCT):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(FAMILIES_HOME):
+            continue
+        hits = family_branches(_tree(path))
+        if hits:
+            counted[rel] = len(hits)
+        allowed = FAMILY_BRANCHES_ALLOWED.get(rel, 0)
+        if len(hits) > allowed:
+            over.append(f"{rel}: {len(hits)} branches on a family name, {allowed} allowed: "
+                        + ", ".join(f"line {line} ({name!r})" for line, name in hits))
+    for rel, allowed in FAMILY_BRANCHES_ALLOWED.items():
+        if counted.get(rel, 0) < allowed:
+            under.append(f"{rel}: {counted.get(rel, 0)} left of {allowed}: lower its FAMILY_BRANCHES_ALLOWED entry")
+    assert not over, ("a branch on a family's name outside tasks/families (ask the registry, tasks.families, instead):\n"
+                      + "\n".join(over))
+    assert not under, "the ratchet moves with the code:\n" + "\n".join(under)
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("if kind == 'terminal':\n    pass\n", 1),
+    ("ok = 'bfcl' != name\n", 1),
+    ("ok = tasks in ('arithmetic', 'gsm8k')\n", 1),
+    ("ok = tasks not in ['swe']\n", 1),
+    ("ok = name == 'terminal-l0' or name in ('math', 'code')\n", 0),
+    ("x = {'terminal': 1}['terminal']\n", 0),
+])
+def test_the_family_branch_check_finds_what_it_should(source, expected):
+    assert len(family_branches(ast.parse(source))) == expected

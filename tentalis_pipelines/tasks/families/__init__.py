@@ -7,9 +7,29 @@ environments ``terminal``, ``bfcl`` and ``swe``. One module per family in this p
 same environment add families through the ``tentalis.families`` Python entry-point group (the entry
 point names a :class:`TaskFamily` instance or subclass), with no change to Tentalis.
 
-This is the seed of issue 71's ``TaskFamily`` interface: today a family owns its levels and its
-:class:`Recipe`; the training/held-out tasks, task rows, fingerprints, ``make_env`` and benchmark items
-move behind it next.
+Issue 71's ``TaskFamily`` interface. Every family owns its levels and its :class:`Recipe`. An
+*environment family* (multi-turn agent episodes) also names its ``environment`` and implements the small
+interface below; the generic code paths (registering a seeded batch, loading its task rows, the
+environment batch kind's episodes, the held-out benchmark named after the family, the contamination
+guard's held-out screening, ``tentalis learn --tasks <family>``) reach it through the registry only, so a
+family from another package runs end to end with no file of ``tentalis_pipelines/`` naming it
+(docs/families.md walks through ``examples/tentalis-family-example``). In the spirit of verl's agent loops
+registered by name and TRL's ``rollout_func``:
+
+* ``environment``: the ``environment`` column of the family's task rows (usually the family's name);
+* ``training_tasks(seed, num_tasks, levels)``: the seeded training tasks (never a held-out one);
+* ``held_out_tasks(levels)``: the held-out split, which is the family's benchmark (named after it);
+* ``task_row(task)`` / ``task_from_row(row)``: a task as a ``tasks`` row and back;
+* ``fingerprint(task)``: what makes two tasks the same task (the contamination guard's key);
+* ``make_env(max_turns)``: a fresh environment with ``envs/base.py``'s protocol (``reset``, ``step``,
+  ``verify``, ``close``), the verifier inside it;
+* ``hints`` (optional): the verifier review's hint per failure type, in the words of the family's tools.
+
+A task is any object with ``task_id`` (str) and ``level`` (int); an optional ``kind`` names its final check
+(the verdict review's wording, default ``answer``). Single-turn families (arithmetic, gsm8k, jsonl) leave
+``environment`` ``None`` and raise :class:`NotImplementedError` from the environment methods. The built-in
+environment families (terminal, bfcl, swe) implement ``make_env`` and ``task_from_row``; their batches and
+benchmarks keep their own code paths (seeds, curriculum, per-level partitions).
 
 The recipe reaches every launcher through the batch's manifest: a batch is registered with its family's
 recipe for its levels (plus any override given at registration, e.g. ``tentalis batch new
@@ -86,15 +106,61 @@ class Recipe:
 
 
 class TaskFamily:
-    """A family of tasks: its name, levels and recipe. Subclass it (or instantiate it) in one module."""
+    """A family of tasks: its name, levels and recipe; for an environment family (``environment`` set) its
+    tasks and its environment too. Subclass it in one module (see the module docstring for the interface)."""
 
     name: str = ""
     levels: tuple[int, ...] = ()
     default_recipe: Recipe = Recipe()
+    environment: str | None = None  # the tasks' ``environment`` column; None: a single-turn family
+    # The verifier review's hint per failure type (``env_batches.failure_type``: ``format``, ``turn_limit``,
+    # ``wrong_answer``, ...) where the generic wording (the terminal's: bash blocks, files) does not fit.
+    hints: dict[str, str] = {}
 
     def recipe(self, levels: tuple[int, ...] = ()) -> Recipe:
         """The family's recipe for a batch of these levels (override when it depends on them)."""
         return self.default_recipe
+
+    # ------------------------------------------------------------------ the environment family interface
+    def _not_an_environment(self, what: str) -> NotImplementedError:
+        if self.environment is None:
+            return NotImplementedError(f"task family {self.name!r} is single-turn (no environment): it has no {what}")
+        return NotImplementedError(f"environment family {self.name!r} does not implement {what}; "
+                                   f"see tentalis_pipelines/tasks/families/__init__.py and docs/families.md")
+
+    def training_tasks(self, seed: int, num_tasks: int, levels: tuple[int, ...]) -> list[Any]:
+        """``num_tasks`` training tasks of generator seed ``seed`` on ``levels``: the same tasks for the same
+        arguments, never one of :meth:`held_out_tasks` (the registry's loader checks by :meth:`fingerprint`)."""
+        raise self._not_an_environment("training_tasks(seed, num_tasks, levels)")
+
+    def held_out_tasks(self, levels: tuple[int, ...] = ()) -> list[Any]:
+        """The held-out split (every level when ``levels`` is empty): the family's benchmark, never trained on."""
+        raise self._not_an_environment("held_out_tasks(levels)")
+
+    def task_row(self, task: Any) -> dict[str, Any]:
+        """A task as a ``tasks`` row: ``task_id``, ``environment``, ``prompt``, ``reference`` (the check, a
+        string) and ``metadata`` (a JSON object string; ``max_turns`` is added by the loader). The default
+        calls ``task.task_row()``."""
+        if hasattr(task, "task_row"):
+            return task.task_row()
+        raise self._not_an_environment("task_row(task)")
+
+    def task_from_row(self, row: dict[str, Any]) -> Any:
+        """The task of a ``tasks`` row written by :meth:`task_row` (what ``env.reset`` is given)."""
+        raise self._not_an_environment("task_from_row(row)")
+
+    def fingerprint(self, task: Any) -> str:
+        """What makes two tasks the same task, ids and splits aside (the contamination guard compares
+        training tasks with the held-out ones by it). Default: sha256 of the row's prompt, check and state
+        (``contamination.task_fingerprint``)."""
+        from tentalis_pipelines.contamination import task_fingerprint
+
+        return task_fingerprint(self.task_row(task))
+
+    def make_env(self, max_turns: int) -> Any:
+        """A fresh environment (``envs/base.Environment``'s protocol) for episodes of at most ``max_turns``
+        assistant turns; its ``verify()`` is the family's verifier."""
+        raise self._not_an_environment("make_env(max_turns)")
 
     def __repr__(self) -> str:
         return f"<task family {self.name}>"
@@ -138,6 +204,31 @@ def families() -> dict[str, TaskFamily]:
         _load_entry_points(found)  # all or nothing: a bad entry point fails every lookup, not just the first
         _registry.update(found)
     return dict(_registry)
+
+
+def is_builtin(name: str) -> bool:
+    """Whether ``name`` is one of Tentalis's own families (their batches keep their own code paths)."""
+    return name in _BUILTIN
+
+
+def environment_families() -> dict[str, TaskFamily]:
+    """Every environment family by its ``environment`` name (built-in and installed)."""
+    return {f.environment: f for f in families().values() if f.environment}
+
+
+def family_of_environment(environment: str) -> TaskFamily:
+    """The family whose tasks carry ``environment`` (a clear error naming the known ones otherwise)."""
+    known = environment_families()
+    if environment not in known:
+        raise ValueError(f"no environment {environment!r}; known: {', '.join(sorted(known))} (a package adds one through the "
+                         f"{ENTRY_POINT_GROUP!r} entry-point group)")
+    return known[environment]
+
+
+def installed_environment_families() -> dict[str, TaskFamily]:
+    """The environment families of installed packages (not built in), by family name: those whose seeded
+    batches, tasks and held-out benchmark run through the registry's generic code paths."""
+    return {n: f for n, f in families().items() if not is_builtin(n) and f.environment}
 
 
 def get_family(name: str) -> TaskFamily:

@@ -26,8 +26,18 @@ class TerminalFamily(TaskFamily):
     name = "terminal"
     levels = terminal_tasks.ALL_LEVELS
 
+    environment = terminal_tasks.ENVIRONMENT
+
     def recipe(self, levels: tuple[int, ...] = ()) -> Recipe:
         return Recipe(temperature=TERMINAL_TEMPERATURE, max_new_tokens=TERMINAL_MAX_NEW_TOKENS, max_turns=terminal_max_turns(tuple(levels)))
+
+    def make_env(self, max_turns: int):
+        from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
+
+        return TerminalEnv(TerminalConfig(max_turns=max_turns))
+
+    def task_from_row(self, row):
+        return terminal_tasks.TerminalTask.from_task_row(row)
 
 
 FAMILY = TerminalFamily()
