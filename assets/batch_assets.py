@@ -1,5 +1,6 @@
 """Per-batch assets: tasks -> rollouts -> step_scores -> reviews -> (teacher_logprobs, guided_rollouts) -> trajectories."""
 
+import json
 from functools import partial
 
 from dagster import (
@@ -48,9 +49,19 @@ def stage_metadata(result: StageResult, table: str, lake=None) -> dict:
             meta[k] = MetadataValue.int(v)
         elif isinstance(v, float):
             meta[k] = MetadataValue.float(v)
+        elif isinstance(v, dict | list) and _is_json(v):  # structured figures stay structured (the UI shows a tree)
+            meta[k] = MetadataValue.json(v)
         else:
             meta[k] = MetadataValue.text(str(v))
     return meta
+
+
+def _is_json(value) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 def to_materialize_result(result: StageResult, table: str, lake=None, checks=()) -> MaterializeResult:

@@ -350,7 +350,9 @@ def build_environment_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, pol
                "end_reasons": dict(sorted(ends.items())), "turns_mean": round(sum(e.turns_used for e in eps) / max(len(eps), 1), 3),
                "segments_per_episode": round(n / max(len(eps), 1), 3), "seconds": round(wall, 2),
                "assistant_tokens": sum(sum(r["assistant_mask"]) for r in rows),
-               "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows)}
+               "context_tokens": sum(len(r["assistant_mask"]) - sum(r["assistant_mask"]) for r in rows),
+               # what decoding cost: the KV budget and the peak held under it, prefill, reuse, evictions
+               "decoding": chat.stats}
 
 
 # --------------------------------------------------------------------------- reviews, trajectories

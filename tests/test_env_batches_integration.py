@@ -45,6 +45,11 @@ def test_a_terminal_batch_lands_episodes_reviews_and_multi_turn_trajectories_and
                                          recipe={"temperature": 1.0, "max_new_tokens": 12})
         assert batch_id == "terminal-s1-n2-l1"
         runner.run_job(defs, instance, "rollout_job", partition_key=batch_id, run_config=config)
+        from dagster import AssetKey
+
+        meta = instance.get_latest_materialization_event(AssetKey("rollouts")).asset_materialization.metadata
+        decoding = meta["decoding"].value  # the cycle's run metadata holds the KV peak under its budget
+        assert 0 < decoding["kv_peak_bytes"] <= decoding["kv_budget_bytes"] and decoding["prefill_tokens"] > 0
         before = {r["checkpoint_id"] for r in lake.read("checkpoints").to_pylist()} if lake.exists("checkpoints") else set()
         runner.run_job(defs, instance, "train_job", run_config=config)
 
