@@ -128,13 +128,26 @@ def main() -> None:
                 w.writeheader()
                 w.writerows(rows)
 
+    def trained(arm: str, seed: str) -> bool:
+        lake = homes[(arm, seed)]
+        return lake.exists("checkpoints") and lake.read("checkpoints", columns=["checkpoint_id"]).num_rows > 0
+
     def items_of(arm: str, seed: str, bench: str) -> dict[str, bool] | None:
+        if arm.endswith("@warm_start"):  # the arm's warm-start checkpoint alone (before any RL cycle)
+            lake = homes[(arm.split("@")[0], seed)]
+            warm = [c for c in lake.read("checkpoints").to_pylist() if c.get("algorithm") == "sft_warm_start"]
+            return item_correctness(lake, warm[0]["checkpoint_id"], bench) or None if warm else None
         last = final.get((arm, seed, bench))
         if last is not None:
             return item_correctness(homes[(arm, seed)], last["checkpoint_id"], bench)
-        return base_items.get(bench)  # never trained (or never evaluated past the base): the base's outcome
+        if not trained(arm, seed):  # never trained: its policy is the base, so is its outcome
+            return base_items.get(bench)
+        return None  # trained, but not evaluated on this benchmark: left out, never counted as the base
 
     arms = sorted({a for a, _ in homes})
+    arms += [f"{a}@warm_start" for a in arms if any(c.get("algorithm") == "sft_warm_start"
+                                                     for (a2, s_), lake in homes.items() if a2 == a and lake.exists("checkpoints")
+                                                     for c in lake.read("checkpoints", columns=["algorithm"]).to_pylist())]
     seeds = sorted({s for _, s in homes})
     print(f"each arm's last checkpoint within {args.minutes:.0f} min vs the {args.control!r} arm's, paired over (seed, task):")
     for bench in BENCHMARKS:
@@ -145,7 +158,7 @@ def main() -> None:
         for arm in arms:
             pairs = []
             for seed in seeds:
-                if (arm, seed) not in homes:
+                if (arm.split("@")[0], seed) not in homes:
                     continue
                 mine, ctrl = items_of(arm, seed, bench), items_of(args.control, seed, bench) if (args.control, seed) in homes else base
                 if not mine or not ctrl:
@@ -161,7 +174,7 @@ def main() -> None:
                 line += f" vs {args.control} {before:.0f}/{len(pairs)}: {d * 100:+.1f} points [{lo * 100:+.1f}, {hi * 100:+.1f}]"
             print(line)
     print("\nper arm over its training batches: all-fail groups resampled / rescued, format rate")
-    for arm in arms:
+    for arm in [a for a in arms if "@" not in a]:
         rows = [b for b in batch_rows if b["arm"] == arm]
         if rows:
             af = sum(b["all_fail_groups"] for b in rows)

@@ -114,6 +114,35 @@ def test_the_choice_is_recorded_in_the_manifest_and_shown_as_a_table(tmp_path):
     assert batches.interrupted_cycle_batch(tmp_path, task_source="terminal", num_tasks=4, levels=None, settled=set()) is None
 
 
+def test_the_record_is_exactly_the_choice_and_its_rule():
+    choice = CurriculumChoice((2, 0, 2), {2: 0.123456, 0: 0.9}, {2: 12, 0: 64}, {2: 0.75, 0: 0.05, 10: 0.2})
+    assert choice.record() == {
+        "rule": "success-zone 20%-80% (tasks/curriculum.py)",
+        "tasks_per_level": {"2": 2, "0": 1},  # in the order the levels were drawn
+        "success_by_level": {"0": 0.9, "2": 0.1235},  # rounded to 4 places, sorted by level
+        "episodes_by_level": {"0": 64, "2": 12},
+        "weights": {"0": 0.05, "2": 0.75, "10": 0.2},  # sorted as numbers: 2 before 10
+        "window": 64,
+    }
+
+
+def test_the_table_of_a_record_by_hand_including_partial_and_foreign_records():
+    record = {"tasks_per_level": {"10": 1, "2": 3}, "weights": {"2": 0.5, "10": 0.25, "3": 0.25},
+              "success_by_level": {"2": 0.5}, "episodes_by_level": {"2": 8, "10": 4}}
+    assert curriculum_table(record) == "\n".join([
+        "| level | recent success | episodes | weight | tasks |", "|---|---|---|---|---|",
+        "| 2 | 50% | 8 | 0.5 | 3 |",
+        "| 3 | — | 0 | 0.25 | 0 |",  # a level with a weight and no task: shown, its unset values as 0
+        "| 10 | — | 4 | 0.25 | 1 |",  # numeric order: 10 after 3
+    ])
+    # only tasks (no weights, success or episodes recorded): every other column falls back
+    assert curriculum_table({"tasks_per_level": {"1": 2}}).splitlines()[2] == "| 1 | — | 0 | 0.0 | 2 |"
+    # only weights
+    assert curriculum_table({"weights": {"0": 1.0}}).splitlines()[2] == "| 0 | — | 0 | 1.0 | 0 |"
+    # an empty record: the header alone
+    assert curriculum_table({}) == "| level | recent success | episodes | weight | tasks |\n|---|---|---|---|---|"
+
+
 def test_the_tasks_asset_shows_the_curriculums_choice():
     from tentalis_pipelines.stages.tasks import curriculum_metadata
 

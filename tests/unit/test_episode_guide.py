@@ -489,3 +489,68 @@ def test_the_stage_refuses_a_plan_that_holds_a_held_out_task(tmp_path, monkeypat
     monkeypatch.setattr(env_batches, "plan_guided_episodes", lambda *a: ([plan], {}, [("t0", "base")], {1: 0.0}))
     with pytest.raises(episode_guide.HeldOutTask, match="'t0' is held out"):
         env_batches.build_environment_guided_rollouts(lake, None, bid, None, GRPOConfig(guide=True))
+
+
+def test_the_students_prompt_is_rendered_as_the_policy_renders_a_new_conversation(embedded_model_dir, tiny_model_dir):
+    """Against the real SmolLM2 chat template (not the hand tokenizer, whose defaults match the call):
+    the generation prompt is there, the template is rendered as text and tokenised without special
+    tokens added, exactly as ``ChatPolicy`` renders the first turn of a conversation it has not seen."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tentalis_pipelines.envs.policies import ChatPolicy
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+    msgs = [{"role": "system", "content": "You run commands."}, {"role": "user", "content": "How many lines does a.txt have?"}]
+    ids = episode_guide.render_prompt_ids(tok, msgs)
+    policy = ChatPolicy(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tok, kv_budget_bytes=None)
+    assert ids == policy.prompt_ids(msgs)
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")  # the generation prompt
+    assert tok.decode(ids).startswith("<|im_start|>system\nYou run commands.")  # no special token added in front
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+
+
+def test_a_guided_sample_refuses_an_empty_or_reversed_span():
+    for start, end in ((2, 2), (3, 2), (-1, 1), (0, 5)):
+        with pytest.raises(ValueError, match=f"turn span {start}:{end} lies outside the 4 completion tokens"):
+            episode_guide.guided_sample([1], [5, 6, 7, 8], [{"turn_id": "t", "turn_index": 0, "start": start, "end": end}],
+                                        {"t": [-0.1] * max(end - start, 0)})
+
+
+def test_the_hint_goes_after_the_last_user_message_among_the_first_within_whatever_its_position():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "task"}, {"role": "assistant", "content": "a"},
+            {"role": "user", "content": "obs"}, {"role": "assistant", "content": "b"}]
+    # the last user message is one before the end of the window (index 3 of 5): a step of -2 would miss it
+    out = episode_guide.hinted_messages(msgs, "use wc")
+    assert out[3]["content"].endswith("use wc") and out[1]["content"] == "task"
+    # within 3: the window ends before the observation, so the task gets it
+    out = episode_guide.hinted_messages(msgs, "use wc", within=3)
+    assert out[1]["content"].endswith("use wc") and out[3]["content"] == "obs"
+    with pytest.raises(ValueError, match="no user message to put the manager's hint after"):
+        episode_guide.hinted_messages(msgs[:1], "use wc")
+
+
+def test_a_turn_without_all_its_log_probs_is_named_with_the_reason():
+    spans = [{"turn_id": "t0", "turn_index": 0, "start": 0, "end": 3}]
+    with pytest.raises(ValueError, match=r"turn 't0' has 2 sampled log-probs for its 3 tokens: a guided episode needs the sampler's "
+                                         r"log-prob of every assistant token"):
+        episode_guide.behaviour_logps(3, spans, {"t0": [-0.1, -0.2]})
+
+
+class StrictBosTokenizer(CharTokenizer):
+    """As a Llama-style tokenizer does: a BOS (id 9) in front unless told ``add_special_tokens=False``,
+    ids (not text) from the template unless told ``tokenize=False``, no generation prompt unless asked."""
+
+    def apply_chat_template(self, messages, add_generation_prompt=False, tokenize=True):
+        text = super().apply_chat_template(messages, add_generation_prompt=add_generation_prompt, tokenize=False)
+        return super().__call__(text)["input_ids"] if tokenize else text
+
+    def __call__(self, text, add_special_tokens=True):
+        if not isinstance(text, str):
+            raise TypeError("text must be a string")
+        ids = super().__call__(text)["input_ids"]
+        return {"input_ids": ([9] if add_special_tokens is not False else []) + ids}
+
+
+def test_the_students_prompt_asks_for_the_generation_prompt_as_text_and_adds_no_special_token():
+    msgs = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+    assert episode_guide.render_prompt_ids(StrictBosTokenizer(), msgs) == [1, *chars("s"), END, 2, *chars("go"), END, 3]
