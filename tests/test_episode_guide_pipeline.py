@@ -113,3 +113,23 @@ def test_all_fail_groups_of_episodes_are_rescued_with_hint_and_prefix_and_traine
     rows = [r for r in lake.read("lineage").to_pylist() if r["kind"] == "guide_hint" and r["checkpoint_id"] == new["checkpoint_id"]]
     assert {(r["row_id"], r["detail"]) for r in rows} == {(g["rollout_id"], g["hint_id"]) for g in ok}
     assert {r["table_name"] for r in rows} == {"guided_rollouts"}
+
+
+def test_the_students_prompt_is_rendered_as_the_policy_renders_a_new_conversation(embedded_model_dir, tiny_model_dir):
+    """Against the real SmolLM2 chat template (not the hand tokenizer, whose defaults match the call):
+    the generation prompt is there, the template is rendered as text and tokenised without special
+    tokens added, exactly as ``ChatPolicy`` renders the first turn of a conversation it has not seen."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from tentalis_pipelines.envs.policies import ChatPolicy
+    from tentalis_pipelines.training.episode_guide import render_prompt_ids
+
+    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+    msgs = [{"role": "system", "content": "You run commands."}, {"role": "user", "content": "How many lines does a.txt have?"}]
+    ids = render_prompt_ids(tok, msgs)
+    policy = ChatPolicy(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tok, kv_budget_bytes=None)
+    assert ids == policy.prompt_ids(msgs)
+    assert tok.decode(ids).endswith("<|im_start|>assistant\n")  # the generation prompt
+    assert tok.decode(ids).startswith("<|im_start|>system\nYou run commands.")  # no special token added in front
+    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
+

@@ -491,24 +491,6 @@ def test_the_stage_refuses_a_plan_that_holds_a_held_out_task(tmp_path, monkeypat
         env_batches.build_environment_guided_rollouts(lake, None, bid, None, GRPOConfig(guide=True))
 
 
-def test_the_students_prompt_is_rendered_as_the_policy_renders_a_new_conversation(embedded_model_dir, tiny_model_dir):
-    """Against the real SmolLM2 chat template (not the hand tokenizer, whose defaults match the call):
-    the generation prompt is there, the template is rendered as text and tokenised without special
-    tokens added, exactly as ``ChatPolicy`` renders the first turn of a conversation it has not seen."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from tentalis_pipelines.envs.policies import ChatPolicy
-
-    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
-    msgs = [{"role": "system", "content": "You run commands."}, {"role": "user", "content": "How many lines does a.txt have?"}]
-    ids = episode_guide.render_prompt_ids(tok, msgs)
-    policy = ChatPolicy(AutoModelForCausalLM.from_pretrained(tiny_model_dir), tok, kv_budget_bytes=None)
-    assert ids == policy.prompt_ids(msgs)
-    assert tok.decode(ids).endswith("<|im_start|>assistant\n")  # the generation prompt
-    assert tok.decode(ids).startswith("<|im_start|>system\nYou run commands.")  # no special token added in front
-    assert ids.count(tok.convert_tokens_to_ids("<|im_start|>")) == 3
-
-
 def test_a_guided_sample_refuses_an_empty_or_reversed_span():
     for start, end in ((2, 2), (3, 2), (-1, 1), (0, 5)):
         with pytest.raises(ValueError, match=f"turn span {start}:{end} lies outside the 4 completion tokens"):
