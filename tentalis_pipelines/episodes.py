@@ -100,7 +100,8 @@ def export_environment_batch(lake: Lakehouse, batch_id: str) -> list[dict[str, A
         episode = _episode(record["transcript"], segment_tokens(rows))
         first = rows[0]
         extra = {"policy_version": first["policy_version"], "temperature": first["temperature"], "backend": first["backend"],
-                 "check_kind": record.get("check_kind"), "batch_id": batch_id, "group_index": first["group_index"]}
+                 "check_kind": record.get("check_kind"), "batch_id": batch_id, "group_index": first["group_index"],
+                 "tools": record.get("tools")}  # the known solution's tools, which the verdict's hint names
         stamp = _iso(first["created_at"])
         docs.append(atif.episode_to_atif(episode, session_id=eid, model=first["model"] or None,
                                          timestamps=[stamp] * len(episode.turns), extra=_clean(extra)))
@@ -171,7 +172,7 @@ def verdict_review_row(doc: dict[str, Any], episode: Episode, tenant: str) -> di
     fields = verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,
                             end_reason=episode.end_reason, check_kind=str(extra.get("check_kind") or "answer"),
                             format_errors=sum(1 for t in episode.turns if t.action is None), turns=episode.turns_used,
-                            max_turns=episode.max_turns)
+                            max_turns=episode.max_turns, tools=[str(t) for t in extra.get("tools") or []])
     sid = doc["session_id"]
     return landing.review_row(tenant=tenant, session_id=sid, turn_id=None, score=fields["score"], critique=fields["critique"],
                               hint=fields["hint"], reviewer=VERIFIER, rubric=f"{episode.environment}-final-state",

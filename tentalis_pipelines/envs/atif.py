@@ -186,6 +186,9 @@ def _check_tentalis_root(t: Any, path: str, problems: list[str]) -> None:
         problems.append(f"{path}.temperature: must be a number >= 0, not {t['temperature']!r}")
     for key in ("policy_version", "backend", "check_kind"):
         _check_str(t, key, path, problems, required=False, nonempty=True)
+    tools = t.get("tools")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(x, str) and x.strip() for x in tools)):
+        problems.append(f"{path}.tools: must be a list of program names (non-empty strings), not {tools!r}")
     if t.get("max_tokens") is not None and not (_is_int(t["max_tokens"]) and 1 <= t["max_tokens"] < 2**31):
         problems.append(f"{path}.max_tokens: must be a positive integer below 2^31, not {t['max_tokens']!r}")
     if t.get("reward") is not None and not _is_number(t["reward"]):
