@@ -507,7 +507,7 @@ def test_the_hint_goes_after_the_last_user_message_among_the_first_within_whatev
     # within 3: the window ends before the observation, so the task gets it
     out = episode_guide.hinted_messages(msgs, "use wc", within=3)
     assert out[1]["content"].endswith("use wc") and out[3]["content"] == "obs"
-    with pytest.raises(ValueError, match="no user message to put the manager's hint after"):
+    with pytest.raises(ValueError, match=r"^the episode's first observation has no user message to put the manager's hint after$"):
         episode_guide.hinted_messages(msgs[:1], "use wc")
 
 
