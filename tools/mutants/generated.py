@@ -62,7 +62,8 @@ TARGETS: tuple[Target, ...] = (
     Target("guide", ("tentalis_pipelines/training/guide.py",), ("tests/unit/test_guide.py", "tests/unit/test_episode_guide.py"), "learning"),
     Target("multiturn", ("tentalis_pipelines/training/multiturn.py",),
            ("tests/unit/test_sessions.py", "tests/unit/test_env_batches.py", "tests/unit/test_opd_segments.py",
-            "tests/unit/test_episode_guide.py", "tests/unit/test_envs_runner.py", "tests/unit/test_atif.py"), "learning"),
+            "tests/unit/test_episode_guide.py", "tests/unit/test_envs_runner.py", "tests/unit/test_atif.py",
+            "tests/unit/test_multiturn_contracts.py"), "learning"),
     Target("advantages", ("tentalis_pipelines/rewards/advantages.py",), ("tests/unit/test_rewards.py",), "learning"),
     # issue 72: the guided episodes' ratio, mask and prefix annealing, and the curriculum's choice of levels
     Target("episode_guide", ("tentalis_pipelines/training/episode_guide.py",), ("tests/unit/test_episode_guide.py",), "learning"),
