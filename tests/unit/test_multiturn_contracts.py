@@ -38,6 +38,8 @@ def test_a_review_without_a_score_is_skipped_and_none_at_all_is_none():
     assert review_score([{"reviewer": "ann", "score": None, "created_at": T0}]) is None
     # the unscored review is newer but does not hide the scored one
     assert review_score([{"reviewer": "ann", "score": 0.25, "created_at": T0}, {"reviewer": "ann", "score": None, "created_at": T2}]) == 0.25
+    # nor an older unscored one: the scored reviews after it still count
+    assert review_score([{"reviewer": "ann", "score": None, "created_at": T0}, {"reviewer": "bob", "score": 0.75, "created_at": T2}]) == 0.75
     # a score of 0 is a score
     assert review_score([{"reviewer": "ann", "score": 0.0, "created_at": T0}]) == 0.0
 
@@ -111,5 +113,5 @@ def test_the_sample_copies_every_field_and_refuses_a_misaligned_row():
     assert type(s.advantage) is float and not s.guided
     assert train_sample([1], [3], [1], [1.0], advantage=1, old_logps=None, temperature=None).old_logps is None
     for mask, adv in (([1, 1], [0.0, 0.5, 0.5]), ([0, 1, 1], [0.5]), ([], [])):
-        with pytest.raises(ValueError, match="one entry per completion token"):
+        with pytest.raises(ValueError, match=r"^a multi-turn row's loss_mask and token_advantages must have one entry per completion token$"):
             train_sample([1], [3, 4, 5], mask, adv, advantage=0.0, old_logps=None, temperature=None)
