@@ -218,11 +218,7 @@ def environment_families() -> dict[str, TaskFamily]:
 
 def family_of_environment(environment: str) -> TaskFamily:
     """The family whose tasks carry ``environment`` (a clear error naming the known ones otherwise)."""
-    known = environment_families()
-    if environment not in known:
-        raise ValueError(f"no environment {environment!r}; known: {', '.join(sorted(known))} (a package adds one through the "
-                         f"{ENTRY_POINT_GROUP!r} entry-point group)")
-    return known[environment]
+    return _lookup(environment_families(), environment, "environment")
 
 
 def installed_environment_families() -> dict[str, TaskFamily]:
@@ -232,11 +228,15 @@ def installed_environment_families() -> dict[str, TaskFamily]:
 
 
 def get_family(name: str) -> TaskFamily:
-    known = families()
-    if name not in known:
-        raise ValueError(f"no task family {name!r}; known: {', '.join(sorted(known))} (a package adds one through the "
+    return _lookup(families(), name, "task family")
+
+
+def _lookup(known: dict[str, TaskFamily], key: str, what: str) -> TaskFamily:
+    """``known[key]``, or an error naming the known keys and how a package adds one."""
+    if key not in known:
+        raise ValueError(f"no {what} {key!r}; known: {', '.join(sorted(known))} (a package adds one through the "
                          f"{ENTRY_POINT_GROUP!r} entry-point group)")
-    return known[name]
+    return known[key]
 
 
 # The family of a manifest that does not name one (written before families were recorded).
