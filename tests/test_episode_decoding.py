@@ -94,7 +94,7 @@ def test_outputs_are_the_same_bit_for_bit_with_and_without_sharing(tiny, tempera
         policy = ChatPolicy(model, tok, max_new_tokens=8, temperature=temperature, seed=7, prefill_block=16,
                             min_shared_prefix=16, share_prefixes=share)
         if not share:
-            policy.decoder.store.lookup = lambda ids: (0, None, None)  # nothing reused at all: every prompt from scratch
+            policy.decoder.store.lookup = lambda ids, cuts=(): (0, None, None)  # nothing reused at all: every prompt from scratch
         _, runs[share] = _run(policy, _tasks())
         stats[share] = policy.stats
     assert runs[True] == runs[False]
@@ -289,3 +289,48 @@ def test_a_failed_call_leaves_no_request_behind_for_the_next(tiny):
     again = policy.generate_batch(convs[:1])
     fresh = ChatPolicy(model, tok, max_new_tokens=4, max_rows=1, prefill_block=16).generate_batch(convs[:1])
     assert len(again) == 1 and again[0].token_ids == fresh[0].token_ids
+
+
+def test_a_conversations_next_turn_prefills_only_what_came_after_its_last_prompt(tiny):
+    """Each later turn's request is cut where the previous turn's prompt ended, so its prefill is the
+    tokens sampled since and the observation, exactly: len(prompt_k) - len(prompt_k-1), never the rest
+    of a block before them (with 16-position blocks and prompts that end off the grid)."""
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=8, prefill_block=16, min_shared_prefix=16, kv_budget_bytes=1 << 34)
+    counts: list[int] = []
+
+    def generate(conversations):
+        out = policy.generate_batch(conversations)
+        counts.append(policy.decoder.prefill_tokens)
+        return out
+
+    eps = run_episodes(lambda: GroupEnv(4), _tasks(groups=1, g=1), generate)
+    prompts = [len(t.prompt_token_ids) for t in eps[0].turns]
+    assert len(prompts) == 4 and any(p % 16 for p in prompts[:-1])  # off the grid, where a block cut would show
+    assert counts[0] == prompts[0]
+    assert [b - a for a, b in zip(counts, counts[1:])] == [b - a for a, b in zip(prompts, prompts[1:])]
+
+
+def test_the_eviction_order_prefills_less_than_least_recently_used_and_changes_no_output(tiny):
+    """Under a budget that holds the batch's rows and a few kept contexts, turns that visit every
+    conversation in the same order make least-recently-used drop the very context the next request
+    reuses; the store's order (``KVStore.eviction_order``) keeps those and prefills less, with the same
+    tokens and log-probs bit for bit."""
+    model, tok = tiny
+    tasks = _tasks(groups=3, g=2)
+    free = ChatPolicy(model, tok, max_new_tokens=8, prefill_block=16, min_shared_prefix=16, kv_budget_bytes=1 << 34)
+    eps, out_free = _run(free, tasks, turns=4)
+    longest = max(len(t.prompt_token_ids) for e in eps for t in e.turns)
+    budget = _budget_for(model, len(tasks), longest, 8, spare_positions=longest)
+    runs, stats = {}, {}
+    for order in ("store", "lru"):
+        policy = ChatPolicy(model, tok, max_new_tokens=8, prefill_block=16, min_shared_prefix=16, kv_budget_bytes=budget)
+        if order == "lru":
+            store = policy.decoder.store
+            store.eviction_order = lambda waiting, since, store=store: list(store.entries)
+        _, runs[order] = _run(policy, tasks, turns=4)
+        stats[order] = policy.stats
+    assert runs["store"] == runs["lru"] == out_free
+    assert stats["store"]["kv_evictions"] > 0 and stats["lru"]["kv_evictions"] > 0
+    assert stats["store"]["prefill_tokens"] < stats["lru"]["prefill_tokens"]
+    assert stats["store"]["kv_peak_bytes"] <= budget

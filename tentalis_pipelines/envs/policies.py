@@ -15,22 +15,26 @@ at the end of its turn (EOS, ``max_new_tokens``, or with ``stop_after_block`` on
 closed fenced code block, the action, as an agent loop's stop string would end it, so the model does not
 go on to imagine the command's output) and re-enters with its observation at the next call. Its
 prompt's KV is kept between turns in the decoder's store, so a turn prefills only what is new (the
-partial last block, the tokens it sampled and the observation); the G episodes of one task, which share
-their whole first prompt, prefill it once; a new conversation that opens like a stored one (BFCL items
-over the same tools share 4-8k tokens of function docs) reuses that prefix (``min_shared_prefix``
-tokens at least; ``share_prefixes=False`` turns sharing across conversations off). Prompts are
-prefilled in blocks ending at multiples of ``prefill_block`` positions and reuse is cut at a block
-boundary, so every block is computed on the same tokens, past and shapes with or without sharing, and
-whether a conversation's KV was kept or evicted and recomputed: the outputs are the same bit for bit (a
-bf16 prefill of 4,300 tokens in one go and of 4,250 + 50 differ in the last bits, enough to flip a
-greedy choice of the 135M model).
+tokens it sampled and the observation); the G episodes of one task, which share their whole first
+prompt, prefill it once; a new conversation that opens like a stored one (BFCL items over the same
+tools share 4-8k tokens of function docs) reuses that prefix (``min_shared_prefix`` tokens at least;
+``share_prefixes=False`` turns sharing across conversations off). Prompts are prefilled in chunks
+ending at multiples of ``prefill_block`` positions and at the conversation's earlier turns' prompt ends
+(``DecodeRequest.cuts``), and reuse stops only at a position where both the stored prompt and the new
+one end a chunk, so every chunk is computed on the same tokens, past and shapes with or without
+sharing, and whether a conversation's KV was kept or evicted and recomputed: the outputs are the same
+bit for bit (a bf16 prefill of 4,300 tokens in one go and of 4,250 + 50 differ in the last bits, enough
+to flip a greedy choice of the 135M model). The tokens a turn sampled are prefilled again with its
+observation: their KV from the decoding steps was computed in the batch's shapes, which a recomputation
+after an eviction could not repeat.
 
 Memory is bounded by ``kv_budget_bytes`` (default ``"auto"``: ``$TENTALIS_KV_BUDGET_MB``, else an eighth
 of the host's memory between 1 GiB and 8 GiB, :func:`default_kv_budget_bytes`; at 1 GiB a level-0
 terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, decodes ~15 rows of
 1,500 positions at once and stays under ~3 GB RSS with the model): the decoder admits fewer rows rather
-than exceed it, and evicts waiting conversations' KV least recently used first, recomputing it by
-prefill when they re-enter. ``stats`` reports the peak KV bytes for the run's metadata.
+than exceed it, and evicts kept KV in the order ``KVStore`` documents (what no waiting conversation
+needs, then what is needed furthest ahead), recomputing it by prefill when its conversation re-enters.
+``stats`` reports the peak KV bytes for the run's metadata.
 """
 
 from __future__ import annotations
@@ -123,7 +127,7 @@ class ChatPolicy:
         self.stop_after_block = stop_after_block
         limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         self.max_context_tokens = int(max_context_tokens or limit or 2048)
-        self._contexts: OrderedDict[str, tuple[list[int], str]] = OrderedDict()
+        self._contexts: OrderedDict[str, tuple[list[int], str, tuple[int, ...]]] = OrderedDict()
         self._cache_size = cache_size
         self._calls = 0
         self.share_prefixes = share_prefixes
@@ -168,8 +172,10 @@ class ChatPolicy:
         or the chat template's rendering for a conversation this policy has not seen."""
         return self._prompt(messages)[0]
 
-    def _prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], str]:
-        """(``prompt_ids``, the template's rendering of the conversation they stand for)."""
+    def _prompt(self, messages: list[dict[str, str]]) -> tuple[list[int], str, tuple[int, ...]]:
+        """(``prompt_ids``, the template's rendering of the conversation they stand for, the earlier
+        turns' prompt ends in them: where the decoder's prefill ends a chunk, so that the previous turn's
+        kept KV is reused whole, ``DecodeRequest.cuts``)."""
         msgs = model_messages(messages)
         full = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, tokenize=False)
         for k in range(len(msgs) - 1, 0, -1):
@@ -179,14 +185,14 @@ class ChatPolicy:
             hit = self._contexts.get(key)
             if hit is not None:
                 self._contexts.move_to_end(key)
-                ids, text = hit
+                ids, text, cuts = hit
                 if full.startswith(text):
-                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"]), full
+                    return ids + list(self.tokenizer(full[len(text):], add_special_tokens=False)["input_ids"]), full, cuts
             break
-        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"]), full
+        return list(self.tokenizer(full, add_special_tokens=False)["input_ids"]), full, ()
 
     def _remember(self, messages: list[dict[str, str]], text: str, prompt: list[int], prompt_text: str,
-                  sampled: list[int]) -> None:
+                  sampled: list[int], cuts: tuple[int, ...]) -> None:
         """Keep a turn's context (prompt + sampled ids) under the conversation it ends, with the text the
         chat template renders for it: the prompt's rendering + the reply's text (+ its EOS). Not a decoding
         of the ids: a special token sampled mid-reply is in the ids but not in the reply's text (decoded
@@ -194,7 +200,7 @@ class ChatPolicy:
         begin with such a decoding and the whole conversation would be tokenised again."""
         key = _key([*model_messages(messages), {"role": "assistant", "content": text}])
         eos = self.tokenizer.decode(sampled[-1:], skip_special_tokens=False) if sampled and sampled[-1] in self.decoder.eos else ""
-        self._contexts[key] = (prompt + sampled, prompt_text + text + eos)
+        self._contexts[key] = (prompt + sampled, prompt_text + text + eos, (*cuts, len(prompt)))
         while len(self._contexts) > self._cache_size:
             self._contexts.popitem(last=False)
 
@@ -220,14 +226,15 @@ class ChatPolicy:
         results: list[PolicyOutput | BaseException | None] = [None] * len(conversations)
         requests: dict[int, tuple[list[int], DecodeRequest]] = {}
         rendered: dict[int, str] = {}
+        cuts: dict[int, tuple[int, ...]] = {}
         for i, msgs in enumerate(conversations):
-            ids, rendered[i] = self._prompt(msgs)
+            ids, rendered[i], cuts[i] = self._prompt(msgs)
             if len(ids) + self.max_new_tokens > self.max_context_tokens:
                 results[i] = ContextTooLong(f"{len(ids)} prompt tokens + {self.max_new_tokens} new exceed "
                                             f"{self.max_context_tokens}")
                 continue
             req = DecodeRequest(ids, n=1, max_new_tokens=self.max_new_tokens, temperature=self.temperature, top_p=self.top_p,
-                                seed=_seed(self.seed, call, i), track_text=False,
+                                seed=_seed(self.seed, call, i), track_text=False, cuts=cuts[i],
                                 stop_when=self._closed_block if self.stop_after_block else None)
             requests[i] = (ids, self.decoder.submit(req))
         if requests:
@@ -246,7 +253,7 @@ class ChatPolicy:
                     continue
                 c = req.choices[0]
                 text = self.tokenizer.decode(c.token_ids, skip_special_tokens=True)
-                self._remember(conversations[i], text, ids, rendered[i], c.token_ids)
+                self._remember(conversations[i], text, ids, rendered[i], c.token_ids, cuts[i])
                 results[i] = PolicyOutput(text, list(c.token_ids), list(c.logprobs), ids, c.finish_reason or "length",
                                           {"seconds": seconds})
         return [r for r in results if r is not None]

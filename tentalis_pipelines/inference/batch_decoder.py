@@ -98,6 +98,8 @@ class DecodeRequest:
     finished_at: float | None = None
     generator: torch.Generator | None = field(default=None, repr=False)
     live: int = 0  # rows still decoding
+    arrived: int = 0  # the KV store's clock when submitted (block mode: which kept KV to evict first)
+    cuts: tuple[int, ...] = ()  # block mode: positions where the prefill also ends a chunk (``KVStore``)
 
     def cancel(self) -> None:
         """Stop decoding this request at the next step boundary (its rows leave the batch)."""
@@ -324,12 +326,27 @@ class KVStore:
     """The prefill KV of prompts in block mode (``BatchDecoder(prefill_block=B)``): a conversation's
     context waiting between its turns, a group's shared first prompt. Least recently used first out.
 
-    Every entry was prefilled in blocks ending at multiples of ``block`` positions, so its KV up to any
-    multiple of ``block`` is what a prefill from scratch computes, bit for bit: a lookup reuses the
-    longest shared prefix cut to such a boundary (and a prompt equal to an entry's whole prompt reuses
-    its KV and its last position's logits, no forward pass at all). With ``share=False`` only an entry
-    whose whole prompt begins the new one is used (a conversation's own earlier turn), never a prefix
-    shared with another conversation.
+    Every entry was prefilled in chunks ending at multiples of ``block`` positions and at its request's
+    ``cuts`` (a conversation's earlier turns' prompt ends, ``DecodeRequest.cuts``), so its KV up to any
+    of those positions is what a prefill from scratch with the same cuts computes, bit for bit: a lookup
+    reuses the longest shared prefix cut to a position where both the entry and the new prompt end a
+    chunk and below which they cut at the same places (and a prompt equal to an entry's whole prompt,
+    with the same cuts, reuses its KV and its last position's logits, no forward pass at all). A
+    conversation's next turn, whose cuts hold the previous prompt's end, so reuses that prompt's KV whole
+    and prefills only the tokens sampled since and the observation, not the rest of a block. With
+    ``share=False`` only an entry whose whole prompt begins the new one is used (a conversation's own
+    earlier turn), never a prefix shared with another conversation.
+
+    Which entry goes when the budget needs room (``evict``): given the prompts waiting to be admitted,
+    in order, the store drops first what no waiting prompt extends and was last used before the oldest
+    of them arrived (a finished conversation's context), least recently used first; then what no waiting
+    prompt extends but was used since (a context an earlier request of the same call left for its next
+    turn), most recently used first; last what a waiting prompt extends, the one whose first such prompt
+    waits longest first. An episode batch's turns visit the same conversations in the same order every
+    call, a cycle over more contexts than the budget keeps, where least-recently-used drops exactly the
+    context the next request is about to reuse and never hits; this order is Belady's (drop what is
+    needed furthest ahead) for that cycle, as far as the queue shows it. Which entry goes never changes
+    an output, only how much is prefilled again.
     """
 
     def __init__(self, block: int, *, share: bool = True, min_tokens: int = 16):
@@ -337,6 +354,9 @@ class KVStore:
             raise ValueError(f"prefill_block must be at least 1 (got {block})")
         self.block, self.share, self.min_tokens = block, share, min_tokens
         self.entries: OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = OrderedDict()
+        self.used: dict[tuple[int, ...], int] = {}  # each entry's last use, on ``clock``
+        self.cuts: dict[tuple[int, ...], tuple[int, ...]] = {}  # each entry's chunk ends off the block grid
+        self.clock = 0  # ticks at every put and every hit
         self.nbytes = 0
         self.evicted = 0
 
@@ -347,45 +367,95 @@ class KVStore:
     def _bytes(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
-    def lookup(self, ids: list[int]) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None, torch.Tensor | None]:
-        """(positions reusable, the entry's KV, its last logits when the whole prompt is that entry's)."""
-        best, best_key = 0, None
+    def extra_cuts(self, n: int, cuts: tuple[int, ...] | list[int]) -> tuple[int, ...]:
+        """The chunk ends of an ``n``-position prompt off the block grid: ``cuts`` inside it, sorted."""
+        return tuple(sorted({c for c in cuts if 0 < c < n and c % self.block}))
+
+    def _usable(self, limit: int, mine: tuple[int, ...], theirs: tuple[int, ...], their_len: int) -> int:
+        """The last position at most ``limit`` that ends a chunk both for a prompt cut at ``mine`` and for
+        an entry of ``their_len`` positions cut at ``theirs`` (the block grid, a cut both have, or the
+        entry's end that the prompt cuts at), below which they cut at the same places; 0 when none."""
+        top = limit
+        for a, b in zip([*mine, None], [*theirs, None]):  # the first cut one has and the other does not
+            if a != b:
+                top = min(top, *(c for c in (a, b) if c is not None))
+                break
+        ends = [c for c in mine if c <= top and (c in theirs or c == their_len)]
+        return max([top - top % self.block, *ends])
+
+    def lookup(self, ids: list[int], cuts: tuple[int, ...] | list[int] = ()) -> tuple[int, list[tuple[torch.Tensor, torch.Tensor]] | None, torch.Tensor | None]:
+        """(positions reusable, the entry's KV, its last logits when the whole prompt is that entry's,
+        with the same cuts) for a prompt prefilled with ``cuts`` (class doc)."""
+        mine = self.extra_cuts(len(ids), cuts)
+        best, best_key, whole = 0, None, False
         for key in self.entries:
             k = common_prefix(key, ids)
             if not self.share and k < len(key):
                 continue
-            if k > best:
-                best, best_key = k, key
-        if best_key is None:
+            theirs = self.cuts.get(key, ())
+            if k == len(ids) == len(key) and theirs == mine:
+                best, best_key, whole = k, key, True
+                break
+            u = self._usable(min(k, len(ids) - 1), mine, theirs, len(key))
+            if u > best:
+                best, best_key = u, key
+        if best_key is None or (not whole and best < max(self.min_tokens, 1)):
             return 0, None, None
+        self._touch(best_key)
         kv, logits = self.entries[best_key]
-        if best == len(ids) == len(best_key):
-            self.entries.move_to_end(best_key)
-            return best, kv, logits
-        best = min(best, len(ids) - 1)
-        best -= best % self.block
-        if best < max(self.min_tokens, 1):
-            return 0, None, None
-        self.entries.move_to_end(best_key)
-        return best, kv, None
+        return best, kv, logits if whole else None
 
-    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor) -> None:
-        """Keep ``ids``' KV as the most recently used entry; an entry whose prompt begins ``ids`` is dropped
-        (the new one holds all it could give)."""
+    def _touch(self, key: tuple[int, ...]) -> None:
+        self.entries.move_to_end(key)
+        self.clock += 1
+        self.used[key] = self.clock
+
+    def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor,
+            cuts: tuple[int, ...] | list[int] = ()) -> None:
+        """Keep ``ids``' KV, prefilled with ``cuts``, as the most recently used entry; an entry whose
+        prompt begins ``ids`` is dropped (the new one holds all it could give)."""
         key = tuple(ids)
         for old in [e for e in self.entries if len(e) <= len(key) and key[: len(e)] == e]:
             self.nbytes -= self._bytes(self.entries.pop(old)[0])
+            self.used.pop(old, None)
+            self.cuts.pop(old, None)
         self.entries[key] = (kv, logits)
+        self.cuts[key] = self.extra_cuts(len(key), cuts)
         self.nbytes += self._bytes(kv)
+        self._touch(key)
 
-    def evict(self) -> bool:
-        """Drop the least recently used entry; False when there is none."""
-        if not self.entries:
+    def evict(self, victim: tuple[int, ...] | None = None) -> bool:
+        """Drop ``victim`` (an entry's key, as ``eviction_order`` gives them), or the least recently used
+        entry; False when there is none (or ``victim`` is gone)."""
+        if victim is None:
+            victim = next(iter(self.entries), None)
+        if victim is None or victim not in self.entries:
             return False
-        _, (kv, _) = self.entries.popitem(last=False)
+        kv, _ = self.entries.pop(victim)
+        self.used.pop(victim, None)
+        self.cuts.pop(victim, None)
         self.nbytes -= self._bytes(kv)
         self.evicted += 1
         return True
+
+    def eviction_order(self, waiting: list[list[int]], since: int) -> list[tuple[int, ...]]:
+        """Every entry's key, the first to drop first (class doc): given the prompts ``waiting`` to be
+        admitted, in order, and ``since``, the ``clock`` when the oldest of them arrived: those no waiting
+        prompt extends and unused since ``since``, earliest used first; then those no waiting prompt
+        extends, latest used first; then the rest, the one whose first extending prompt waits longest
+        first."""
+        first_use: dict[tuple[int, ...], int] = {}
+        lengths = {len(k) for k in self.entries}
+        for i, ids in enumerate(waiting):
+            for n in lengths:
+                if n <= len(ids):
+                    first_use.setdefault(tuple(ids[:n]), i)
+        last = self.used.get
+        idle = [k for k in self.entries if k not in first_use]  # least recently used first
+        stale = [k for k in idle if last(k, 0) <= since]
+        fresh = sorted((k for k in idle if last(k, 0) > since), key=lambda k: -last(k, 0))
+        wanted = sorted((k for k in self.entries if k in first_use), key=lambda k: (-first_use[k], last(k, 0)))
+        return stale + fresh + wanted
 
 
 def kv_position_bytes(model) -> int:
@@ -436,19 +506,20 @@ class BatchDecoder:
     limit)).
 
     **Block mode** (``prefill_block=B > 0``, the agent episodes' mode, ``envs.policies.ChatPolicy``): a
-    prompt is prefilled in blocks ending at multiples of ``B`` positions and its KV kept in a ``KVStore``
-    (not the ``PrefixCache``), so a conversation that leaves at the end of its turn re-enters with its
-    observation reusing its own context's KV, and the G episodes of one task prefill their shared first
-    prompt once. Reuse is cut at block boundaries, so every token and log-prob is the same, bit for bit,
-    with or without sharing and whether a conversation's KV was kept or recomputed (``KVStore``). What is
-    kept is prefill KV: the tokens a turn sampled are prefilled again with the next prompt (their KV from
-    the decoding steps was computed in other shapes, so reusing it would change the last bits).
+    prompt is prefilled in chunks ending at multiples of ``B`` positions and at the request's ``cuts``
+    (its conversation's earlier prompt ends) and its KV kept in a ``KVStore`` (not the ``PrefixCache``),
+    so a conversation that leaves at the end of its turn re-enters with its observation reusing its own
+    last prompt's KV whole, and the G episodes of one task prefill their shared first prompt once. Reuse
+    stops only where both prompts end a chunk, so every token and log-prob is the same, bit for bit, with
+    or without sharing and whether a conversation's KV was kept or recomputed (``KVStore``). What is kept
+    is prefill KV: the tokens a turn sampled are prefilled again with the next prompt (their KV from the
+    decoding steps was computed in other shapes, so reusing it would change the last bits).
 
     **KV budget** (``kv_budget_bytes``, block mode only): the bytes of keys and values the decoder holds,
     the slab's allocation + the store + a prefill in flight (and the copy a slab relayout makes, tensor
     by tensor), never exceed it. A request joins only when the slab can hold every row to its token limit
     (rows x the longest prompt + limit) beside its prefill; to make room the decoder first shrinks the
-    slab to its live block, then evicts stored KV least recently used first (a waiting conversation's
+    slab to its live block, then evicts stored KV in ``KVStore.eviction_order`` (a waiting conversation's
     context is then recomputed by prefill when it re-enters, with the same outputs); if there is still no
     room the request waits for rows to leave (fewer rows decode at once). A request that could not fit
     even alone ends with a ``ValueError`` naming the budget. ``kv_peak_bytes`` is the most held at once.
@@ -500,6 +571,8 @@ class BatchDecoder:
         req.choices[:] = [Choice(i) for i in range(req.n)]
         seed = req.seed if req.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
         req.generator = torch.Generator(device=self.device).manual_seed(seed)
+        if self.store is not None:
+            req.arrived = self.store.clock
         self.pending.append(req)
         return req
 
@@ -585,8 +658,11 @@ class BatchDecoder:
         cache = self.cache
         if cache is not None and self._slack(cache.nbytes()) + self.store.nbytes + prefill > budget:
             cache.compact()
+        order: list[tuple[int, ...]] | None = None
         while max(slab, self._slack(cache.nbytes()) if cache is not None else 0) + self.store.nbytes + prefill > budget:
-            if not self.store.evict():
+            if order is None:  # the waiting prompts (this one first) decide what goes (KVStore's doc)
+                order = self.store.eviction_order([r.prompt_ids for r in self.pending], self.pending[0].arrived)
+            if not order or not self.store.evict(order.pop(0)):
                 break
         return True
 
@@ -634,7 +710,7 @@ class BatchDecoder:
         """``_add`` in block mode: the prompt's KV from the store and block prefills, the store updated,
         the budget kept (class doc)."""
         ids = req.prompt_ids
-        logits, kv, fresh = self._prefill_blocks(ids)
+        logits, kv, fresh = self._prefill_blocks(ids, req.cuts)
         self._inflight = self._kv_bytes(kv) if fresh else 0
         self._note()
         try:
@@ -648,7 +724,7 @@ class BatchDecoder:
         finally:
             self._inflight = 0
         if fresh:
-            self.store.put(ids, kv, logits[:1])
+            self.store.put(ids, kv, logits[:1], req.cuts)
             while self.kv_budget_bytes is None and len(self.store) > UNBUDGETED_STORE_PROMPTS:
                 self.store.evict()
         self._note()
@@ -681,10 +757,10 @@ class BatchDecoder:
     def _kv_bytes(kv) -> int:
         return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
 
-    def _prefill_blocks(self, ids: list[int]) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], bool]:
+    def _prefill_blocks(self, ids: list[int], cuts: tuple[int, ...] = ()) -> tuple[torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]], bool]:
         """(last logits, KV, whether it was computed) for ``ids`` in block mode: the store's longest usable
-        prefix, then blocks ending at multiples of ``prefill_block`` (``KVStore``)."""
-        reuse, stored, logits = self.store.lookup(ids)
+        prefix, then chunks ending at multiples of ``prefill_block`` and at ``cuts`` (``KVStore``)."""
+        reuse, stored, logits = self.store.lookup(ids, cuts)
         if logits is not None:  # the whole prompt is stored: its KV and logits as they were computed
             self.reused_tokens += reuse
             return logits, stored, False
@@ -695,8 +771,9 @@ class BatchDecoder:
         self.reused_tokens += reuse
         self.prefill_tokens += len(ids) - reuse
         block = self.prefill_block
+        ends = sorted({*range((reuse // block + 1) * block, len(ids), block), *(c for c in cuts if reuse < c < len(ids)), len(ids)})
         start, out = reuse, None
-        for end in [*range((reuse // block + 1) * block, len(ids), block), len(ids)]:
+        for end in ends:
             out = self.model(input_ids=torch.tensor([ids[start:end]], device=self.device),
                              attention_mask=torch.ones(1, end, dtype=torch.long, device=self.device),
                              position_ids=torch.arange(start, end, device=self.device)[None, :], past_key_values=cache,

@@ -141,3 +141,77 @@ def test_the_default_kv_budget_is_the_env_var_else_an_eighth_of_the_host_clamped
     for bad in ("0", "-1", "nan", "inf", "4GB"):
         with pytest.raises(ValueError, match="TENTALIS_KV_BUDGET_MB"):
             default_kv_budget_bytes({"TENTALIS_KV_BUDGET_MB": bad}, gib)
+
+
+def _put_cut(store: KVStore, ids: list[int], cuts: tuple[int, ...]) -> None:
+    store.put(ids, _kv(len(ids)), torch.full((1, 3), float(len(ids))), cuts)
+
+
+def test_a_turn_cut_at_the_last_prompts_end_reuses_that_prompt_whole():
+    """A conversation's next prompt, cut where its previous prompt ended, reuses all of that prompt's
+    KV (10 positions), not only up to the block grid (8); without the cut, the grid."""
+    store = KVStore(4, min_tokens=1)
+    _put_cut(store, list(range(10)), ())
+    nxt = [*range(10), 50, 51, 52]
+    assert store.lookup(nxt, (10,))[0] == 10
+    assert store.lookup(nxt)[0] == 8
+    assert store.lookup(nxt, (10, 0, -3, 13, 99))[0] == 10  # cuts outside (0, len) are not chunk ends
+
+
+@pytest.mark.parametrize(("cuts", "reusable"), [
+    ((6,), 12),     # the same cuts: every chunk end up to the entry's end
+    ((5,), 4),      # the request ends a chunk at 5, the entry did not: back to the last common end, 4
+    ((7,), 4),      # the entry ends one at 6, the request does not: 6 is no reuse point for it
+    ((6, 9), 8),    # they agree below 9: the grid point 8 ends a chunk for both
+    ((), 4),        # the entry's extra cut at 6 is below 8 and not the request's: 4
+    ((2,), 0),      # a cut the entry lacks below the first grid point: no common chunk end at all
+])
+def test_a_lookup_reuses_only_up_to_a_chunk_end_both_share_with_the_same_cuts_below(cuts, reusable):
+    """Entry: 12 positions cut at 6 (chunk ends 4, 6, 8, 12). Request: the same 12 tokens then others."""
+    store = KVStore(4, min_tokens=1)
+    _put_cut(store, list(range(12)), (6,))
+    n, kv, logits = store.lookup([*range(12), *[99] * 8], cuts)
+    assert n == reusable and logits is None
+    assert (kv is None) == (reusable == 0)
+
+
+def test_the_whole_prompt_with_other_cuts_is_no_logits_hit():
+    store = KVStore(4, min_tokens=1)
+    _put_cut(store, [5, 6, 7, 8, 9, 10], (2,))
+    n, _, logits = store.lookup([5, 6, 7, 8, 9, 10], (2,))
+    assert n == 6 and logits is not None
+    n, _, logits = store.lookup([5, 6, 7, 8, 9, 10], (3,))  # other chunks: the cuts part at 2, before the grid's 4
+    assert (n, logits) == (0, None)
+    n, _, logits = store.lookup([5, 6, 7, 8, 9, 10])  # no cut: the same, the entry's cut at 2 is not the request's
+    assert (n, logits) == (0, None)
+
+
+def test_the_eviction_order_drops_the_finished_then_the_next_turns_latest_then_the_waiting_furthest():
+    """What goes first under the budget, given the waiting prompts: a context no waiting prompt extends
+    and unused since they arrived (a finished conversation), then the contexts left since for their next
+    turn, latest first (the next call needs the earliest first), then the waiting prompts' own contexts,
+    the one needed last first."""
+    store = KVStore(1, min_tokens=1)
+    _put(store, [1, 1])        # finished
+    _put(store, [3, 3])        # extended by the second waiting prompt
+    _put(store, [4, 4])        # extended by the first waiting prompt
+    since = store.clock        # the waiting prompts arrive
+    _put(store, [5, 5])        # left for its next turn, earlier
+    _put(store, [6, 6])        # left for its next turn, later
+    waiting = [[4, 4, 9], [3, 3, 9, 9]]
+    order = store.eviction_order(waiting, since)
+    assert order == [(1, 1), (6, 6), (5, 5), (3, 3), (4, 4)]
+    assert store.evict(order[0]) and not store.evict(order[0])  # gone once; a missing victim is no eviction
+    assert list(store.entries) == [(3, 3), (4, 4), (5, 5), (6, 6)] and store.evicted == 1
+    assert store.eviction_order([], store.clock) == [(3, 3), (4, 4), (5, 5), (6, 6)]  # nothing waits: LRU first
+    assert store.eviction_order([], 0) == [(6, 6), (5, 5), (4, 4), (3, 3)]  # all used since: latest first
+
+
+def test_an_entry_used_since_is_not_finished_and_a_shorter_waiting_prompt_wants_nothing_longer():
+    store = KVStore(2, min_tokens=1)
+    _put(store, [1, 2, 3, 4])
+    _put(store, [7, 7])
+    since = store.clock
+    store.lookup([7, 7, 8])  # used after the waiting prompts arrived
+    assert store.eviction_order([[1, 2]], since) == [(1, 2, 3, 4), (7, 7)]  # [1, 2] does not extend [1, 2, 3, 4]
+    assert store.eviction_order([[1, 2, 3, 4, 5]], since) == [(7, 7), (1, 2, 3, 4)]
