@@ -44,7 +44,7 @@ CORRECT = -1  # a first-error index meaning "no step is wrong" (ProcessBench's l
 SOME_STEP = -2  # a verdict meaning "some step is wrong, position unknown" (the verifier on a wrong answer)
 CORRUPTIONS = ("result", "operand", "operator")
 _ANNOTATION = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
-_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*(?:\.\d+)?(?![\d])")
+_NUMBER = re.compile(r"(?<![\d.])\d(?:[\d,]*\d)?(?:\.\d+)?(?![\d])")  # a comma after a number is punctuation
 _OPERATORS = {"+": "-", "-": "+", "*": "/", "/": "*"}
 _VISIBLE_OP = {"*": ("*", "x", "×"), "/": ("/", "÷"), "+": ("+",), "-": ("-",)}
 
@@ -159,8 +159,9 @@ def _fmt(value: Fraction) -> str | None:
     scaled = value * 100
     if scaled.denominator != 1:
         return None
-    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
-    return text
+    # exact digits (a float keeps about 16: 10**17 + 1/2 would be written 100000000000000000)
+    whole, cents = divmod(abs(scaled.numerator), 100)
+    return f"{'-' if value < 0 else ''}{whole}.{cents:02d}".rstrip("0")
 
 
 def _value(text: str) -> Fraction | None:
