@@ -44,7 +44,7 @@ CORRECT = -1  # a first-error index meaning "no step is wrong" (ProcessBench's l
 SOME_STEP = -2  # a verdict meaning "some step is wrong, position unknown" (the verifier on a wrong answer)
 CORRUPTIONS = ("result", "operand", "operator")
 _ANNOTATION = re.compile(r"<<([^=<>]*)=([^<>]*)>>")
-_NUMBER = re.compile(r"(?<![\d.])\d[\d,]*(?:\.\d+)?(?![\d])")
+_NUMBER = re.compile(r"(?<![\d.])\d(?:[\d,]*\d)?(?:\.\d+)?(?![\d])")  # a comma after a number is punctuation
 _OPERATORS = {"+": "-", "-": "+", "*": "/", "/": "*"}
 _VISIBLE_OP = {"*": ("*", "x", "×"), "/": ("/", "÷"), "+": ("+",), "-": ("-",)}
 
@@ -159,8 +159,9 @@ def _fmt(value: Fraction) -> str | None:
     scaled = value * 100
     if scaled.denominator != 1:
         return None
-    text = f"{float(value):.2f}".rstrip("0").rstrip(".")
-    return text
+    # exact digits (a float keeps about 16: 10**17 + 1/2 would be written 100000000000000000)
+    whole, cents = divmod(abs(scaled.numerator), 100)
+    return f"{'-' if value < 0 else ''}{whole}.{cents:02d}".rstrip("0")
 
 
 def _value(text: str) -> Fraction | None:
@@ -230,6 +231,10 @@ def _substitute(text: str, subst: Mapping[Fraction, Fraction]) -> str | None:
 
 
 def _perturb(value: Fraction, rng: random.Random) -> Fraction:
+    """A slip a solver could make in ``value``: ``value + d`` for a ``d`` drawn from (-3, -2, -1, 1, 2, 3, 4,
+    5, 10) among those that keep it positive (``value + 1`` when none does); a whole value of at least 10
+    instead slips by a magnitude with probability 0.3 (``rng.random() < 0.3``): ten times it, or ten more or
+    ten less, at even odds (``rng.random() < 0.5``: ten times)."""
     deltas = [d for d in (-3, -2, -1, 1, 2, 3, 4, 5, 10) if value + d > 0] or [1]
     if value.denominator == 1 and value >= 10 and rng.random() < 0.3:
         return value * 10 if rng.random() < 0.5 else value + 10 * rng.choice((-1, 1))
@@ -271,14 +276,11 @@ def _edit_visible(segment: str, kind: str, change: tuple[str, str]) -> str:
             m = hits[-1]
             return segment[: m.start()] + new + segment[m.end():]
         return segment
-    for sym in _VISIBLE_OP[old]:
-        k = segment.rfind(f" {sym} ") if sym in "x" else segment.rfind(sym)
+    for sym in _VISIBLE_OP[old]:  # the letter x is an operator only between spaces
+        k = segment.rfind(f" {sym} ") if sym == "x" else segment.rfind(sym)
         if k >= 0:
-            at = k + 1 if sym in "x" else k
-            written = {"*": "x" if sym in "x×" else "*", "/": "/", "+": "+", "-": "-"}[new]
-            if sym == "×" and new == "*":
-                written = "×"
-            return segment[:at] + written + segment[at + len(sym):]
+            at = k + 1 if sym == "x" else k
+            return segment[:at] + new + segment[at + len(sym):]
     return segment
 
 

@@ -83,7 +83,8 @@ TARGETS: tuple[Target, ...] = (
     Target("tasks_jsonl", ("tentalis_pipelines/tasks/jsonl.py",), ("tests/unit/test_tasks.py", "tests/unit/test_tasks_jsonl.py"), "imports"),
     Target("grounding", ("tentalis_pipelines/reviewers/grounding.py",), ("tests/unit/test_grounding.py",), "reviewers"),
     Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",),
-           ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py"), "reviewers"),
+           ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py", "tests/unit/test_prm_labels_contracts.py"),
+           "reviewers"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
