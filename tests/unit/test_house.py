@@ -233,8 +233,8 @@ LAYERS = [
     "inference", "policy",
     # scoring and training
     "rewards", "training", "lineage",
-    # what the policy is taught and measured on
-    "envs", "evaluation", "tasks",
+    # what the policy is taught on, then measured on (benchmarks are drawn from the task families)
+    "envs", "tasks", "evaluation",
     # the guards and services around a batch
     "contamination", "quality", "sessions", "promotion", "reviewers", "skills", "gateway",
     # batches of episodes, demonstrations, withdrawals: built from all of the above
@@ -251,7 +251,7 @@ IMPORT_CYCLES_ALLOWED = {
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 13
+UP_ARROWS_ALLOWED = 12
 
 
 def library_package(module: str) -> str | None:
