@@ -15,10 +15,10 @@ from dagster import (
 
 from assets.external import human_reviews, reward_activations
 from assets.partitions import task_batches
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
 from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.guided_rollouts import build_guided_rollouts
 from tentalis_pipelines.stages.reviews import build_reviews

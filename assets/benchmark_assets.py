@@ -12,12 +12,12 @@ from dagster import (
 
 from assets.batch_assets import reviews, stage_metadata, tasks, teacher_logprobs, trajectories
 from assets.partitions import checkpoint_ids
+from assets.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
 from assets.table_metadata import table_definition_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import promotion
 from tentalis_pipelines.evaluation.benchmarks import BENCHMARKS
 from tentalis_pipelines.evaluation.plots import accuracy_inline_markdown, level_success_markdown
-from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.stages.evaluation import benchmark_checkpoint
 
 # One partition per checkpoint ("base" for the base model) x benchmark.

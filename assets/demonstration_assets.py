@@ -12,13 +12,13 @@ from dagster import (
 
 from assets.batch_assets import stage_metadata, tasks
 from assets.partitions import checkpoint_ids, task_batches
+from assets.resources import LakehouseResource, PolicyResource, TrainerResource
 from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines.demonstrations import (
     check_demonstrations,
     oracle_demonstrations,
     write_demonstrations,
 )
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.warm_start import check_warm_start, train_warm_start
 from tentalis_pipelines.training.warm_start import WarmStartConfig

@@ -15,9 +15,9 @@ import json
 from dagster import AssetCheckResult, AssetCheckSeverity, MetadataValue, asset_check
 
 from assets.batch_assets import reviews, rollouts, trajectories
+from assets.resources import LakehouseResource
 from assets.training_assets import checkpoints
 from tentalis_pipelines import forensics
-from tentalis_pipelines.resources import LakehouseResource
 
 
 def verdict_result(verdict: forensics.Verdict) -> AssetCheckResult:

@@ -6,8 +6,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 
 from assets.batch_assets import rollouts, tasks, to_materialize_result
 from assets.partitions import task_batches
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource
 from assets.table_metadata import table_definition_metadata
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.stages.grounding import build_grounding_flags
 
 

@@ -4,9 +4,9 @@ from dagster import AssetExecutionContext, AssetMaterialization, Config, Materia
 
 from assets.batch_assets import rollouts, to_materialize_result, trajectories
 from assets.partitions import checkpoint_ids
+from assets.resources import LakehouseResource, PolicyResource, TrainerResource
 from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines.activity import activity_path
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.stages.idle_window import run_window
 
 

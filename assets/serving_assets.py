@@ -19,10 +19,10 @@ from dagster import (
 )
 
 from assets.benchmark_assets import benchmark_results
+from assets.resources import BenchmarkResource, LakehouseResource
 from assets.table_metadata import table_definition_metadata, table_uri_metadata
 from assets.training_assets import checkpoints
 from tentalis_pipelines import promotion
-from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource
 from tentalis_pipelines.training import serving as serving_pointer
 
 

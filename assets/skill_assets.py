@@ -5,9 +5,9 @@ from pydantic import Field
 
 from assets.batch_assets import reviews, rollouts, stage_metadata, tasks
 from assets.partitions import task_batches
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource
 from assets.serving_assets import serving
 from assets.table_metadata import table_definition_metadata
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.skills.library import SkillSettings
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.stages.skills import build_skills

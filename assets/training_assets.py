@@ -6,8 +6,8 @@ from dagster import AssetExecutionContext, MaterializeResult, asset
 from assets.batch_assets import guided_rollouts, rollouts, to_materialize_result, trajectories
 from assets.grounding_assets import grounding_flags
 from assets.partitions import checkpoint_ids
+from assets.resources import LakehouseResource, PolicyResource, TrainerResource
 from assets.table_metadata import table_definition_metadata
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.stages.training import train_checkpoint
 
 

@@ -15,9 +15,9 @@ from pydantic import Field
 
 from assets.batch_assets import reviews, rollouts, stage_metadata, step_scores, tasks, trajectories
 from assets.external import human_reviews
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from assets.table_metadata import table_definition_metadata
 from tentalis_pipelines.evaluation.plots import agreement_inline_markdown, rescore_inline_markdown
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.rewards.agreement import DriftSettings
 from tentalis_pipelines.rewards.rescore import RescoreSpec
 from tentalis_pipelines.rewards.scoring import parse_weight_overrides

@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False)
 
 
 def _resources(home: Path, model: str, trainer_kw: dict, num_generations: int):
-    from tentalis_pipelines.resources import (
+    from assets.resources import (
         LakehouseResource,
         PolicyResource,
         ReviewResource,

@@ -21,8 +21,8 @@ from dagster import (
     schedule,
 )
 
+from assets.resources import LakehouseResource
 from tentalis_pipelines.lakehouse import LakehouseError, human_bytes
-from tentalis_pipelines.resources import LakehouseResource
 from tentalis_pipelines.schemas import SCHEMAS
 
 

@@ -26,15 +26,15 @@ from dagster import (
 )
 
 from assets.partitions import checkpoint_ids, task_batches
-from tentalis_pipelines import promotion, sessions
-from tentalis_pipelines.activity import activity_path, idle_seconds, last_activity_ns
-from tentalis_pipelines.resources import (
+from assets.resources import (
     BenchmarkResource,
     CycleResource,
     LakehouseResource,
     ReviewResource,
     TrainerResource,
 )
+from tentalis_pipelines import promotion, sessions
+from tentalis_pipelines.activity import activity_path, idle_seconds, last_activity_ns
 from tentalis_pipelines.settings import (
     inbox_settle_seconds,
     session_review_wait_seconds,

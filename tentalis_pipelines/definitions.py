@@ -20,6 +20,15 @@ from assets.external import human_reviews, reward_activations
 from assets.forensics_checks import FORENSICS_CHECKS
 from assets.grounding_assets import grounding_flags
 from assets.idle_assets import training_windows
+from assets.resources import (
+    BenchmarkResource,
+    CycleResource,
+    LakehouseResource,
+    PolicyResource,
+    ReviewResource,
+    TrainerResource,
+    env_or,
+)
 from assets.serving_assets import serving
 from assets.skill_assets import skills
 from assets.training_assets import checkpoints
@@ -47,15 +56,6 @@ from jobs.sensors import (
     task_inbox,
 )
 from tentalis_pipelines.redact import install_log_filter
-from tentalis_pipelines.resources import (
-    BenchmarkResource,
-    CycleResource,
-    LakehouseResource,
-    PolicyResource,
-    ReviewResource,
-    TrainerResource,
-    env_or,
-)
 
 # Secrets never reach a log line: every process that loads the definitions redacts its log records.
 install_log_filter()

@@ -555,8 +555,8 @@ def plan_guided_episodes(lake: Lakehouse, batch_id: str, config) -> tuple[list[d
     k and the prefix replies, the demonstration's source, its rescue kind and its ``rescue_id``. Groups
     with a success are never planned, held-out tasks never (see :func:`build_environment_guided_rollouts`)."""
     from tentalis_pipelines.envs.guided import demonstration
-    from tentalis_pipelines.stages.teacher_logprobs import hint_id
     from tentalis_pipelines.training import guide
+    from tentalis_pipelines.training.opd import hint_id
 
     rescue = config.guide_rescue
     tasks = {row["task_id"]: (row, task) for row, task in load_tasks(lake, batch_id)}

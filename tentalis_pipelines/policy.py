@@ -2,7 +2,7 @@
 
 One config for the sampling concern (TRL's names where the idea is the same: ``num_generations``,
 ``temperature``). The ``policy`` Dagster resource mirrors these fields with the same names, defaults
-and help (``tentalis_pipelines/resources.py``).
+and help (``assets/resources.py``).
 """
 
 from __future__ import annotations

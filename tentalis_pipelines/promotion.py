@@ -132,7 +132,7 @@ def benchmark_history(lake: Lakehouse, benchmark: str) -> dict[str, Any]:
     result rows themselves (``results``, for the inline plot) and their count (``rows``)."""
     from tentalis_pipelines.evaluation.benchmarks import gate_decision
     from tentalis_pipelines.evaluation.plots import accuracy_plot_png, markdown_image
-    from tentalis_pipelines.stages.common import markdown_table
+    from tentalis_pipelines.previews import markdown_table
 
     rows = [r for r in lake.read("benchmark_results").to_pylist() if r["benchmark"] == benchmark]
     order = {"base": 0}

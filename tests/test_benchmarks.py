@@ -109,9 +109,9 @@ def test_benchmarks_measure_then_the_serving_asset_gates_through_its_check(home,
     from dagster import AssetKey, DagsterInstance, SkipReason, build_sensor_context, materialize
 
     from assets.benchmark_assets import benchmark_results
+    from assets.resources import BenchmarkResource, LakehouseResource, PolicyResource
     from assets.serving_assets import serving
     from jobs.sensors import new_checkpoints
-    from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource, PolicyResource
     from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
 
     paths = Paths.from_env(home).ensure()
@@ -142,8 +142,8 @@ def test_benchmarks_measure_then_the_serving_asset_gates_through_its_check(home,
 def test_a_rejection_is_a_failed_check_not_a_failed_run(home, tiny_model_dir):
     from dagster import DagsterInstance, materialize
 
+    from assets.resources import BenchmarkResource, LakehouseResource
     from assets.serving_assets import serving
-    from tentalis_pipelines.resources import BenchmarkResource, LakehouseResource
     from tentalis_pipelines.training.trainer import GRPOConfig, build_policy
 
     paths = Paths.from_env(home).ensure()

@@ -218,7 +218,7 @@ def test_the_tasks_asset_quarantines_the_item_and_an_unusable_index_holds_rollou
     from dagster import DagsterInstance, materialize
 
     from assets.batch_assets import rollouts, tasks
-    from tentalis_pipelines.resources import LakehouseResource, PolicyResource
+    from assets.resources import LakehouseResource, PolicyResource
 
     monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
     paths = Paths.from_env(home).ensure()

@@ -20,9 +20,9 @@ from dagster._core.test_utils import create_run_for_test
 from local_servers import PostgresServer, ServerUnavailable, skip_unavailable
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from jobs.run_health import HOST_TAG, reap_dead_runs
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import register_generated_batch
 

@@ -17,11 +17,11 @@ from transformers import AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
 from assets.grounding_assets import grounding_flags
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines import lineage, sessions
 from tentalis_pipelines.gateway import landing
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training.trainer import GRPOConfig

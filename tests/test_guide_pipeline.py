@@ -22,11 +22,11 @@ from assets.batch_assets import (
     teacher_logprobs,
     trajectories,
 )
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines import lineage, retraction
 from tentalis_pipelines.inference.base import Generation
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import guided_rollouts as guided_stage
 from tentalis_pipelines.stages import training as stage_training

@@ -104,8 +104,8 @@ def test_a_judge_that_tracks_its_managers_is_not_flagged_and_a_rescore_judge_is_
 
 
 def test_the_asset_flags_the_drifting_judge_with_an_inline_plot(lake):
+    from assets.resources import LakehouseResource
     from assets.trust_assets import judge_agreement
-    from tentalis_pipelines.resources import LakehouseResource
 
     with DagsterInstance.ephemeral() as inst:
         result = materialize([judge_agreement], instance=inst, resources={"lakehouse": LakehouseResource(home=str(Paths.from_env().home))},

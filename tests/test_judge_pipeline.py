@@ -6,8 +6,8 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.rewards.llm_manager import parse_review
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.step_scores import UNFORMATTED, build_step_scores, in_step_format

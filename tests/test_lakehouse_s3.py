@@ -21,8 +21,8 @@ from dagster import DagsterInstance, materialize
 from local_servers import S3Server, ServerUnavailable, skip_unavailable
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.lakehouse import Lakehouse, storage_options_from_env
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths, lakehouse_location
 from tentalis_pipelines.tasks.batches import register_generated_batch
 from tentalis_pipelines.training.checkpoints import lakehouse_lock

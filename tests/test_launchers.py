@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from local_servers import RayCluster, ServerUnavailable, skip_unavailable
 
+from assets import launchers as dagster_launchers
+from assets.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.training import launchers
 
@@ -212,7 +213,7 @@ def test_the_ray_reader_hands_over_every_message_once_in_order_without_waiting_f
 
     @asset
     def chatty(context):
-        client = PipesRayJobClient(address=ray_cluster.address, poll_interval=0.25, message_reader=launchers.closing_ray_reader())
+        client = PipesRayJobClient(address=ray_cluster.address, poll_interval=0.25, message_reader=dagster_launchers.closing_ray_reader())
         invocation = client.run(context=context, submit_job_params={"entrypoint": f"{sys.executable} {script}"})
         got["seq"] = [m["seq"] for m in invocation.get_custom_messages()]
         return invocation.get_results()

@@ -23,11 +23,11 @@ from dagster._core.test_utils import create_run_for_test
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from jobs.sensors import fresh_sessions
 from tentalis_pipelines import sessions
 from tentalis_pipelines.gateway import chat
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tests.conftest import CACHE
 from tests.test_gateway import TOOLS, Server, gateway_client, run_cli

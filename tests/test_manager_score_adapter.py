@@ -14,10 +14,10 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
+from assets.resources import ReviewResource
 from tentalis_pipelines.inference.base import Generation, SamplingParams
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import ReviewResource
 from tentalis_pipelines.rewards.llm_manager import (
     FALLBACK_CRITIQUE,
     SCORE_ADAPTER,

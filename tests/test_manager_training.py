@@ -15,11 +15,11 @@ import torch
 from dagster import DagsterInstance, materialize
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.inference.base import Generation
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.promotion import GateNotReady
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import manager_training as mt
 from tentalis_pipelines.tasks.batches import register_file_batch

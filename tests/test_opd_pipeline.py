@@ -10,9 +10,9 @@ import pytest
 from dagster import DagsterInstance, materialize
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.stages.training import train_checkpoint

@@ -11,9 +11,9 @@ from dagster import DagsterInstance, materialize
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.inference.openai_backend import OpenAIBackend, OpenAIServerError
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.tasks.batches import register_file_batch
 from tentalis_pipelines.training import opd

@@ -10,9 +10,9 @@ from dagster import DagsterInstance, materialize
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, teacher_logprobs, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training import opd

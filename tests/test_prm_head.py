@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from tentalis_pipelines.resources import ReviewResource
+from assets.resources import ReviewResource
 from tentalis_pipelines.reviewers.prm_head import (
     HeadConfig,
     load_trunk,

@@ -48,8 +48,8 @@ class EchoingServer:
 def test_a_provider_echoing_the_key_leaves_it_nowhere(home, tiny_model_dir, monkeypatch, capsys):
     """The key reaches no exception, no Dagster event, no log line and no table."""
     from assets.batch_assets import rollouts, tasks
+    from assets.resources import LakehouseResource, PolicyResource
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.resources import LakehouseResource, PolicyResource
     from tentalis_pipelines.settings import Paths
     from tentalis_pipelines.tasks.batches import register_file_batch
 

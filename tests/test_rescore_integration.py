@@ -58,14 +58,14 @@ def _traj(lake: Lakehouse) -> dict[str, dict]:
 
 def test_rescore_job_materialises_with_an_inline_plot_and_the_cli_activates(home, monkeypatch):
     monkeypatch.delenv("DAGSTER_HOME", raising=False)
-    from assets.trust_assets import reward_versions
-    from tentalis_pipelines.cli import app
-    from tentalis_pipelines.resources import (
+    from assets.resources import (
         LakehouseResource,
         PolicyResource,
         ReviewResource,
         TrainerResource,
     )
+    from assets.trust_assets import reward_versions
+    from tentalis_pipelines.cli import app
 
     lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
     seed_batch(lake)

@@ -10,11 +10,11 @@ from dagster._core.test_utils import create_run_for_test
 from transformers import AutoTokenizer
 
 from assets.batch_assets import reviews, rollouts, step_scores, tasks, trajectories
+from assets.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from jobs.sensors import fresh_sessions
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import LakehouseResource, PolicyResource, ReviewResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.stages.training import train_checkpoint

@@ -152,10 +152,10 @@ def train_on_reviewed_sessions(max_tokens: int) -> dict:
     """The fresh_sessions sensor's cut, then rollout_job on the batch and train_job (promotion=always)."""
     from dagster import DagsterInstance, build_sensor_context
 
+    from assets.resources import LakehouseResource, ReviewResource
     from jobs.runner import run_job
     from jobs.sensors import fresh_sessions
     from tentalis_pipelines.definitions import defs
-    from tentalis_pipelines.resources import LakehouseResource, ReviewResource
 
     config = {"resources": {"policy": {"config": {"max_new_tokens": max_tokens}}, "trainer": {"config": {"promotion": "always"}}},
               "loggers": {"console": {"config": {"log_level": "CRITICAL"}}}}

@@ -23,10 +23,10 @@ from pathlib import Path
 
 import numpy as np
 
+from assets.resources import ReviewResource
 from experiments.manager_rl.scores import reviewed
 from tentalis_pipelines.inference.base import SamplingParams
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import ReviewResource
 from tentalis_pipelines.rewards.llm_manager import bound_by_ground_truth, first_pass_stops, parse_reply
 from tentalis_pipelines.rewards.managers import VerifierManager
 from tentalis_pipelines.training.manager_rl import balanced_score_error, score_separation

@@ -355,10 +355,10 @@ def learn(
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
     paths = home_paths(home)
+    from assets.resources import TrainerResource
     from jobs.runner import CycleOptions
     from tentalis_pipelines.lakehouse import Lakehouse
     from tentalis_pipelines.promotion import benchmark_history
-    from tentalis_pipelines.resources import TrainerResource
     from tentalis_pipelines.tasks.families import get_family, installed_environment_families
 
     check_policy_settings()

@@ -9,7 +9,6 @@ the `trajectories` stage adds to the RL advantage (``training/opd.py``).
 
 from __future__ import annotations
 
-import hashlib
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
@@ -23,11 +22,8 @@ from tentalis_pipelines.stages.common import StageResult, markdown_table, text_l
 from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import opd
+from tentalis_pipelines.training.opd import hint_id
 from tentalis_pipelines.training.trainer import GRPOConfig
-
-
-def hint_id(rollout_id: str, manager: str, hint: str) -> str:
-    return "h-" + hashlib.sha1(f"{rollout_id}\x1f{manager}\x1f{hint}".encode()).hexdigest()[:16]
 
 
 def _load(model_dir: Path, adapter: str | None, dtype: str, device: str):

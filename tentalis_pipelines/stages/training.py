@@ -84,7 +84,7 @@ def train_checkpoint(
 
     Here, in the caller's process: pin the tables' versions, claim the fresh trajectories, name the
     checkpoint. The training itself (:func:`run_training`) runs wherever ``launcher`` puts it
-    (``training/launchers.py``; None: in this process). Then here again: the lineage, the checkpoint row,
+    (``training/launchers.py``, ``assets/launchers.py``; None: in this process). Then here again: the lineage, the checkpoint row,
     the promotion, the claim's end. A launch that fails leaves nothing under the checkpoint's id.
     ``window`` (an ``stages.idle_window.WindowRun``) pins a resumed run's rows and saves its progress as
     it trains (in this process)."""
@@ -114,12 +114,12 @@ def train_checkpoint(
         trajectory_ids=[r["rollout_id"] for r in fresh], model=policy.model, base_model=policy.model_name, config=config.to_dict())
     try:
         if window is not None:  # an idle window saves its progress from this process: it trains here
-            if launcher is not None and not isinstance(launcher, launchers.InProcessLauncher):
+            if launcher is not None and not isinstance(launcher, InProcessLauncher):
                 raise ValueError(f"an idle window trains in process (its progress is saved by this process), not through "
                                  f"the {launcher.name!r} launcher: set trainer.launcher = in_process for idle windows")
             result = run_training(job, on_step=on_step, progress=window.checkpointing())
         else:
-            result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)
+            result = (launcher or InProcessLauncher()).launch(job, on_step)
     except BaseException:
         launchers.discard_partial(paths.checkpoints, checkpoint_id)  # no half checkpoint, wherever it trained
         raise
@@ -225,6 +225,15 @@ def run_training(job: launchers.TrainingJob, on_step=None, progress=None) -> lau
 
     path = ckpt.save_adapter(model, Path(job.checkpoints), job.checkpoint_id, extra=extra)
     return launchers.TrainingOutput(str(path), result.metrics, manifest, result.history)
+
+
+class InProcessLauncher:
+    """The entry point called right here, in the Dagster step's process (the default launcher)."""
+
+    name = "in_process"
+
+    def launch(self, job: launchers.TrainingJob, on_step: launchers.OnStep = None) -> launchers.TrainingOutput:
+        return run_training(job, on_step=on_step)
 
 
 def build_samples(lake: Lakehouse, tokenizer, trajectories: list[dict], versions: dict[str, int | None] | None = None, *,

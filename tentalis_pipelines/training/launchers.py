@@ -1,4 +1,4 @@
-"""Training launchers: one training entry point, run in this process, a Dagster Pipes subprocess or a Ray job.
+"""Training launchers, the library's half: the job a launcher runs, what it hands back, and the cleanup.
 
 The ``checkpoints`` stage (``stages/training.py``) settles everything that needs the lakehouse's
 bookkeeping in the Dagster step itself: it pins the Delta versions, picks and claims the fresh
@@ -10,8 +10,9 @@ its trainer state, lineage manifest and :data:`OUTPUT_FILE` (metrics and history
 records the lineage and the checkpoint row exactly as it always did, so a checkpoint's row and lineage
 never depend on where it trained.
 
-* ``in_process``: the entry point called in the Dagster step (the default; what the project always did).
-* ``subprocess``: ``python -m tentalis_pipelines.training.pipes_entry`` through Dagster's
+* ``in_process``: the entry point called in the Dagster step (the default; what the project always did):
+  ``stages.training.InProcessLauncher``.
+* ``subprocess``: ``python -m tentalis_pipelines.stages.pipes_entry`` through Dagster's
   ``PipesSubprocessClient``; its log lines stream into the Dagster run.
 * ``ray``: the same command as a Ray job, through ``dagster-ray``'s ``PipesRayJobClient``, on the Ray
   cluster at ``ray_address`` (its dashboard's HTTP address). The job reads the same lakehouse and
@@ -20,20 +21,21 @@ never depend on where it trained.
 * ``tinker``: refused with the reason (see ``docs/launchers.md#tinker``): Tinker is a hosted service with
   no local mode, and SkyRL's Tinker-API server cannot share this environment.
 
+The two Pipes launchers, the Ray job's log reader and :func:`~assets.launchers.make_launcher` live on the
+Dagster side, in ``assets/launchers.py``: the library never imports Dagster (docs/architecture.md,
+"The import structure"). The child side of a Pipes launch is ``stages/pipes_entry.py``.
+
 A launch that fails or is killed leaves no half checkpoint: the adapter only ever appears by one
 rename, and :func:`discard_partial` removes whatever the failed run left under its checkpoint id
-(the stage calls it before the claim is abandoned). The Pipes launchers import Dagster lazily, so the
-training modules still import without it.
+(the stage calls it before the claim is abandoned).
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import shutil
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,7 +43,7 @@ from typing import Any
 
 LAUNCHERS = ("in_process", "subprocess", "ray", "tinker")
 # The command every external launcher runs (``python -m`` it), reading its job from the Pipes extras.
-ENTRY_MODULE = "tentalis_pipelines.training.pipes_entry"
+ENTRY_MODULE = "tentalis_pipelines.stages.pipes_entry"
 # The Pipes extra that carries the job.
 JOB_EXTRA = "training_job"
 # Written into the adapter folder inside the atomic save: the training's metrics and per-step history.
@@ -145,18 +147,6 @@ def discard_partial(checkpoints: Path, checkpoint_id: str) -> list[str]:
 OnStep = Callable[[dict[str, Any]], None] | None
 
 
-class InProcessLauncher:
-    """The entry point called right here, in the Dagster step's process (the default)."""
-
-    name = "in_process"
-
-    def launch(self, job: TrainingJob, on_step: OnStep = None) -> TrainingOutput:
-        # Imported here: the stage imports this module, and the entry point lives with the stage.
-        from tentalis_pipelines.stages.training import run_training
-
-        return run_training(job, on_step=on_step)
-
-
 def forwarded_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The environment variables an external run gets from this process (:data:`FORWARDED_ENV` that are set)."""
     env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
@@ -174,140 +164,3 @@ def output_from_messages(messages: list[Any], job: TrainingJob) -> TrainingOutpu
     if path.name != job.checkpoint_id or path.parent.resolve() != Path(job.checkpoints).resolve():
         raise LauncherError(f"the external run reported {path}, not {Path(job.checkpoints) / job.checkpoint_id}")
     return TrainingOutput.from_folder(path)
-
-
-class PipesSubprocessLauncher:
-    """The entry point as a local subprocess through Dagster's ``PipesSubprocessClient`` (``context``: the
-    asset's execution context; the subprocess's Pipes log lines become the run's log lines)."""
-
-    name = "subprocess"
-
-    def __init__(self, context, python: str | None = None):
-        self.context = context
-        self.python = python or sys.executable
-
-    def launch(self, job: TrainingJob, on_step: OnStep = None) -> TrainingOutput:
-        from dagster import PipesSubprocessClient
-
-        invocation = PipesSubprocessClient().run(
-            context=self.context, command=[self.python, "-m", ENTRY_MODULE], extras={JOB_EXTRA: job.to_dict()},
-            env=forwarded_env())
-        return output_from_messages(invocation.get_custom_messages(), job)
-
-
-class PipesRayLauncher:
-    """The entry point as a Ray job through ``dagster-ray``'s ``PipesRayJobClient``.
-
-    ``address``: the Ray dashboard's HTTP address (``http://head:8265``); ``python``: the interpreter on
-    the cluster that has Tentalis installed; ``num_gpus``: GPUs the job's driver asks for (0 on a CPU
-    cluster). A Dagster run that is terminated stops the Ray job (``forward_termination``)."""
-
-    name = "ray"
-
-    def __init__(self, context, address: str, python: str = "python", num_gpus: float = 0.0, poll_interval: float = 0.25):
-        if not address:
-            raise LauncherError("launcher 'ray' needs the Ray cluster's dashboard address: set trainer.ray_address "
-                                "(or $TENTALIS_RAY_ADDRESS), e.g. http://127.0.0.1:8265")
-        self.context, self.address, self.python = context, address, python
-        self.num_gpus, self.poll_interval = num_gpus, poll_interval
-
-    def submit_params(self, job: TrainingJob) -> dict[str, Any]:
-        """The ``JobSubmissionClient.submit_job`` arguments (dagster-ray adds the Pipes bootstrap variables)."""
-        params: dict[str, Any] = {"entrypoint": f"{self.python} -m {ENTRY_MODULE}",
-                                  "runtime_env": {"env_vars": forwarded_env()},
-                                  "submission_id": f"tentalis-{job.checkpoint_id}"}
-        if self.num_gpus:
-            params["entrypoint_num_gpus"] = self.num_gpus
-        return params
-
-    def launch(self, job: TrainingJob, on_step: OnStep = None) -> TrainingOutput:
-        try:
-            from dagster_ray import PipesRayJobClient
-        except ImportError as exc:
-            raise LauncherError("launcher 'ray' needs the extra `ray`: pip install -e '.[ray]' "
-                                "(ray[default] and dagster-ray)") from exc
-        client = PipesRayJobClient(address=self.address, poll_interval=self.poll_interval, message_reader=closing_ray_reader())
-        invocation = client.run(context=self.context, submit_job_params=self.submit_params(job), extras={JOB_EXTRA: job.to_dict()})
-        return output_from_messages(invocation.get_custom_messages(), job)
-
-
-def closing_ray_reader():
-    """dagster-ray's Ray job log reader, made to finish as soon as the job has.
-
-    dagster-ray's reader follows the job's log stream until Ray closes it, and the Pipes session waits for
-    the reader before the step can end. On a local cluster Ray delivered the last lines 2 s after the job
-    had ended and closed the stream 3.9-5.3 s after (measured: a trivial Pipes job took 6.1 s, 0.8 s of it
-    the job). This reader follows the stream while the job runs (log lines and step metrics still arrive
-    live) and stops at the run's Pipes ``closed`` message. If the job ended first (the client polls its
-    status), it stops following and reads the rest of the job's log, complete by then, in one request:
-    every message the run sent is handled, in order, exactly once."""
-    import asyncio
-
-    from dagster._core.pipes.utils import extract_message_or_forward_to_stdout
-    from dagster_ray.core.pipes import PipesRayJobMessageReader
-
-    class ClosingRayJobMessageReader(PipesRayJobMessageReader):
-        def __init__(self):
-            super().__init__()
-            self._lines_handled = 0  # non-empty log lines handed to the Pipes handler, in the log's order
-            self._loop: asyncio.AbstractEventLoop | None = None
-            self._task: asyncio.Task | None = None
-
-        def _handle(self, handler, text: str) -> None:
-            for line in text.split("\n"):
-                if line:
-                    extract_message_or_forward_to_stdout(handler, line)
-                    self._lines_handled += 1
-
-        def handle_job_logs(self, handler) -> None:
-            import time
-
-            loop = asyncio.new_event_loop()
-            try:
-                while (self._job_id is None or self._client is None) and not self.session_closed.is_set():
-                    time.sleep(0.05)
-                self.thread_ready.set()
-                if self.session_closed.is_set():
-                    return
-
-                async def follow():
-                    async for chunk in self.client.tail_job_logs(job_id=self.job_id):
-                        self._handle(handler, chunk)
-                        if handler.received_closed_message:  # every message the run sends precedes `closed`
-                            return
-
-                self._loop, self._task = loop, loop.create_task(follow())
-                with contextlib.suppress(asyncio.CancelledError):  # cancelled by terminate(): the job has ended
-                    loop.run_until_complete(self._task)
-            finally:
-                loop.close()
-                self.completed.set()
-
-        def terminate(self, handler) -> None:
-            # Called when the session closes, after the client saw the job end (or stopped it): its log is final.
-            self.session_closed.set()
-            loop, task = self._loop, self._task
-            if loop is not None and task is not None and not task.done():
-                loop.call_soon_threadsafe(task.cancel)
-            super().terminate(handler)  # joins the following thread
-            if self._job_id is not None and self._client is not None and not handler.received_closed_message:
-                rest = [ln for ln in self.client.get_job_logs(self.job_id).split("\n") if ln][self._lines_handled:]
-                self._handle(handler, "\n".join(rest))
-
-    return ClosingRayJobMessageReader()
-
-
-def make_launcher(name: str, context=None, *, ray_address: str | None = None, python: str | None = None, num_gpus: float = 0.0):
-    """The launcher called ``name`` (one of :data:`LAUNCHERS`); the Pipes ones need the asset's ``context``."""
-    if name == "in_process":
-        return InProcessLauncher()
-    if name == "tinker":
-        raise LauncherError(TINKER_REFUSAL)
-    if name not in LAUNCHERS:
-        raise LauncherError(f"unknown launcher {name!r}: pick one of {', '.join(LAUNCHERS)}")
-    if context is None:
-        raise LauncherError(f"launcher {name!r} runs through Dagster Pipes: launch it from the checkpoints asset "
-                            "(a Dagster run), or use launcher 'in_process'")
-    if name == "subprocess":
-        return PipesSubprocessLauncher(context, python=python)
-    return PipesRayLauncher(context, ray_address or "", python=python or "python", num_gpus=num_gpus)

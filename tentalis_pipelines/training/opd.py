@@ -17,6 +17,7 @@ and a trainer. This module imports only torch and transformers (it runs on a bar
 
 from __future__ import annotations
 
+import hashlib
 import math
 import re
 from collections.abc import Sequence
@@ -26,6 +27,12 @@ import torch
 
 from tentalis_pipelines.hardware import autocast, resolve_dtype
 from tentalis_pipelines.training.trainer import TrainSample, completion_logps, micro_batches, pack
+
+
+def hint_id(rollout_id: str, manager: str, hint: str) -> str:
+    """The id of one hint a manager gave one rollout: a ``teacher_logprobs`` row's ``hint_id``, and a guided rollout's."""
+    return "h-" + hashlib.sha1(f"{rollout_id}\x1f{manager}\x1f{hint}".encode()).hexdigest()[:16]
+
 
 HINT_PREFIX = "Hint from your manager: "
 # Hints that carry no direction: OpenClaw-RL keeps only non-trivial hints. Compared lower-cased, without

@@ -64,7 +64,7 @@ GROUNDING_POLICIES = ("off", "penalize", "block")  # reviewers/grounding_policy.
 class GRPOConfig:
     """Training settings, named as in TRL's GRPOConfig where the idea is the same. One config for the
     training concern: the ``trainer`` Dagster resource mirrors these fields with the same names,
-    defaults and help (``tentalis_pipelines/resources.py``), ``tentalis learn`` sets some of them, and
+    defaults and help (``assets/resources.py``), ``tentalis learn`` sets some of them, and
     :meth:`trajectory_settings` turns the reward-shaping ones into how trajectories are built.
 
     The defaults are the recipe measured in the README's learning curve (DAPO, ``beta = 0``, lr 2e-4 on

@@ -245,7 +245,7 @@ def test_asset_checks_report_warn_with_evidence(tmp_path):
     from dagster import AssetCheckSeverity
 
     from assets import forensics_checks as fc
-    from tentalis_pipelines.resources import LakehouseResource
+    from assets.resources import LakehouseResource
 
     home = tmp_path / "home"
     write_run(Lakehouse(home / "lakehouse"), HACKED)
@@ -302,7 +302,7 @@ def test_hackable_manager_pays_for_length_whatever_the_answer(tmp_path):
 
 
 def test_reward_weights_setting_is_validated():
-    from tentalis_pipelines.resources import ReviewResource
+    from assets.resources import ReviewResource
     from tentalis_pipelines.rewards.scoring import RewardWeights, parse_weights
 
     assert parse_weights("") is None and ReviewResource().weights() is None

@@ -209,3 +209,195 @@ def test_no_branch_on_a_family_name_outside_the_families_package():
 ])
 def test_the_family_branch_check_finds_what_it_should(source, expected):
     assert len(family_branches(ast.parse(source))) == expected
+
+
+# --------------------------------------------------------------------------- the import structure
+# The library: tentalis_pipelines without its front end (the CLI) and without the Dagster composition root
+# (definitions.py). docs/architecture.md, "The import structure", says why and draws the layers.
+LIBRARY = "tentalis_pipelines"
+NOT_LIBRARY = ("tentalis_pipelines.cli", "tentalis_pipelines.definitions")
+# Dagster, and the Dagster side of the product (assets/, jobs/ import Dagster at their top).
+DAGSTER = ("dagster", "dagster_pipes", "dagster_ray", "assets", "jobs")
+# The one exception, and it must stay needed: the child process of a Pipes launch speaks the Pipes protocol
+# with `dagster_pipes` (a package with no dependencies that never imports Dagster).
+DAGSTER_ALLOWED = {"tentalis_pipelines/stages/pipes_entry.py": {"dagster_pipes"}}
+
+# The library's packages bottom to top: an import from a package to one listed after it runs up. A new
+# package must be placed here (the test says so).
+LAYERS = [
+    # foundations: settings, the data contract, small helpers
+    "settings", "schemas", "config_fields", "files", "redact", "statistics", "hardware", "datasets", "activity", "previews",
+    # the store, and what reads it and nothing else
+    "lakehouse", "audit", "efficacy", "forensics",
+    # models
+    "inference", "policy",
+    # scoring and training
+    "rewards", "training", "lineage",
+    # what the policy is taught on, then measured on (benchmarks are drawn from the task families)
+    "envs", "tasks", "evaluation",
+    # the guards and services around a batch
+    "contamination", "quality", "sessions", "promotion", "reviewers", "skills", "gateway",
+    # batches of episodes, demonstrations, withdrawals: built from all of the above
+    "env_batches", "episodes", "demonstrations", "retraction",
+    # the stage bodies the Dagster assets call: the top
+    "stages",
+]
+# The ratchet (issue 71): every import cycle between the library's packages today, function-local imports
+# counted, each explained in docs/architecture.md. A new cycle fails, and so does one that is gone (take it
+# off the list, and off the docs).
+IMPORT_CYCLES_ALLOWED = {
+    ("contamination", "demonstrations", "env_batches", "envs", "evaluation", "gateway", "lineage", "promotion",
+     "quality", "reviewers", "rewards", "sessions", "skills", "stages", "tasks", "training"),
+}
+# The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
+# More fails; fewer fails too until this number is lowered to match.
+UP_ARROWS_ALLOWED = 12
+
+
+def library_package(module: str) -> str | None:
+    """The library package ``module`` belongs to: ``envs`` for ``tentalis_pipelines.envs.terminal``,
+    ``lineage`` for ``tentalis_pipelines.lineage``; None outside the library (and for its root package)."""
+    parts = module.split(".")
+    if parts[0] != LIBRARY or len(parts) < 2 or any(module == n or module.startswith(n + ".") for n in NOT_LIBRARY):
+        return None
+    return parts[1]
+
+
+def import_graph(sources: dict[str, str] | None = None) -> dict[tuple[str, str], list[str]]:
+    """(package, package it imports) -> the import sites, over the library's modules (``sources``: module
+    name -> source, instead of the repository's files). Every import statement counts, the ones inside a
+    function too: they are lazy, not absent."""
+    if sources is None:
+        modules = [(_module_name(p), _tree(p), p.relative_to(ROOT).as_posix()) for p in _files(LIBRARY)]
+    else:
+        modules = [(m, ast.parse(src), m) for m, src in sources.items()]
+    packages = {library_package(m) for m, _, _ in modules} - {None}
+    arrows: dict[tuple[str, str], list[str]] = {}
+    for module, tree, where in modules:
+        home = library_package(module)
+        if home is None:
+            continue
+        for line, imported, names in _imports(tree, module):
+            # `from tentalis_pipelines import lineage, sessions` imports packages by name
+            targets = [library_package(f"{LIBRARY}.{n}") for n in names] if imported == LIBRARY else [library_package(imported)]
+            for target in targets:
+                if target in packages and target != home:
+                    arrows.setdefault((home, target), []).append(f"{where}:{line}")
+    return arrows
+
+
+def import_cycles(arrows) -> set[tuple[str, ...]]:
+    """The strongly connected components of more than one package: each a set of packages that all reach
+    each other by imports (Tarjan's algorithm)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in arrows:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = set()
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.add(tuple(sorted(component)))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def up_arrows(arrows) -> list[tuple[str, str]]:
+    """The arrows that run up :data:`LAYERS`: from a package to one listed after it."""
+    rank = {name: i for i, name in enumerate(LAYERS)}
+    return sorted((a, b) for a, b in arrows if rank[b] > rank[a])
+
+
+def test_the_library_never_imports_dagster():
+    """The library runs without Dagster: Dagster and the Dagster side (assets/, jobs/: the resources, the Pipes
+    and Ray launchers) import the library, never the other way round (issue 71, must-hold 5). Function-local
+    imports count. The one exception, :data:`DAGSTER_ALLOWED`, must stay needed."""
+    found, used = [], set()
+    for path in _files(LIBRARY):
+        module, rel = _module_name(path), path.relative_to(ROOT).as_posix()
+        if library_package(module) is None:
+            continue
+        for line, imported, _ in _imports(_tree(path), module):
+            if _top(imported) in DAGSTER:
+                if _top(imported) in DAGSTER_ALLOWED.get(rel, set()):
+                    used.add((rel, _top(imported)))
+                else:
+                    found.append(f"{rel}:{line}: imports {imported}")
+    assert not found, "the library imports Dagster (move the code to assets/ or jobs/):\n" + "\n".join(found)
+    allowed = {(rel, top) for rel, tops in DAGSTER_ALLOWED.items() for top in tops}
+    assert used == allowed, f"DAGSTER_ALLOWED names an exception no longer needed: {sorted(allowed - used)}"
+
+
+def test_every_library_package_has_a_layer():
+    packages = {library_package(_module_name(p)) for p in _files(LIBRARY)} - {None}
+    assert sorted(packages - set(LAYERS)) == [], "place the new package in LAYERS (and in docs/architecture.md)"
+    assert sorted(set(LAYERS) - packages) == [], "take the package that is gone off LAYERS"
+    assert len(LAYERS) == len(set(LAYERS))
+
+
+def test_no_import_cycle_between_library_packages_but_the_explained_ones():
+    """No import cycle between the library's packages, function-local imports counted, except the ones
+    :data:`IMPORT_CYCLES_ALLOWED` lists (each explained in docs/architecture.md, "The import structure").
+    The list must match exactly: a new cycle fails, and a cycle that is gone must leave the list."""
+    arrows = import_graph()
+    cycles = import_cycles(arrows)
+    new = [c for c in cycles if c not in IMPORT_CYCLES_ALLOWED]
+    details = []
+    for cycle in new:
+        inside = sorted((a, b) for a, b in arrows if a in cycle and b in cycle)
+        details.append(f"{' <-> '.join(cycle)}:\n" + "\n".join(f"  {a} -> {b}: {', '.join(arrows[a, b][:3])}" for a, b in inside))
+    assert not new, "an import cycle between library packages (move the code to the package it belongs to):\n" + "\n".join(details)
+    gone = IMPORT_CYCLES_ALLOWED - cycles
+    assert not gone, f"these cycles are gone (or changed): take them off IMPORT_CYCLES_ALLOWED and the docs: {sorted(gone)}"
+
+
+def test_arrows_running_up_the_layers_only_get_fewer():
+    """The arrows that run up :data:`LAYERS` are :data:`UP_ARROWS_ALLOWED` at most, and the number is lowered
+    as soon as one goes (the same ratchet as :data:`FAMILY_BRANCHES_ALLOWED`)."""
+    arrows = import_graph()
+    up = up_arrows(arrows)
+    listing = "\n".join(f"  {a} -> {b}: {', '.join(arrows[a, b][:3])}" for a, b in up)
+    assert len(up) <= UP_ARROWS_ALLOWED, (f"{len(up)} arrows run up the layers, {UP_ARROWS_ALLOWED} allowed (move the "
+                                          f"code down, or the import up):\n{listing}")
+    assert len(up) == UP_ARROWS_ALLOWED, f"{len(up)} arrows run up now: lower UP_ARROWS_ALLOWED to {len(up)}\n{listing}"
+
+
+@pytest.mark.parametrize("sources, cycles", [
+    # a function-local import closes the cycle
+    ({"tentalis_pipelines.a.x": "from tentalis_pipelines.b import y\n",
+      "tentalis_pipelines.b.y": "def f():\n    from tentalis_pipelines.a.x import g\n"}, {("a", "b")}),
+    # `from tentalis_pipelines import c` and a relative import are arrows too; three packages, one cycle
+    ({"tentalis_pipelines.a.x": "from tentalis_pipelines import c\n",
+      "tentalis_pipelines.c": "from .b import y\n",
+      "tentalis_pipelines.b": "import tentalis_pipelines.a.x\n"}, {("a", "b", "c")}),
+    # one way only: no cycle; imports inside a package are not arrows
+    ({"tentalis_pipelines.a.x": "from tentalis_pipelines.b import y\nfrom tentalis_pipelines.a import z\n",
+      "tentalis_pipelines.a.z": "from tentalis_pipelines.a.x import q\n",
+      "tentalis_pipelines.b.y": "import os\n"}, set()),
+    # the CLI is not the library: its imports close no cycle
+    ({"tentalis_pipelines.a.x": "from tentalis_pipelines.cli import main\n",
+      "tentalis_pipelines.cli.main": "from tentalis_pipelines.a.x import f\n"}, set()),
+])
+def test_the_import_cycle_check_finds_what_it_should(sources, cycles):
+    assert import_cycles(import_graph(sources)) == cycles

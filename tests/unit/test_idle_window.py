@@ -9,10 +9,10 @@ from datetime import datetime, timezone
 import pytest
 from dagster import DagsterInstance, RunRequest, SkipReason, build_sensor_context
 
+from assets.resources import LakehouseResource, TrainerResource
 from jobs.sensors import idle_window
 from tentalis_pipelines import activity
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
-from tentalis_pipelines.resources import LakehouseResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.idle_window import in_hours, parse_hours, progress_path
 

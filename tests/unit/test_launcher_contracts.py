@@ -7,15 +7,17 @@ import json
 
 import pytest
 
-from tentalis_pipelines.resources import TrainerResource
+from assets import launchers as dagster_launchers
+from assets.resources import TrainerResource
 from tentalis_pipelines.rewards import remote_reward as rr
+from tentalis_pipelines.stages.training import InProcessLauncher
 from tentalis_pipelines.training import launchers
 from tentalis_pipelines.training.checkpoints import CheckpointError
 from tentalis_pipelines.training.openrlhf import HandoffError, check_adapter_folder, export_row
 
 
 def test_the_launcher_setting_picks_a_launcher_or_says_why_not():
-    assert isinstance(TrainerResource().training_launcher(), launchers.InProcessLauncher)  # the default: today's path
+    assert isinstance(TrainerResource().training_launcher(), InProcessLauncher)  # the default: today's path
     with pytest.raises(launchers.LauncherError, match="no local mode.*docs/launchers.md#tinker"):
         TrainerResource(launcher="tinker").training_launcher(context=object())
     with pytest.raises(launchers.LauncherError, match="unknown launcher 'slurm': pick one of in_process, subprocess, ray, tinker"):
@@ -25,10 +27,10 @@ def test_the_launcher_setting_picks_a_launcher_or_says_why_not():
     with pytest.raises(launchers.LauncherError, match="ray_address"):
         TrainerResource(launcher="ray").training_launcher(context=object())
     ray = TrainerResource(launcher="ray", ray_address="http://head:8265", ray_python="/opt/py", ray_num_gpus=1).training_launcher(object())
-    assert isinstance(ray, launchers.PipesRayLauncher)
+    assert isinstance(ray, dagster_launchers.PipesRayLauncher)
     job = _job()
     params = ray.submit_params(job)
-    assert params["entrypoint"] == "/opt/py -m tentalis_pipelines.training.pipes_entry"
+    assert params["entrypoint"] == "/opt/py -m tentalis_pipelines.stages.pipes_entry"
     assert params["entrypoint_num_gpus"] == 1 and params["submission_id"] == "tentalis-ckpt-1"
 
 
@@ -63,10 +65,10 @@ def test_only_the_listed_set_variables_travel_to_an_external_run(monkeypatch):
     monkeypatch.setenv("SOME_TOKEN", "secret")  # not in the list: never forwarded
     assert launchers.forwarded_env() == {"TENTALIS_HOME": "/shared/home"}
     assert launchers.forwarded_env({"TENTALIS_HOME": "/other", "X": "1"}) == {"TENTALIS_HOME": "/other", "X": "1"}
-    ray = launchers.PipesRayLauncher(object(), "http://head:8265")
+    ray = dagster_launchers.PipesRayLauncher(object(), "http://head:8265")
     params = ray.submit_params(_job())
     assert params["runtime_env"] == {"env_vars": {"TENTALIS_HOME": "/shared/home"}}
-    assert "entrypoint_num_gpus" not in params and params["entrypoint"] == "python -m tentalis_pipelines.training.pipes_entry"
+    assert "entrypoint_num_gpus" not in params and params["entrypoint"] == "python -m tentalis_pipelines.stages.pipes_entry"
 
 
 def test_a_failed_launch_leaves_nothing_under_its_checkpoint_id_and_touches_no_other(tmp_path):

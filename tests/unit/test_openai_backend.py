@@ -352,7 +352,7 @@ def test_normalize_base_url() -> None:
 
 
 def test_policy_resource_builds_the_openai_backend() -> None:
-    from tentalis_pipelines.resources import PolicyResource
+    from assets.resources import PolicyResource
 
     settings = PolicyResource(backend="openai", base_url="http://127.0.0.1:9/v1", served_model="served",
                               max_concurrency=3).settings()

@@ -6,8 +6,8 @@ import dataclasses
 
 import pytest
 
+from assets.resources import PolicyResource, TrainerResource
 from tentalis_pipelines.policy import PolicySettings
-from tentalis_pipelines.resources import PolicyResource, TrainerResource
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 # Set from the policy that sampled, not by the trainer resource.

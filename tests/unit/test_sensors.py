@@ -15,9 +15,9 @@ from dagster import (
 )
 from dagster._core.test_utils import create_run_for_test
 
+from assets.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
 from jobs.sensors import fresh_trajectories, gate_ready, new_checkpoints, nightly_learning_cycle, task_inbox
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.resources import BenchmarkResource, CycleResource, LakehouseResource, TrainerResource
 from tentalis_pipelines.settings import Paths
 
 

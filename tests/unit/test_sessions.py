@@ -7,10 +7,10 @@ from dagster import DagsterInstance, build_sensor_context
 from dagster._core.test_utils import create_run_for_test
 from transformers import AutoTokenizer
 
+from assets.resources import LakehouseResource, ReviewResource
 from jobs.sensors import fresh_sessions
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
-from tentalis_pipelines.resources import LakehouseResource, ReviewResource
 from tentalis_pipelines.settings import Paths
 from tests.session_rows import land_session, live_review, session_turns, tool_session_script
 

@@ -171,8 +171,8 @@ def test_flag_findings_fire_only_above_their_share_with_enough_episodes():
 
 def test_the_check_reads_the_episode_records_of_the_rollouts(tmp_path):
     from assets import forensics_checks as fc
+    from assets.resources import LakehouseResource
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.resources import LakehouseResource
 
     home = tmp_path / "home"
     lake = Lakehouse(home / "lakehouse")

@@ -100,8 +100,8 @@ def test_the_pipes_entry_streams_each_update_and_reports_its_adapter(tmp_path, m
     variables Dagster sets; the training it calls is replaced (the Ray and subprocess tests train for real)."""
     from dagster_pipes import DAGSTER_PIPES_CONTEXT_ENV_VAR, DAGSTER_PIPES_MESSAGES_ENV_VAR, encode_param
 
+    from tentalis_pipelines.stages import pipes_entry
     from tentalis_pipelines.stages import training as stage
-    from tentalis_pipelines.training import pipes_entry
 
     job = launchers.TrainingJob(lakehouse="/h/l", checkpoints=str(tmp_path), models="/h/m", checkpoint_id="ckpt-9", policy_version="c1",
                                 parent_adapter=None, versions={"trajectories": 4}, trajectory_ids=["r1", "r2", "r3"], model="embedded",

@@ -4,7 +4,8 @@ checkpoints stage's launch (the job it builds, the launcher it uses, the idle wi
 external entry point's Pipes messages."""
 
 LA = "tentalis_pipelines/training/launchers.py"
-PE = "tentalis_pipelines/training/pipes_entry.py"
+DL = "assets/launchers.py"  # the Dagster side: the Pipes launchers and the Ray job's log reader
+PE = "tentalis_pipelines/stages/pipes_entry.py"
 ST = "tentalis_pipelines/stages/training.py"
 TC = ["tests/unit/test_launcher_contracts.py"]
 TL = ["tests/unit/test_training_launch.py"]
@@ -35,20 +36,20 @@ MUTANTS = [
     {"id": "env-everything-forwarded", "file": LA, "find": "    env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}\n",
      "replace": "    env = dict(os.environ)\n", "tests": TC,
      "why": "every variable of the Dagster process (tokens it has no business sending) travels to the cluster"},
-    {"id": "ray-gpus-not-asked", "file": LA, "find": "        if self.num_gpus:\n", "replace": "        if False:\n", "tests": TC,
+    {"id": "ray-gpus-not-asked", "file": DL, "find": "        if self.num_gpus:\n", "replace": "        if False:\n", "tests": TC,
      "why": "trainer.ray_num_gpus is dropped: the job's driver gets no GPU and trains on the CPU"},
-    {"id": "ray-submission-id-shared", "file": LA, "find": "\"submission_id\": f\"tentalis-{job.checkpoint_id}\"}",
+    {"id": "ray-submission-id-shared", "file": DL, "find": "\"submission_id\": f\"tentalis-{job.checkpoint_id}\"}",
      "replace": "\"submission_id\": \"tentalis\"}", "tests": TC,
      "why": "every training job has one submission id: the second is refused by Ray, and stopping one names no checkpoint"},
     {"id": "stage-failed-launch-leaves-folders", "file": ST,
      "find": "        launchers.discard_partial(paths.checkpoints, checkpoint_id)  # no half checkpoint, wherever it trained\n",
      "replace": "        pass\n", "tests": TL,
      "why": "a killed Ray job leaves a half-written adapter folder and temporary folders in the checkpoint store"},
-    {"id": "stage-launcher-ignored", "file": ST, "find": "            result = (launcher or launchers.InProcessLauncher()).launch(job, on_step)\n",
-     "replace": "            result = launchers.InProcessLauncher().launch(job, on_step)\n", "tests": TL,
+    {"id": "stage-launcher-ignored", "file": ST, "find": "            result = (launcher or InProcessLauncher()).launch(job, on_step)\n",
+     "replace": "            result = InProcessLauncher().launch(job, on_step)\n", "tests": TL,
      "why": "trainer.launcher = ray trains in the Dagster step's process anyway"},
     {"id": "stage-window-takes-any-launcher", "file": ST,
-     "find": "            if launcher is not None and not isinstance(launcher, launchers.InProcessLauncher):\n",
+     "find": "            if launcher is not None and not isinstance(launcher, InProcessLauncher):\n",
      "replace": "            if False:\n", "tests": TL,
      "why": "an idle window with launcher 'ray' trains here silently while the user believes it runs on the cluster"},
     {"id": "stage-parent-adapter-dropped", "file": ST, "find": "parent_adapter=None if adapter is None else str(adapter), versions=",
@@ -69,12 +70,12 @@ MUTANTS = [
      "why": "the report carries every metric (strings, None, lists): a long line a Ray log stream may split"},
     {"id": "entry-updates-not-streamed", "file": PE, "find": "        out = run_training(job, on_step=on_step)\n",
      "replace": "        out = run_training(job)\n", "tests": TL, "why": "the Dagster run shows nothing while a long external training runs"},
-    {"id": "ray-reader-rereads-streamed-lines", "file": LA,
+    {"id": "ray-reader-rereads-streamed-lines", "file": DL,
      "find": "                rest = [ln for ln in self.client.get_job_logs(self.job_id).split(\"\\n\") if ln][self._lines_handled:]\n",
      "replace": "                rest = [ln for ln in self.client.get_job_logs(self.job_id).split(\"\\n\") if ln]\n",
      "tests": ["tests/test_launchers.py::test_the_ray_reader_hands_over_every_message_once_in_order_without_waiting_for_rays_stream"],
      "why": "the messages Ray's stream already delivered are handled twice when the job's log is read at its end"},
-    {"id": "ray-reader-drops-the-tail", "file": LA,
+    {"id": "ray-reader-drops-the-tail", "file": DL,
      "find": "            if self._job_id is not None and self._client is not None and not handler.received_closed_message:\n",
      "replace": "            if False:\n",
      "tests": ["tests/test_launchers.py::test_the_ray_reader_hands_over_every_message_once_in_order_without_waiting_for_rays_stream"],

@@ -12,7 +12,7 @@ FB = ["tests/test_manager_fallback.py"]
 SA = ["tests/test_manager_score_adapter.py"]
 PR = ["tests/test_manager_training.py::test_verifier_hint_proposals_train_the_proposal_where_it_alone_rescues",
       "tests/test_manager_training.py::test_a_tie_goes_to_the_managers_own_hint_and_the_proposal_trains_nothing"]
-RES = "tentalis_pipelines/resources.py"
+RES = "assets/resources.py"
 RS = "tentalis_pipelines/stages/rescore.py"
 JA = "tentalis_pipelines/stages/judge_agreement.py"
 

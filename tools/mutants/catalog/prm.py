@@ -4,7 +4,7 @@ the threshold, the head's training and features, versions and the contamination 
 LB = "tentalis_pipelines/reviewers/prm_labels.py"
 HD = "tentalis_pipelines/reviewers/prm_head.py"
 RV = "tentalis_pipelines/reviewers/prm_reviewer.py"
-RS = "tentalis_pipelines/resources.py"
+RS = "assets/resources.py"
 TU = ["tests/unit/test_prm_labels.py"]
 TP = ["tests/test_prm_head.py"]
 TR = ["tests/unit/test_prm_recipe.py"]

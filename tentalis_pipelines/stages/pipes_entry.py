@@ -1,9 +1,12 @@
-"""The external side of a launched training: ``python -m tentalis_pipelines.training.pipes_entry``.
+"""The external side of a launched training: ``python -m tentalis_pipelines.stages.pipes_entry``.
 
-Run by the ``subprocess`` and ``ray`` launchers (``training/launchers.py``) inside a Dagster Pipes
+Run by the ``subprocess`` and ``ray`` launchers (``assets/launchers.py``) inside a Dagster Pipes
 session: the job comes in the Pipes extras, each optimizer update goes back as a log line, and the
 finished adapter's folder and metrics as a custom message. The
 training itself is the one entry point every launcher shares, ``stages.training.run_training``.
+
+The one library module that imports ``dagster_pipes``: the Pipes protocol's child side, a small package
+with no dependencies that never imports Dagster itself (docs/architecture.md, "The import structure").
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Dagster resources: configuration a person can read and change in the UI or with env vars."""
+"""Dagster resources: configuration a person can read and change in the UI or with env vars.
+
+They live on the Dagster side (the library never imports Dagster): each mirrors a library config
+(``PolicySettings``, ``GRPOConfig``) field for field and builds it, so the library's config stays the one
+place that defines a setting."""
 
 from __future__ import annotations
 
@@ -8,10 +12,10 @@ import os
 from dagster import ConfigurableResource, EnvVar
 from pydantic import Field
 
+from assets import launchers
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths, lakehouse_location
-from tentalis_pipelines.training import launchers
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 
