@@ -151,7 +151,7 @@ def label_solution(problem_id: str, problem: str, steps: Sequence[str], verdicts
 
 
 # ------------------------------------------------------------------------------------------ GSM8K references
-def _fmt(value: Fraction) -> str | None:
+def format_value(value: Fraction) -> str | None:
     """A value as a solution would write it (``24``, ``2.5``, ``0.25``); None when it is not a whole
     number or a decimal of at most two places (a corruption that makes such a value is not used)."""
     if value.denominator == 1:
@@ -164,7 +164,7 @@ def _fmt(value: Fraction) -> str | None:
     return f"{'-' if value < 0 else ''}{whole}.{cents:02d}".rstrip("0")
 
 
-def _value(text: str) -> Fraction | None:
+def parse_value(text: str) -> Fraction | None:
     try:
         return Fraction(text.replace(",", "").replace("$", "").strip())
     except (ValueError, ZeroDivisionError):
@@ -210,17 +210,17 @@ class Corruption:
     kind: str
 
 
-def _substitute(text: str, subst: Mapping[Fraction, Fraction]) -> str | None:
+def substitute_values(text: str, subst: Mapping[Fraction, Fraction]) -> str | None:
     """Every number in ``text`` whose value was changed, rewritten; None when a new value has no plain
     writing."""
     failed = False
 
     def repl(m: re.Match[str]) -> str:
         nonlocal failed
-        v = _value(m.group(0))
+        v = parse_value(m.group(0))
         if v is None or v not in subst:
             return m.group(0)
-        out = _fmt(subst[v])
+        out = format_value(subst[v])
         if out is None:
             failed = True
             return m.group(0)
@@ -230,7 +230,7 @@ def _substitute(text: str, subst: Mapping[Fraction, Fraction]) -> str | None:
     return None if failed else out
 
 
-def _perturb(value: Fraction, rng: random.Random) -> Fraction:
+def perturb_value(value: Fraction, rng: random.Random) -> Fraction:
     """A slip a solver could make in ``value``: ``value + d`` for a ``d`` drawn from (-3, -2, -1, 1, 2, 3, 4,
     5, 10) among those that keep it positive (``value + 1`` when none does); a whole value of at least 10
     instead slips by a magnitude with probability 0.3 (``rng.random() < 0.3``): ten times it, or ten more or
@@ -241,7 +241,7 @@ def _perturb(value: Fraction, rng: random.Random) -> Fraction:
     return value + rng.choice(deltas)
 
 
-def _corrupt_expr(expr: str, kind: str, rng: random.Random) -> tuple[str, Fraction, tuple[str, str]] | None:
+def corrupt_expression(expr: str, kind: str, rng: random.Random) -> tuple[str, Fraction, tuple[str, str]] | None:
     """The expression with one operand or operator changed, its value, and (old, new) of the change."""
     clean = expr.replace(",", "").replace(" ", "")
     if kind == "operand":
@@ -249,7 +249,7 @@ def _corrupt_expr(expr: str, kind: str, rng: random.Random) -> tuple[str, Fracti
         if not nums:
             return None
         m = rng.choice(nums)
-        new = _fmt(_perturb(Fraction(m.group(0)), rng))
+        new = format_value(perturb_value(Fraction(m.group(0)), rng))
         if new is None:
             return None
         out = clean[: m.start()] + new + clean[m.end():]
@@ -267,11 +267,11 @@ def _corrupt_expr(expr: str, kind: str, rng: random.Random) -> tuple[str, Fracti
         return None
 
 
-def _edit_visible(segment: str, kind: str, change: tuple[str, str]) -> str:
+def edit_visible_operator(segment: str, kind: str, change: tuple[str, str]) -> str:
     """Make the same change in the written expression before an annotation (its last occurrence)."""
     old, new = change
     if kind == "operand":
-        hits = [m for m in _NUMBER.finditer(segment) if _value(m.group(0)) == _value(old)]
+        hits = [m for m in _NUMBER.finditer(segment) if parse_value(m.group(0)) == parse_value(old)]
         if hits:
             m = hits[-1]
             return segment[: m.start()] + new + segment[m.end():]
@@ -299,63 +299,63 @@ def corrupt_solution(lines: Sequence[str], final: str, rng: random.Random, kind:
     if not spots:
         return None
     k, target = rng.choice(spots)
-    old_value = _value(target.group(2))
+    old_value = parse_value(target.group(2))
     if old_value is None:
         return None
     if kind == "result":
-        new_value, new_expr, change = _perturb(old_value, rng), target.group(1), None
+        new_value, new_expr, change = perturb_value(old_value, rng), target.group(1), None
     else:
-        made = _corrupt_expr(target.group(1), kind, rng)
+        made = corrupt_expression(target.group(1), kind, rng)
         if made is None:
             return None
         new_expr, new_value, change = made
-    new_text = _fmt(new_value)
+    new_text = format_value(new_value)
     if new_text is None or new_value == old_value or new_value < 0:
         return None
     subst: dict[Fraction, Fraction] = {old_value: new_value}
     line = lines[k]
     seg_start = max([m.end() for m in _ANNOTATION.finditer(line) if m.end() <= target.start()], default=0)
-    before = line[:seg_start] + (_edit_visible(line[seg_start: target.start()], kind, change) if change else line[seg_start: target.start()])
-    rest = _carry(line[target.end():], subst)  # the written result and later calculations of the step
+    before = line[:seg_start] + (edit_visible_operator(line[seg_start: target.start()], kind, change) if change else line[seg_start: target.start()])
+    rest = carry_substitution(line[target.end():], subst)  # the written result and later calculations of the step
     if rest is None:
         return None
     out = list(lines[:k]) + [f"{before}<<{new_expr}={new_text}>>{rest}"]
     for ln in lines[k + 1:]:
-        carried = _carry(ln, subst)
+        carried = carry_substitution(ln, subst)
         if carried is None:
             return None
         out.append(carried)
-    fv = _value(final)
+    fv = parse_value(final)
     if fv is None or fv not in subst:
         return None  # the change never reached the answer: not a corruption the verifier can confirm
-    new_final = _fmt(subst[fv])
+    new_final = format_value(subst[fv])
     if new_final is None:
         return None
     return Corruption(tuple(out), new_final, k, kind)
 
 
-def _carry(line: str, subst: dict[Fraction, Fraction]) -> str | None:
+def carry_substitution(line: str, subst: dict[Fraction, Fraction]) -> str | None:
     """A later line with the changed values carried through: each annotated calculation recomputed from
     its (substituted) operands, its new result added to ``subst``, then the visible numbers rewritten."""
     pieces, pos = [], 0
     for m in _ANNOTATION.finditer(line):
-        seg = _substitute(line[pos: m.start()], subst)
-        expr = _substitute(m.group(1), subst)
+        seg = substitute_values(line[pos: m.start()], subst)
+        expr = substitute_values(m.group(1), subst)
         if seg is None or expr is None:
             return None
-        old = _value(m.group(2))
+        old = parse_value(m.group(2))
         try:
             new = evaluate(expr.replace(" ", ""))
         except (ValueError, ZeroDivisionError, SyntaxError):
             return None
         if old is not None and new != old:
-            if _fmt(new) is None or new < 0:
+            if format_value(new) is None or new < 0:
                 return None
             subst[old] = new
-        res = _fmt(new) if old is not None and new != old else m.group(2)
+        res = format_value(new) if old is not None and new != old else m.group(2)
         pieces.append(f"{seg}<<{expr}={res}>>")
         pos = m.end()
-    tail = _substitute(line[pos:], subst)
+    tail = substitute_values(line[pos:], subst)
     if tail is None:
         return None
     pieces.append(tail)

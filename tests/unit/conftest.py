@@ -15,6 +15,10 @@ from pathlib import Path
 # Imported before any test runs: on its first import, Dagster's vendored croniter asks the `file` program
 # about the platform (a subprocess), which the guard below would otherwise blame on whichever test came first.
 import dagster._vendored.croniter  # noqa: F401
+
+# The same for matplotlib: on a machine without its font cache (a fresh CI runner) the first import of its
+# font manager runs `fc-list` to build the cache; done here, once, before any test is guarded.
+import matplotlib.font_manager  # noqa: F401
 import pytest
 
 HERE = Path(__file__).resolve().parent

@@ -60,95 +60,95 @@ class Script(random.Random):
 
 # ------------------------------------------------------------------------------------------ writing a value
 def test_a_value_is_written_as_a_solution_writes_it():
-    assert pl._fmt(F(24)) == "24"
-    assert pl._fmt(F(240)) == "240"  # trailing zeros of a whole number stay
-    assert pl._fmt(F(5, 2)) == "2.5"
-    assert pl._fmt(F(1, 4)) == "0.25"
-    assert pl._fmt(F(1, 20)) == "0.05"
-    assert pl._fmt(F(31, 10)) == "3.1"
-    assert pl._fmt(F(1234567, 100)) == "12345.67"
-    assert pl._fmt(F(-5, 2)) == "-2.5"
-    assert pl._fmt(F(0)) == "0"
+    assert pl.format_value(F(24)) == "24"
+    assert pl.format_value(F(240)) == "240"  # trailing zeros of a whole number stay
+    assert pl.format_value(F(5, 2)) == "2.5"
+    assert pl.format_value(F(1, 4)) == "0.25"
+    assert pl.format_value(F(1, 20)) == "0.05"
+    assert pl.format_value(F(31, 10)) == "3.1"
+    assert pl.format_value(F(1234567, 100)) == "12345.67"
+    assert pl.format_value(F(-5, 2)) == "-2.5"
+    assert pl.format_value(F(0)) == "0"
     # no plain writing: more than two decimal places, or no finite decimal at all
-    assert pl._fmt(F(1, 8)) is None
-    assert pl._fmt(F(1, 3)) is None
-    assert pl._fmt(F(1, 101)) is None
+    assert pl.format_value(F(1, 8)) is None
+    assert pl.format_value(F(1, 3)) is None
+    assert pl.format_value(F(1, 101)) is None
 
 
 def test_a_large_value_is_written_digit_for_digit():
     # a float keeps about 16 significant digits: the written value must still be the value
-    assert pl._fmt(F(10**17) + F(1, 2)) == "100000000000000000.5"
-    assert pl._fmt(F(123456789012345678)) == "123456789012345678"
-    assert pl._fmt(F(10**15 + 1, 100)) == "10000000000000.01"
+    assert pl.format_value(F(10**17) + F(1, 2)) == "100000000000000000.5"
+    assert pl.format_value(F(123456789012345678)) == "123456789012345678"
+    assert pl.format_value(F(10**15 + 1, 100)) == "10000000000000.01"
 
 
 def test_a_written_number_is_read_without_separators_or_dollars():
-    assert pl._value("1,234") == 1234
-    assert pl._value("$5") == 5
-    assert pl._value(" $1,000.50 ") == F(2001, 2)
-    assert pl._value("1/4") == F(1, 4)
-    assert pl._value("five") is None
-    assert pl._value("1/0") is None
+    assert pl.parse_value("1,234") == 1234
+    assert pl.parse_value("$5") == 5
+    assert pl.parse_value(" $1,000.50 ") == F(2001, 2)
+    assert pl.parse_value("1/4") == F(1, 4)
+    assert pl.parse_value("five") is None
+    assert pl.parse_value("1/0") is None
 
 
 def test_substitute_rewrites_only_the_changed_whole_numbers():
     subst = {F(4): F(5), F(24): F(26)}
-    assert pl._substitute("4 boxes of 24, 14 left, 4.5 kg, 240 g", subst) == "5 boxes of 26, 14 left, 4.5 kg, 240 g"
-    assert pl._substitute("1,000 and 4", {F(1000): F(1001)}) == "1001 and 4"
-    assert pl._substitute("no numbers", subst) == "no numbers"
+    assert pl.substitute_values("4 boxes of 24, 14 left, 4.5 kg, 240 g", subst) == "5 boxes of 26, 14 left, 4.5 kg, 240 g"
+    assert pl.substitute_values("1,000 and 4", {F(1000): F(1001)}) == "1001 and 4"
+    assert pl.substitute_values("no numbers", subst) == "no numbers"
     # a new value with no plain writing: None, not the old text and not a half-rewritten one
-    assert pl._substitute("Each gets 4 apples", {F(4): F(1, 3)}) is None
-    assert pl._substitute("7 and 4", {F(7): F(8), F(4): F(1, 3)}) is None
+    assert pl.substitute_values("Each gets 4 apples", {F(4): F(1, 3)}) is None
+    assert pl.substitute_values("7 and 4", {F(7): F(8), F(4): F(1, 3)}) is None
 
 
 # ------------------------------------------------------------------------------------------ the slips
 def test_a_small_whole_value_slips_by_a_listed_step_that_keeps_it_positive():
     rng = Script(picks=[0])
-    assert pl._perturb(F(5), rng) == 2  # 5 - 3
+    assert pl.perturb_value(F(5), rng) == 2  # 5 - 3
     assert rng.seen == [(-3, -2, -1, 1, 2, 3, 4, 5, 10)]
     rng = Script(picks=[8])
-    assert pl._perturb(F(5), rng) == 15
+    assert pl.perturb_value(F(5), rng) == 15
     rng = Script(picks=[0])
-    assert pl._perturb(F(3), rng) == 1  # 3 - 3 = 0 is not positive: the smallest step is -2
+    assert pl.perturb_value(F(3), rng) == 1  # 3 - 3 = 0 is not positive: the smallest step is -2
     assert rng.seen == [(-2, -1, 1, 2, 3, 4, 5, 10)]
     rng = Script(picks=[0])
-    assert pl._perturb(F(2), rng) == 1
+    assert pl.perturb_value(F(2), rng) == 1
     assert rng.seen == [(-1, 1, 2, 3, 4, 5, 10)]
     rng = Script(picks=[0])
-    assert pl._perturb(F(1, 2), rng) == F(3, 2)
+    assert pl.perturb_value(F(1, 2), rng) == F(3, 2)
     assert rng.seen == [(1, 2, 3, 4, 5, 10)]
     rng = Script(picks=[0])
-    assert pl._perturb(F(0), rng) == 1
+    assert pl.perturb_value(F(0), rng) == 1
     assert rng.seen == [(1, 2, 3, 4, 5, 10)]
 
 
 def test_a_value_no_step_keeps_positive_slips_by_one():
     rng = Script(picks=[0])
-    assert pl._perturb(F(-10), rng) == -9
+    assert pl.perturb_value(F(-10), rng) == -9
     assert rng.seen == [(1,)]
-    assert pl._perturb(F(-20), Script(picks=[0])) == -19
+    assert pl.perturb_value(F(-20), Script(picks=[0])) == -19
 
 
 def test_a_whole_value_of_ten_or_more_slips_by_a_magnitude_three_times_in_ten():
-    assert pl._perturb(F(20), Script(draws=[0.1, 0.1])) == 200
-    assert pl._perturb(F(10), Script(draws=[0.29, 0.49])) == 100  # 10 itself is "at least 10"
+    assert pl.perturb_value(F(20), Script(draws=[0.1, 0.1])) == 200
+    assert pl.perturb_value(F(10), Script(draws=[0.29, 0.49])) == 100  # 10 itself is "at least 10"
     rng = Script(picks=[0], draws=[0.1, 0.7])
-    assert pl._perturb(F(20), rng) == 10
+    assert pl.perturb_value(F(20), rng) == 10
     assert rng.seen == [(-1, 1)]
-    assert pl._perturb(F(20), Script(picks=[1], draws=[0.1, 0.5])) == 30  # 0.5 is not below 0.5: ten more
+    assert pl.perturb_value(F(20), Script(picks=[1], draws=[0.1, 0.5])) == 30  # 0.5 is not below 0.5: ten more
     # a draw of 0.3 is not below 0.3: an ordinary slip
     rng = Script(picks=[0], draws=[0.3])
-    assert pl._perturb(F(20), rng) == 17
+    assert pl.perturb_value(F(20), rng) == 17
     assert rng.seen == [(-3, -2, -1, 1, 2, 3, 4, 5, 10)]
     # not whole, or under 10: never a magnitude slip, and no draw is spent on one
-    assert pl._perturb(F(41, 2), Script(picks=[3])) == F(43, 2)
-    assert pl._perturb(F(9), Script(picks=[3])) == 10
+    assert pl.perturb_value(F(41, 2), Script(picks=[3])) == F(43, 2)
+    assert pl.perturb_value(F(9), Script(picks=[3])) == 10
 
 
 # ------------------------------------------------------------------------------------------ the changed expression
 def test_an_operand_change_reads_numbers_without_separators():
     rng = Script(picks=[0, 3], draws=[0.9])  # the first number, 1000; no magnitude slip; the step +1
-    assert pl._corrupt_expr("1,000*2", "operand", rng) == ("1001*2", 2002, ("1000", "1001"))
+    assert pl.corrupt_expression("1,000*2", "operand", rng) == ("1001*2", 2002, ("1000", "1001"))
 
 
 @pytest.mark.parametrize(("expr", "expected"), [
@@ -158,7 +158,7 @@ def test_an_operand_change_reads_numbers_without_separators():
     ("-3+10", ("-3-10", -13, ("+", "-"))),  # a leading sign is no operator
 ])
 def test_an_operator_change_flips_one_operator(expr, expected):
-    assert pl._corrupt_expr(expr, "operator", Script(picks=[0])) == expected
+    assert pl.corrupt_expression(expr, "operator", Script(picks=[0])) == expected
 
 
 # ------------------------------------------------------------------------------------------ the visible edit
@@ -175,52 +175,52 @@ def test_an_operator_change_flips_one_operator(expr, expected):
     ("no operator here ", ("+", "-"), "no operator here "),
 ])
 def test_the_visible_operator_is_changed_at_its_last_occurrence(segment, change, expected):
-    assert pl._edit_visible(segment, "operator", change) == expected
+    assert pl.edit_visible_operator(segment, "operator", change) == expected
 
 
 def test_the_visible_operand_is_changed_at_its_last_occurrence():
-    assert pl._edit_visible("48 / 2 and 2 = ", "operand", ("2", "4")) == "48 / 2 and 4 = "
-    assert pl._edit_visible("1,000 / 2 = ", "operand", ("1000", "1001")) == "1001 / 2 = "
-    assert pl._edit_visible("48 / 3 = ", "operand", ("2", "4")) == "48 / 3 = "
+    assert pl.edit_visible_operator("48 / 2 and 2 = ", "operand", ("2", "4")) == "48 / 2 and 4 = "
+    assert pl.edit_visible_operator("1,000 / 2 = ", "operand", ("1000", "1001")) == "1001 / 2 = "
+    assert pl.edit_visible_operator("48 / 3 = ", "operand", ("2", "4")) == "48 / 3 = "
 
 
 # ------------------------------------------------------------------------------------------ the carry
 def test_the_carry_recomputes_changed_calculations_and_keeps_the_others():
     subst = {F(24): F(26)}
     line = "First 2*3 = <<2*3=6>>6, then 48+24 = <<48+24=72>>72 clips."
-    assert pl._carry(line, subst) == "First 2*3 = <<2*3=6>>6, then 48+26 = <<48+26=74>>74 clips."
+    assert pl.carry_substitution(line, subst) == "First 2*3 = <<2*3=6>>6, then 48+26 = <<48+26=74>>74 clips."
     assert subst == {F(24): F(26), F(72): F(74)}
     # an unchanged result keeps its own writing
-    assert pl._carry("Half: <<3/2=1.50>>1.50 kg", {F(9): F(8)}) == "Half: <<3/2=1.50>>1.50 kg"
-    assert pl._carry("Sum <<1000+1000=2,000>>2,000 m", {}) == "Sum <<1000+1000=2,000>>2,000 m"
+    assert pl.carry_substitution("Half: <<3/2=1.50>>1.50 kg", {F(9): F(8)}) == "Half: <<3/2=1.50>>1.50 kg"
+    assert pl.carry_substitution("Sum <<1000+1000=2,000>>2,000 m", {}) == "Sum <<1000+1000=2,000>>2,000 m"
     # a spaced annotation is recomputed all the same (its spaces kept as written)
     subst = {F(3): F(4)}
-    assert pl._carry("Area << 3 * 2=6>>6 m2", subst) == "Area << 4 * 2=8>>8 m2"
+    assert pl.carry_substitution("Area << 3 * 2=6>>6 m2", subst) == "Area << 4 * 2=8>>8 m2"
     assert subst[F(6)] == 8
 
 
 def test_the_carry_leaves_an_unreadable_result_alone():
     subst: dict[Fraction, Fraction] = {}
-    assert pl._carry("He eats <<1/3=a third>> of it", subst) == "He eats <<1/3=a third>> of it"
-    assert pl._carry("Six: <<2*3=six>>", subst) == "Six: <<2*3=six>>"
-    assert pl._carry("Then <<2-5=?>> apples", subst) == "Then <<2-5=?>> apples"
+    assert pl.carry_substitution("He eats <<1/3=a third>> of it", subst) == "He eats <<1/3=a third>> of it"
+    assert pl.carry_substitution("Six: <<2*3=six>>", subst) == "Six: <<2*3=six>>"
+    assert pl.carry_substitution("Then <<2-5=?>> apples", subst) == "Then <<2-5=?>> apples"
     assert subst == {}
 
 
 def test_the_carry_allows_zero_and_fractions_but_not_negatives_or_unwritable_values():
     subst = {F(4): F(5)}
-    assert pl._carry("Left: 5-4 = <<5-4=1>>1 apple.", subst) == "Left: 5-5 = <<5-5=0>>0 apple."
+    assert pl.carry_substitution("Left: 5-4 = <<5-4=1>>1 apple.", subst) == "Left: 5-5 = <<5-5=0>>0 apple."
     assert subst[F(1)] == 0
     subst = {F(4): F(9, 2)}
-    assert pl._carry("Left: 5-4 = <<5-4=1>>1 kg.", subst) == "Left: 5-4.5 = <<5-4.5=0.5>>0.5 kg."
-    assert pl._carry("Left: <<5-4=1>> kg.", {F(4): F(6)}) is None  # 5 - 6 < 0
+    assert pl.carry_substitution("Left: 5-4 = <<5-4=1>>1 kg.", subst) == "Left: 5-4.5 = <<5-4.5=0.5>>0.5 kg."
+    assert pl.carry_substitution("Left: <<5-4=1>> kg.", {F(4): F(6)}) is None  # 5 - 6 < 0
     # a recomputed result with no plain writing, even when nothing after it mentions it
-    assert pl._carry("Share <<4/3=1>> each", {}) is None
+    assert pl.carry_substitution("Share <<4/3=1>> each", {}) is None
     # the text before a calculation mentions a value that cannot be written: None, however the
     # calculation itself fares
-    assert pl._carry("He has 5 pens <<2*3=6>>6", {F(5): F(1, 3)}) is None
-    assert pl._carry("He has pens <<5*3=15>>15", {F(5): F(1, 3)}) is None
-    assert pl._carry("<<2*3=6>>6 and 5 pens", {F(5): F(1, 3)}) is None
+    assert pl.carry_substitution("He has 5 pens <<2*3=6>>6", {F(5): F(1, 3)}) is None
+    assert pl.carry_substitution("He has pens <<5*3=15>>15", {F(5): F(1, 3)}) is None
+    assert pl.carry_substitution("<<2*3=6>>6 and 5 pens", {F(5): F(1, 3)}) is None
 
 
 # ------------------------------------------------------------------------------------------ corruptions
@@ -238,8 +238,8 @@ def test_a_corruption_keeps_the_punctuation_after_a_changed_number():
     lines, final = reference_steps("She sold 48/2 = <<48/2=24>>24, so 48+24 = <<48+24=72>>72, in all.\n#### 72")
     c = corrupt_solution(lines, final, Script(picks=[0, 4], draws=[0.9]), kind="result")
     assert render_solution(c.lines, c.final) == ["She sold 48/2 = 26, so 48+26 = 74, in all. The answer is \\boxed{74}."]
-    assert pl._edit_visible("48 / 2, 2 = ", "operand", ("2", "4")) == "48 / 2, 4 = "
-    assert pl._edit_visible("1,000 / 2, = ", "operand", ("1000", "1001")) == "1001 / 2, = "
+    assert pl.edit_visible_operator("48 / 2, 2 = ", "operand", ("2", "4")) == "48 / 2, 4 = "
+    assert pl.edit_visible_operator("1,000 / 2, = ", "operand", ("1000", "1001")) == "1001 / 2, = "
 
 
 def test_an_operand_corruption_of_a_line_that_starts_with_it():

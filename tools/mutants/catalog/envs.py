@@ -124,8 +124,8 @@ MUTANTS = [
      "replace": "                if False:\n", "tests": POL,
      "why": "each turn re-renders the conversation instead of extending the exact context"},
     {"id": "envs-policy-kv-cache-off-by-one", "file": "tentalis_pipelines/inference/batch_decoder.py",
-     "find": "        for end in [*range((reuse // block + 1) * block, len(ids), block), len(ids)]:\n",
-     "replace": "        for end in [*range((reuse // block + 1) * block + 1, len(ids), block), len(ids)]:\n",
+     "find": "        ends = sorted({*range((reuse // block + 1) * block, len(ids), block),",
+     "replace": "        ends = sorted({*range((reuse // block + 1) * block + 1, len(ids), block),",
      "tests": POL + ["tests/test_episode_decoding.py"],
      "why": "prefill blocks end one past the multiples of prefill_block: a kept context's blocks are not a fresh prefill's"},
     # ---- the terminal recipe and its held-out partitions (one level's run is gated on that level)
