@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
+from tentalis_pipelines.hardware import return_freed_memory_to_the_os
 from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_tokens
 
 
@@ -163,6 +164,9 @@ class SlabCache(DynamicCache):
         # (None: no cap), and a callback told every allocation's bytes before the tensor it replaces is freed.
         self.max_cells: int | None = None
         self.meter: Callable[[int], None] | None = None
+        # How much a full slab grows: doubling keeps growth amortised O(1) per step; under a KV budget the
+        # decoder asks for less (``BatchDecoder``), so the allocation stays near the live block.
+        self.growth = 2.0
         self.k: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         Cache.__init__(self, layers=[_SlabLayer(self, i) for i in range(num_layers)])
@@ -235,7 +239,7 @@ class SlabCache(DynamicCache):
         if self.width + q <= col_cap // 2:
             self._relayout(*self._fit(row_cap, col_cap, self.rows, self.width + q), 0)
         else:
-            self._relayout(*self._fit(row_cap, max(2 * col_cap, self.width + q + 64), self.rows, self.width + q), 0)
+            self._relayout(*self._fit(row_cap, max(int(self.growth * col_cap), self.width + q + 64), self.rows, self.width + q), 0)
 
     def advance(self, q: int) -> None:
         self.end += q
@@ -254,8 +258,8 @@ class SlabCache(DynamicCache):
             width = max(self.width, p)
             grow_left = width - self.width  # columns the block gains on its left
             if need_rows > row_cap or width + reserve > col_cap or self.start < grow_left:
-                new_rows = max(need_rows, 2 * row_cap) if need_rows > row_cap else row_cap
-                new_cols = max(2 * col_cap, width + reserve + 64) if width + reserve > col_cap else col_cap
+                new_rows = max(need_rows, int(self.growth * row_cap)) if need_rows > row_cap else row_cap
+                new_cols = max(int(self.growth * col_cap), width + reserve + 64) if width + reserve > col_cap else col_cap
                 self._relayout(*self._fit(new_rows, new_cols, need_rows, width + reserve), grow_left)
             for buf in (*self.k, *self.v):  # the new left columns of the old rows: padding, no stale values
                 buf[: self.rows, :, self.start - grow_left : self.start] = 0
@@ -487,6 +491,7 @@ def common_prefix(a, b) -> int:
 
 
 # --------------------------------------------------------------------------- the decoder
+SLAB_GROWTH_UNDER_BUDGET = 1.25  # a budgeted slab grows by a quarter: its allocation, what the budget counts, stays near its need
 UNBUDGETED_STORE_PROMPTS = 1024  # block mode without a KV budget: the most prompts whose KV the store keeps
 @dataclass
 class _Row:
@@ -543,6 +548,8 @@ class BatchDecoder:
         self.prefill_block = int(prefill_block)
         self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
         self.kv_budget_bytes = kv_budget_bytes
+        if kv_budget_bytes is not None:  # freed KV goes back to the OS, so the budget bounds the process too
+            return_freed_memory_to_the_os()
         self.position_bytes = kv_position_bytes(model) if prefill_block > 0 else 0
         cfg = getattr(model.config, "text_config", None) or model.config
         self._tensors = 2 * int(getattr(cfg, "num_hidden_layers", 1))  # keys and values of every layer
@@ -736,6 +743,8 @@ class BatchDecoder:
             heads = kv[0][0].shape[1]
             self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
             self.cache.meter = self._note
+            if self.kv_budget_bytes is not None:
+                self.cache.growth = SLAB_GROWTH_UNDER_BUDGET
         if self.kv_budget_bytes is not None:
             self.cache.max_cells = self._slab_cap()
         old_width = self.cache.width if self.rows else 0

@@ -215,3 +215,26 @@ def test_an_entry_used_since_is_not_finished_and_a_shorter_waiting_prompt_wants_
     store.lookup([7, 7, 8])  # used after the waiting prompts arrived
     assert store.eviction_order([[1, 2]], since) == [(1, 2, 3, 4), (7, 7)]  # [1, 2] does not extend [1, 2, 3, 4]
     assert store.eviction_order([[1, 2, 3, 4, 5]], since) == [(7, 7), (1, 2, 3, 4)]
+
+
+@pytest.mark.parametrize(("growth", "row_caps"), [(2.0, [1, 2, 4, 4, 8]), (1.25, [1, 2, 3, 4, 5])])
+def test_a_budgeted_slab_grows_by_a_quarter_where_an_unbudgeted_one_doubles(growth, row_caps):
+    """Rows joining one at a time: doubling (rollouts, the gateway) allocates up to twice the live rows;
+    a budgeted decoder's slab (``SLAB_GROWTH_UNDER_BUDGET``) grows by a quarter, at least to what it needs."""
+    slab = SlabCache(1, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab.growth = growth
+    caps = []
+    for _ in range(5):
+        slab.append_rows(_kv(3, layers=1), 1)
+        caps.append(slab.k[0].shape[0])
+    assert caps == row_caps and slab.rows == 5
+
+
+def test_a_budgeted_decoder_returns_freed_memory_to_the_os():
+    """glibc's malloc is told to map every block of 128 kB or more on its own (freed KV leaves the
+    process); the call is idempotent and says whether it took effect (this Linux test host has glibc)."""
+    from tentalis_pipelines.hardware import return_freed_memory_to_the_os
+    from tentalis_pipelines.inference.batch_decoder import SLAB_GROWTH_UNDER_BUDGET
+
+    assert return_freed_memory_to_the_os() is True and return_freed_memory_to_the_os() is True
+    assert 1 < SLAB_GROWTH_UNDER_BUDGET < 2
