@@ -47,15 +47,16 @@ def test_run_trains_the_model_named_by_tentalis_model(cli_home, tiny_model_dir, 
     models = Lakehouse(Paths.from_env(cli_home).lakehouse).read("rollouts", columns=["model"]).column("model").to_pylist()
     assert len(models) == 4 and set(models) == {str(tiny_model_dir)}
     # Not a terminal (CliRunner's output, as a CI log): one line per finished stage as it ended, then the job's,
-    # then the cycle's, each with its elapsed time (cli/progress.py); no bar redrawn with \r.
-    lines = [line for line in out.output.splitlines() if line.startswith("[cycle 1/1] ") and " note: " not in line]
+    # then the cycle's, each with its elapsed time (cli/progress.py); no bar redrawn with \r. Standard output
+    # alone: transformers' loading bars on standard error end in \r, not a newline.
+    lines = [line for line in out.stdout.splitlines() if line.startswith("[cycle 1/1] ") and " note: " not in line]
     took, elapsed = r"(?:\d+\.\d s|\d+:\d\d)", r" \(elapsed \d+:\d\d\)"
     ended = [re.fullmatch(rf"\[cycle 1/1\] (\w+) (?:done in {took}(?:: .+)?|skipped){elapsed}", line) for line in lines[:-1]]
     assert all(ended) and re.fullmatch(rf"\[cycle 1/1\] done in {took}{elapsed}", lines[-1]), out.output
     stages = [m.group(1) for m in ended]
     assert stages[:2] == ["tasks", "rollouts"] and {"reviews", "trajectories"} <= set(stages), out.output
     assert stages[-1] == "rollout_job" and "run " in lines[-2], out.output  # the stages first, then their job, then the cycle
-    assert "\r" not in out.output
+    assert "\r" not in out.stdout
 
 
 
