@@ -12,6 +12,8 @@ what CI's ``dagster job execute`` lines run (README, "In CI"). Nothing here re-i
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import time
 import uuid
 from collections.abc import Callable
@@ -163,24 +165,45 @@ def _ensure_batch_partition(instance: DagsterInstance, batch_id: str) -> None:
         instance.add_dynamic_partitions(task_batches.name, [batch_id])
 
 
+def step_error(event) -> str:
+    """A failed step's own error (a ``STEP_FAILURE`` event's), its first line: not the framework's wrapping."""
+    error = event.step_failure_data.error
+    while getattr(error, "cause", None) is not None:
+        error = error.cause
+    text = (error.message or "").strip().splitlines()
+    return text[0] if text else error.cls_name
+
+
 def failure_summary(result) -> str:
     """One line per failed step: its own error, not the framework's wrapping."""
     lines = []
     for ev in result.all_events:
         if ev.is_step_failure and ev.step_failure_data is not None:
-            error = ev.step_failure_data.error
-            while getattr(error, "cause", None) is not None:
-                error = error.cause
-            text = (error.message or "").strip().splitlines()
-            lines.append(f"{ev.step_key} failed: {text[0] if text else error.cls_name}")
+            lines.append(f"{ev.step_key} failed: {step_error(ev)}")
     return "; ".join(lines)
 
 
+def _listener(on_event: Callable[[Any], None]) -> Callable[[Any], None]:
+    """``on_event`` as an instance's event listener: it is called inside the run's steps, so what it
+    raises is dropped rather than failing the step (progress never fails a run)."""
+
+    def listen(entry) -> None:
+        with contextlib.suppress(Exception):
+            on_event(entry)
+
+    return listen
+
+
 def run_job(defs: Definitions, instance: DagsterInstance, name: str, *, partition_key: str | None = None,
-            run_config: dict | None = None, tags: dict[str, str] | None = None) -> JobRun:
-    """Execute one asset job in this process on ``instance``; raises :class:`CycleFailed` on failure."""
+            run_config: dict | None = None, tags: dict[str, str] | None = None,
+            on_event: Callable[[Any], None] | None = None) -> JobRun:
+    """Execute one asset job in this process on ``instance``; raises :class:`CycleFailed` on failure.
+    ``on_event`` is told every event of the run (an ``EventLogEntry``) the moment the instance stores it
+    (``DagsterInstance.add_event_listener`` on the run's id): a step's end as it ends, not at the run's."""
     job = defs.resolve_job_def(name)
     run_id = str(uuid.uuid4())
+    if on_event is not None:
+        instance.add_event_listener(run_id, _listener(on_event))
     t0 = time.time()
     result = job.execute_in_process(run_config=run_config or {}, instance=instance, partition_key=partition_key,
                                     tags=tags or {}, run_id=run_id, raise_on_error=False)
@@ -202,8 +225,11 @@ def benchmark_partition(checkpoint_id: str, benchmark: str) -> MultiPartitionKey
 
 def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: CycleOptions,
               on_run: Callable[[JobRun], None] | None = None, on_start: Callable[[str], None] | None = None,
-              on_note: Callable[[str], None] | None = None) -> dict[str, Any]:
+              on_note: Callable[[str], None] | None = None,
+              on_event: Callable[[str, Any], None] | None = None) -> dict[str, Any]:
     """Run one cycle; returns the batch id, the new checkpoint (or None) and the gate's decision.
+    ``on_start`` is told what a job is about to do, ``on_event`` each event of its run as it happens (the
+    job's name and the ``EventLogEntry``: `tentalis run`'s progress lines), ``on_run`` its end.
 
     Without an explicit seed, a cycle first resumes the batch an interrupted cycle of the same shape left
     without trajectories (``interrupted_cycle_batch``; ``on_note`` is told), so a killed and resumed run
@@ -219,6 +245,8 @@ def run_cycle(defs: Definitions, instance: DagsterInstance, paths: Paths, opts: 
     def step(name: str, label: str, **kw) -> JobRun:
         if on_start:
             on_start(label)
+        if on_event is not None:
+            kw["on_event"] = functools.partial(on_event, name)
         run = run_job(defs, instance, name, run_config=kw.pop("run_config", config), tags=tags, **kw)
         runs.append(run)
         if on_run:

@@ -23,9 +23,11 @@ from tentalis_pipelines.cli.common import (
     home_paths,
     parse_levels,
 )
+from tentalis_pipelines.cli.progress import PROGRESS_HELP
 
 TemperatureOpt = typer.Option(None, help="Sampling temperature of the rollouts, written into the batch's manifest (default: the task "
                               "family's recipe: terminal 0.4, else the policy resource's 0.8).")
+ProgressOpt = typer.Option(None, "--progress", help="How progress is shown: " + PROGRESS_HELP)
 
 
 @app.command()
@@ -71,33 +73,45 @@ def _cycle_resources(num_generations, max_new_tokens, gate_limit=None, trainer=N
 
 
 def _execute_cycle(opts, label: str) -> dict:
-    """One learning cycle as runs of the asset jobs on the instance (jobs/runner.py), each shown as it ends."""
+    """One learning cycle as runs of the asset jobs on the instance (jobs/runner.py), its progress told to the
+    command's reporter (``cli/progress.py``: a line per stage, job and cycle, or a live bar) as it happens."""
     from dagster import DagsterInstance
 
     from jobs.run_health import reap_dead_runs
-    from jobs.runner import CycleFailed, run_cycle
+    from jobs.runner import CycleFailed, run_cycle, step_error
+    from tentalis_pipelines.cli import progress
     from tentalis_pipelines.definitions import defs
 
     instance = DagsterInstance.get()
     for run_id in reap_dead_runs(instance):
         err.print(f"[yellow]run {run_id} was killed earlier: marked failed and its gpu slot freed[/]")
-    status = console.status(f"{label}: registering the batch")
-
-    def started(what: str) -> None:
-        status.update(f"{label}: {what}")
-
-    def finished(run) -> None:
-        where = f" [dim]{run.partition}[/]" if run.partition else ""
-        console.print(f"  [green]✓[/] {run.job}{where} [dim]{run.seconds:.0f} s, run {run.run_id}[/]")
-
+    report = progress.current()
+    feed = progress.JobEvents(report, steps_of=lambda job: len(defs.resolve_job_def(job).nodes), error_of=step_error)
+    report.cycle_started(label)
     try:
-        with status:
-            return run_cycle(defs, instance, home_paths(None), opts, on_run=finished, on_start=started,
-                             on_note=lambda note: console.print(f"  [yellow]↻[/] {note}"))
+        out = run_cycle(defs, instance, home_paths(None), opts, on_run=feed.finished, on_start=feed.about_to_run,
+                        on_note=report.note, on_event=feed.event)
     except CycleFailed as exc:
+        report.cycle_failed()
         fail(str(exc), 1)
     except (ValueError, OSError) as exc:  # refused before any job ran (a bad seed, a full disk)
+        report.cycle_failed()
         fail(str(exc), 1)
+    except BaseException:  # interrupted: the bar's line is ended, not left half drawn
+        report.close()
+        raise
+    report.cycle_finished()
+    return out
+
+
+def start_progress(option: str | None) -> None:
+    """The command's progress reporter (``--progress``, else $TENTALIS_PROGRESS, else auto), or one clear line."""
+    from tentalis_pipelines.cli import progress
+
+    try:
+        progress.start(option)
+    except ValueError as exc:
+        fail(str(exc))
 
 
 @app.command()
@@ -116,6 +130,7 @@ def run(
     max_turns: int | None = typer.Option(None, min=1, max=MAX_TURNS, help="--tasks terminal: the episodes' turn limit (default: 4 on level 0 alone, else 8); "
                                          "--tasks bfcl: replies with calls per user turn (default 8)."),
     temperature: float | None = TemperatureOpt,
+    progress: str | None = ProgressOpt,
 ):
     """Run one learning cycle on the Dagster instance: a new batch through rollout_job, then train_job,
     benchmark_job and promotion_job (the gate), each a run of its own job."""
@@ -125,12 +140,13 @@ def run(
     backend = check_policy_settings(backend)
     if seed is not None:
         check_seed(seed)
+    start_progress(progress)
     t0 = time.time()
     lv = tuple(source_levels(tasks, levels))
     opts = CycleOptions(num_tasks=num_tasks, seed=seed, train=train, levels=lv, task_source=tasks, max_turns=max_turns,
                         recipe={"temperature": check_temperature(temperature)},
                         resources=_cycle_resources(num_generations, max_new_tokens, backend=backend))
-    out = _execute_cycle(opts, "learning cycle")
+    out = _execute_cycle(opts, "cycle 1/1")
     gate = out["decision"]
     console.print(f"[green]cycle finished[/] in {time.time() - t0:.0f} s ({out['cycle']})"
                   + (f"; gate: {gate['reason']}" if gate else ""))
@@ -351,6 +367,7 @@ def learn(
                                             "first k turns of the task's scripted demonstration, k annealed by the level's success) "
                                             "| both; default: the trainer resource's, hint."),
     hold_out_kind: str | None = HoldOutKindOpt,
+    progress: str | None = ProgressOpt,
     home: str | None = HomeOpt,
 ):
     """Run K learning cycles now; every checkpoint is evaluated on held-out tasks. Prints the learning curve."""
@@ -421,6 +438,7 @@ def learn(
     max_new_tokens = max_new_tokens or get_family("terminal" if task_file else tasks).recipe(tuple(lv)).max_new_tokens or 96
     # A curriculum run's levels change batch by batch: it is gated on the whole terminal benchmark.
     gated_levels = (0, 1, 2, 3) if curriculum else tuple(lv)
+    start_progress(progress)
     t0 = time.time()
     for k in range(1, cycles + 1):
         resources = _cycle_resources(num_generations, max_new_tokens, gate_limit, trainer, sampling_seed=seed,

@@ -56,6 +56,8 @@ def test_openai_backend_without_a_server_url_is_refused(cli_home, monkeypatch):
     (["run", "--max-new-tokens", "-5"], "--max-new-tokens"),
     (["run", "--num-tasks", "0"], "--num-tasks"),
     (["run", "--seed", "1000000"], "seed 1000000 is reserved"),
+    (["run", "--progress", "sparkle"], "--progress 'sparkle': choose auto, lines, bar, none"),
+    (["learn", "--progress", "loud"], "--progress 'loud': choose auto, lines, bar, none"),
     (["learn", "--cycles", "0"], "--cycles"),
     (["learn", "--num-generations", "1"], "--num-generations"),
     (["learn", "--levels", "x"], "--levels 'x'"),
