@@ -40,7 +40,7 @@ test: install
 # says not to (PYTHONDONTWRITEBYTECODE): recompiling Dagster and transformers on every run costs more
 # than the tests (about 34 s instead of 25 s here).
 test-fast: install
-	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto tests/unit
+	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit
 
 # The openai backend against a real llama.cpp server (compiles llama-cpp-python the first time).
 test-server: install
