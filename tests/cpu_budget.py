@@ -3,11 +3,14 @@
 folder; ``tests/unit/test_cpu_budget.py`` checks that it is on and that it fails what it should.
 
 Why CPU time and not the wall clock: the project measures performance in benchmarks, never in timed unit
-tests, because a wall-clock limit fails whenever the machine is busy. The CPU a test's own process uses
-(:func:`time.process_time`: every thread of the process, so an in-thread server's work counts) barely
-moves with the load around it; it is what the tier costs, and a test that needs seconds of it (a whole
-Delta pipeline, a model, thousands of cases) belongs in ``tests/`` with the integration tests. The budget
-is several times the slowest test the tier had when it was set, so only a real change trips it.
+tests, because a wall-clock limit fails whenever the machine is busy. The CPU time of the thread that runs
+the test (:func:`time.thread_time`) moves far less with the load around it; it is what the test costs, and
+a test that needs seconds of it (a whole Delta pipeline, a model, thousands of cases) belongs in
+``tests/`` with the integration tests. The test's own thread and not the whole process: ``make test`` runs
+this folder in one process after every integration test, and whatever threads those left behind, like
+xdist's own messaging thread, must not be billed to a unit test. So work a test hands to another thread
+(an in-thread server) is not counted either. The budget is several times the slowest test the tier had
+when it was set, so only a real change trips it.
 
 What it does not see: time a test spends waiting (``time.sleep``, a thread it waits on, a subprocess,
 which the conftest refuses anyway). Those cost wall time but no CPU; keep them short by hand.
@@ -37,12 +40,12 @@ def over_budget(nodeid: str, phase: str, used_s: float, budget_s: float = CPU_BU
 
 
 class CpuBudget:
-    """A plugin: times each phase of each test under ``root`` with ``clock`` (process CPU seconds) and fails
+    """A plugin: times each phase of each test under ``root`` with ``clock`` (the thread's CPU seconds) and fails
     a phase over ``budget_s``. A phase that already failed keeps its own error; the budget is checked
     only for phases that passed. The setup of the fixtures named in ``exempt`` (the shared model cache,
     filled once on a fresh clone) is not counted."""
 
-    def __init__(self, root: Path, budget_s: float = CPU_BUDGET_S, clock: Callable[[], float] = time.process_time,
+    def __init__(self, root: Path, budget_s: float = CPU_BUDGET_S, clock: Callable[[], float] = time.thread_time,
                  exempt: frozenset[str] = frozenset()):
         self.root, self.budget_s, self.clock, self.exempt = Path(root), budget_s, clock, frozenset(exempt)
         self._exempt_s = 0.0  # CPU spent in exempt fixtures' setup during the current phase

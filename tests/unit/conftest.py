@@ -7,7 +7,8 @@ belongs in ``tests/`` beside the integration tests.
 
 So is "fast": each phase (setup, call, teardown) of a test here may use at most
 ``tests.cpu_budget.CPU_BUDGET_S`` seconds of CPU, or it fails, "over the CPU budget". CPU time, not the wall
-clock: it is what the test costs the tier, and it barely moves when the machine is busy, so the check
+clock: the CPU time of the test's thread is what the test costs the tier, and it moves far less than the
+wall clock when the machine is busy, so the check
 does not flake the way a timed test would (the project times things in benchmarks, never in unit tests).
 The budget is generous (several times the slowest test here when it was set); a test that needs more
 is an integration test. ``test_cpu_budget.py`` fails if the budget is switched off or raised.

@@ -21,7 +21,7 @@ def test_the_budget_is_on_for_this_folder_at_its_documented_size(request):
     assert isinstance(plugin, CpuBudget), f"the CPU budget plugin {PLUGIN_NAME!r} is not registered"
     assert plugin.root == HERE and plugin.applies(request.node)
     assert plugin.budget_s == CPU_BUDGET_S == 2.0
-    assert plugin.clock is time.process_time
+    assert plugin.clock is time.thread_time
     assert plugin.exempt == {"embedded_model_dir", "tiny_model_dir", "repository_parsed"}  # the fixed costs alone
     assert f"{CPU_BUDGET_S:g} s of CPU" in (HERE.parents[1] / "docs" / "testing.md").read_text()
 
@@ -37,8 +37,8 @@ BURN = """
 import time
 
 def burn(seconds):
-    start = time.process_time()
-    while time.process_time() - start < seconds:
+    start = time.thread_time()
+    while time.thread_time() - start < seconds:
         pass
 """
 
