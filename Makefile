@@ -36,11 +36,13 @@ test: install
 	$(BIN)/python -m pytest -q
 
 # The pure unit tests alone (tests/unit: no model, no subprocess, no Dagster run): seconds, for the inner loop.
-# One worker per core (pytest-xdist), one torch thread each. Bytecode is cached even where the environment
+# One worker per core (pytest-xdist), one torch thread each, each test file on one worker (--dist loadfile: a
+# module fixture and the house rules' parse of the repository are paid once). Each test's phases are held to
+# a CPU budget (tests/cpu_budget.py; docs/testing.md, "The unit tier's budget"). Bytecode is cached even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE): recompiling Dagster and transformers on every run costs more
 # than the tests (about 34 s instead of 25 s here).
 test-fast: install
-	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto tests/unit
+	env -u PYTHONDONTWRITEBYTECODE OMP_NUM_THREADS=1 $(BIN)/python -m pytest -q -n auto --dist loadfile tests/unit
 
 # The openai backend against a real llama.cpp server (compiles llama-cpp-python the first time).
 test-server: install

@@ -1,5 +1,5 @@
 """Rows of a chain of three checkpoints, written by hand (no model), for the lineage and retraction tests
-(tests/unit/test_lineage_chain.py, tests/unit/test_retraction_chain.py). The chain is
+(tests/test_lineage_chain.py, tests/test_retraction_chain.py). The chain is
 
     c1 (trained on b1)  <-  c2 (on b2)  <-  c3 (on b3, serving)       c4: child of c2, never promoted
     x1 (on b2, from the base: a sibling line)

@@ -29,6 +29,15 @@ def tiny_model_dir(embedded_model_dir: Path) -> Path:
     return build_tiny_llama(embedded_model_dir, CACHE / "models" / "tiny-llama")
 
 
+@pytest.fixture(scope="session")
+def smol_tokenizer(embedded_model_dir: Path):
+    """SmolLM2's tokenizer (the tiny model's too), loaded once per session: reading it costs about a second of
+    CPU. Shared: read it, never change its settings (copy.deepcopy it first)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(embedded_model_dir)
+
+
 @pytest.fixture()
 def home(tmp_path: Path, monkeypatch) -> Path:
     h = tmp_path / "home"

@@ -4,6 +4,7 @@ re-validated (the pure parts are in tests/unit/test_envs_swe.py)."""
 
 from __future__ import annotations
 
+import ast
 import os
 import random
 import sys
@@ -13,8 +14,8 @@ import pytest
 from tentalis_pipelines.envs.agents import do_nothing_agent, oracle_agent, scripted_agent
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.swe import SweEnv, run_tests
-from tentalis_pipelines.envs.swe_repos import repo_tree
-from tentalis_pipelines.envs.swe_tasks import held_out_tasks, load_catalogue
+from tentalis_pipelines.envs.swe_repos import REPOS, repo_tree
+from tentalis_pipelines.envs.swe_tasks import candidate_bugs, held_out_tasks, load_catalogue
 
 needs_sandbox = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                    reason="the sandbox needs Linux namespaces and root (CI runs as root)")
@@ -272,3 +273,12 @@ def test_no_process_of_one_test_outlives_it_into_the_next():
     tests = task.fail_to_pass + task.pass_to_pass
     run = verify_tests(task.test_files, "roman.py", REPOS["roman"][1] + LEFTOVER, tests)
     assert run.results == dict.fromkeys(tests, "PASSED") and not run.forged, (run.why, run.error)
+
+
+def test_the_engine_is_deterministic_and_every_candidate_parses_and_differs():
+    first = [(m, mu.site) for m, mu, _ in candidate_bugs()]
+    assert first == [(m, mu.site) for m, mu, _ in candidate_bugs()]
+    assert len(first) == len(set(first))
+    for module, _, buggy in candidate_bugs():
+        ast.parse(buggy)
+        assert buggy != REPOS[module][1]

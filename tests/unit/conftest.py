@@ -4,6 +4,14 @@ folder alone (seconds); `make test` runs it with everything else.
 What "unit" means here is enforced, not hoped for: a test in this folder that starts a subprocess, builds
 a model (even the tiny random one) or runs a Dagster job fails at once, naming what it did. Such a test
 belongs in ``tests/`` beside the integration tests.
+
+So is "fast": each phase (setup, call, teardown) of a test here may use at most
+``tests.cpu_budget.CPU_BUDGET_S`` seconds of CPU, or it fails, "over the CPU budget". CPU time, not the wall
+clock: the CPU time of the test's thread is what the test costs the tier, and it moves far less than the
+wall clock when the machine is busy, so the check
+does not flake the way a timed test would (the project times things in benchmarks, never in unit tests).
+The budget is generous (several times the slowest test here when it was set); a test that needs more
+is an integration test. ``test_cpu_budget.py`` fails if the budget is switched off or raised.
 """
 
 from __future__ import annotations
@@ -20,6 +28,8 @@ import dagster._vendored.croniter  # noqa: F401
 # font manager runs `fc-list` to build the cache; done here, once, before any test is guarded.
 import matplotlib.font_manager  # noqa: F401
 import pytest
+
+from tests.cpu_budget import PLUGIN_NAME, CpuBudget
 
 HERE = Path(__file__).resolve().parent
 
@@ -51,6 +61,7 @@ def _guards():
 # converts the embedded GGUF (a model is built) once for the whole run; that is the cache being filled, not
 # the test's cost, so their setup runs unguarded. Any other fixture stays guarded, whatever its scope.
 CACHE_FIXTURES = frozenset({"embedded_model_dir", "tiny_model_dir"})
+BUDGET_EXEMPT = CACHE_FIXTURES | {"repository_parsed"}
 _guarded: list[tuple[object, str, object]] = []  # (owner, name, original) while a test here runs
 
 
@@ -75,6 +86,9 @@ class _CacheFixturesUnguarded:
 
 def pytest_configure(config):
     config.pluginmanager.register(_CacheFixturesUnguarded(), "tests-unit-cache-fixtures")
+    # Fixed costs of the tier, not a test's: filling the shared cache (above, once per clone) and parsing
+    # the repository for the house rules (test_house.py, once per run). Every other fixture's setup counts.
+    config.pluginmanager.register(CpuBudget(HERE, exempt=BUDGET_EXEMPT), PLUGIN_NAME)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from transformers import AutoTokenizer
 
 from tentalis_pipelines import demonstrations as demos
 from tentalis_pipelines.contamination import held_out_reason
@@ -30,8 +29,8 @@ CONVERSATION = [
 
 
 @pytest.fixture(scope="module")
-def tok(tiny_model_dir):
-    return AutoTokenizer.from_pretrained(tiny_model_dir)
+def tok(smol_tokenizer):
+    return smol_tokenizer  # the tiny model's tokenizer is this one
 
 
 def _ids(tok, text: str) -> list[int]:

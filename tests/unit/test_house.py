@@ -29,6 +29,30 @@ def _tree(path: Path) -> ast.Module:
     return ast.parse(path.read_text(), str(path))
 
 
+# Parsing the repository's ~500 files is most of what these checks cost (about 3-4 s of CPU here): it is
+# done once, by this fixture, which the unit tier's CPU budget counts as a fixed cost of the tier, not a
+# test's (tests/unit/conftest.py); make test-fast sends a file's tests to one worker (--dist loadfile),
+# so the parse is paid once per run, not once per worker.
+@pytest.fixture(scope="module", autouse=True)
+def repository_parsed() -> None:
+    for path in _files(*PROJECT):
+        _nodes(path)
+
+
+_WALKED: dict[int, tuple[ast.AST, tuple[ast.AST, ...]]] = {}  # id(tree) -> (the tree, kept alive; its nodes)
+
+
+def _nodes(path: Path) -> tuple[ast.AST, ...]:
+    """Every node of a file's tree, walked once for all the checks."""
+    return _walk(_tree(path))
+
+
+def _walk(tree: ast.AST) -> tuple[ast.AST, ...]:
+    if id(tree) not in _WALKED:
+        _WALKED[id(tree)] = (tree, tuple(ast.walk(tree)))
+    return _WALKED[id(tree)][1]
+
+
 def _module_name(path: Path) -> str:
     parts = list(path.relative_to(ROOT).with_suffix("").parts)
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
@@ -37,7 +61,7 @@ def _module_name(path: Path) -> str:
 def _imports(tree: ast.AST, module: str) -> list[tuple[int, str, list[str]]]:
     """(line, imported module, imported names) for every import statement, relative ones resolved."""
     out = []
-    for node in ast.walk(tree):
+    for node in _walk(tree):
         if isinstance(node, ast.Import):
             out += [(node.lineno, a.name, []) for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -60,13 +84,14 @@ def private_imports(path: Path, source: str | None = None) -> list[str]:
     tree = _tree(path) if source is None else ast.parse(source, str(path))
     found = []
     aliases: dict[str, str] = {}
+    nodes = _walk(tree)
     for line, imported, names in _imports(tree, module):
         if _top(imported) not in PROJECT:
             continue
         for name in names:
             if name.startswith("_") and not name.startswith("__"):
                 found.append(f"{path.relative_to(ROOT)}:{line}: from {imported} import {name}")
-    for node in ast.walk(tree):
+    for node in nodes:
         if isinstance(node, ast.Import):
             for a in node.names:
                 if _top(a.name) in PROJECT:
@@ -74,7 +99,7 @@ def private_imports(path: Path, source: str | None = None) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and _top(node.module) in PROJECT:
             for a in node.names:
                 aliases[a.asname or a.name] = f"{node.module}.{a.name}"
-    for node in ast.walk(tree):
+    for node in nodes:
         if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id in aliases
                 and node.attr.startswith("_") and not node.attr.startswith("__")):
             found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value.id}.{node.attr}")
@@ -110,7 +135,7 @@ def test_the_library_never_imports_its_cli():
 def test_no_test_or_experiment_edits_sys_path():
     found = []
     for path in _files(*PROJECT):
-        for node in ast.walk(_tree(path)):
+        for node in _nodes(path):
             if (isinstance(node, ast.Attribute) and node.attr == "path" and isinstance(node.value, ast.Name)
                     and node.value.id == "sys" and path != Path(__file__).resolve()):
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")

@@ -85,12 +85,10 @@ def test_process_advantages_only_centre_without_scaling():
         process_advantages(["g"], [[1.0]], scale_rewards="batch")
 
 
-def test_token_step_index(embedded_model_dir):
-    from transformers import AutoTokenizer
-
+def test_token_step_index(smol_tokenizer):
     from tentalis_pipelines.rewards.advantages import token_step_index
 
-    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+    tok = smol_tokenizer
     text = "<step>2 + 3 = 5</step>\n<step>5 * 2 = 10</step>\n<answer>10</answer>"
     steps = parse_completion(text).steps
     ids = tok(text, add_special_tokens=False)["input_ids"]

@@ -5,7 +5,6 @@ from __future__ import annotations
 import pytest
 from dagster import DagsterInstance, build_sensor_context
 from dagster._core.test_utils import create_run_for_test
-from transformers import AutoTokenizer
 
 from assets.resources import LakehouseResource, ReviewResource
 from jobs.sensors import fresh_sessions
@@ -22,8 +21,8 @@ def instance():
 
 
 @pytest.fixture(scope="module")
-def tok(embedded_model_dir):
-    return AutoTokenizer.from_pretrained(embedded_model_dir)  # the tiny model's tokenizer is this one
+def tok(smol_tokenizer):
+    return smol_tokenizer  # the tiny model's tokenizer is this one
 
 
 def _evaluate(instance, home, cursor=None, *, launch=True, review=None):

@@ -85,10 +85,8 @@ def _skill(text: str, status: str = "verified", **kw) -> dict:
 
 
 
-def test_injection_changes_the_prompt_only_when_skills_are_given(embedded_model_dir):
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(embedded_model_dir)
+def test_injection_changes_the_prompt_only_when_skills_are_given(smol_tokenizer):
+    tok = smol_tokenizer
     plain = render_prompt(tok, SUB_Q)
     assert SKILLS_HEADER not in plain and render_prompt(tok, SUB_Q, skills=[]) == plain
     with_skill = render_prompt(tok, SUB_Q, skills=[OPERATION_LESSONS["subtract"]])

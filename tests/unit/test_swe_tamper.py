@@ -78,13 +78,6 @@ def test_source_that_does_not_parse_has_no_finding():
     assert scan_source("import atexit\ndef (:\n") == []
 
 
-def test_the_catalogue_modules_and_their_honest_fixes_have_no_finding():
-    for task in held_out_tasks():
-        from tentalis_pipelines.envs.swe_repos import REPOS
-
-        assert module_findings(task.tree[task.source_file], REPOS[task.module][1], task.source_file) == [], task.task_id
-
-
 # --------------------------------------------------------------------------- the agent's tree
 def test_edited_test_machinery_in_the_tree_is_flagged():
     given = {"m.py": "x = 1\n", "test_m.py": "def test_a():\n    assert True\n", "run_tests.py": "print()\n"}

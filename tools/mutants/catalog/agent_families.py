@@ -7,8 +7,8 @@ manager) and the policy's shared-prefix KV (tests with the tiny or embedded mode
 BF = "tentalis_pipelines/envs/bfcl.py"
 SW = "tentalis_pipelines/envs/swe.py"
 TB = ["tests/unit/test_envs_bfcl.py"]
-TS = ["tests/unit/test_envs_swe.py"]
-TT = ["tests/unit/test_swe_tamper.py"]
+TS = ["tests/unit/test_envs_swe.py", "tests/test_envs_swe_integration.py::test_the_engine_is_deterministic_and_every_candidate_parses_and_differs"]
+TT = ["tests/unit/test_swe_tamper.py", "tests/test_swe_tamper_integration.py"]
 SV = "tentalis_pipelines/envs/swe_verify.py"
 ST = "tentalis_pipelines/envs/swe_tamper.py"
 FO = "tentalis_pipelines/forensics.py"

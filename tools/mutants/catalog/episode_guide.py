@@ -112,7 +112,7 @@ MUTANTS = [
      "find": "    if isinstance(kind, EnvironmentBatch):  # episodes: hint, expert prefix or both (training/episode_guide.py)\n",
      "replace": "    if False:\n", "tests": TU, "why": "--method guide resamples nothing on an environment batch (the issue's 0%)"},
     {"id": "eguide-cli-rescue-dropped", "file": CY, "find": "\"guide_answer_format\": guide_answer_format, \"guide_rescue\": guide_rescue, **METHODS[method]}",
-     "replace": "\"guide_answer_format\": guide_answer_format, **METHODS[method]}", "tests": ["tests/unit/test_cli_runs.py"],
+     "replace": "\"guide_answer_format\": guide_answer_format, **METHODS[method]}", "tests": ["tests/test_cli_runs.py"],
      "why": "`tentalis learn --guide-rescue` never reaches the trainer: every run rescues with the hint"},
     {"id": "eguide-stage-guard-dropped", "file": EB, "find": "        episode_guide.check_trainable(p[\"task\"])\n",
      "replace": "        pass\n", "tests": TU, "why": "a held-out task that reaches the stage's plans is run with help"},

@@ -1,7 +1,7 @@
 """Planted bugs in lineage manifests and replay (``tentalis_pipelines/lineage.py``): the ones a tired
 developer writes (see tools/mutants/mutants.py).
 
-Guarded by tests/unit/test_lineage_chain.py (pure: Delta tables written by hand in tests/chain_rows.py,
+Guarded by tests/test_lineage_chain.py (pure: Delta tables written by hand in tests/chain_rows.py,
 no model, no Dagster run), which builds a chain of three checkpoints (c1 <- c2 <- c3, a sibling line, an unpromoted child, a
 run that crashed between its lineage and its checkpoint row): the cases a fixture with one checkpoint
 never reaches. The continuity of the LoRA weights from parent to child over three generations is
@@ -11,7 +11,7 @@ No mutant here is equivalent."""
 
 L = "tentalis_pipelines/lineage.py"
 P = "tentalis_pipelines/stages/training.py"
-T = ["tests/unit/test_lineage_chain.py"]
+T = ["tests/test_lineage_chain.py"]
 TP = ["tests/test_pipeline_training.py"]
 
 MUTANTS = [

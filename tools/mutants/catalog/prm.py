@@ -7,7 +7,7 @@ RV = "tentalis_pipelines/reviewers/prm_reviewer.py"
 RS = "assets/resources.py"
 TU = ["tests/unit/test_prm_labels.py"]
 TP = ["tests/test_prm_head.py"]
-TR = ["tests/unit/test_prm_recipe.py"]
+TR = ["tests/unit/test_prm_recipe.py", "tests/test_prm_recipe_integration.py"]
 TA = ["tests/test_prm_agreement.py"]
 AG = "tentalis_pipelines/reviewers/prm_agreement.py"
 JA = "tentalis_pipelines/stages/judge_agreement.py"
@@ -145,7 +145,7 @@ MUTANTS = [
      "equivalent": "the default is the hidden state again (HeadConfig.features = 'hidden'), so the explicit default in load "
                    "changes nothing today; it is kept so that a future default cannot change what an old head reads"},
     {"id": "prm-gameable-head-scores-steps", "file": RV, "find": "    if features != \"hidden\":\n        raise PRMHeadGameable(",
-     "replace": "    if False:\n        raise PRMHeadGameable(", "tests": TP + ["tests/unit/test_cli_runs.py"],
+     "replace": "    if False:\n        raise PRMHeadGameable(", "tests": TP + ["tests/test_cli_runs.py"],
      "why": "a head that reads the model's surprise scores a learning run's steps: the policy games it"},
     {"id": "prm-step-judge-skips-the-check", "file": RS,
      "find": "            folder = step_scorer_version(paths.home)  # the clear error first, before a model is loaded\n",

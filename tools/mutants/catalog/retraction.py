@@ -1,14 +1,14 @@
 """Planted bugs in retraction (``tentalis_pipelines/retraction.py``): what goes with a retracted review,
 session or task, which checkpoints it taints and where serving falls back to.
 
-Guarded by tests/unit/test_retraction_chain.py (a chain of three checkpoints with a sibling line and an
+Guarded by tests/test_retraction_chain.py (a chain of three checkpoints with a sibling line and an
 unpromoted child, written by hand) and tests/unit/test_lineage.py (sessions and LLM-distilled skills
 retracted everywhere on disk); both pure (no model, no Dagster run).
 
 No mutant here is equivalent."""
 
 R = "tentalis_pipelines/retraction.py"
-T = ["tests/unit/test_retraction_chain.py", "tests/unit/test_lineage.py"]
+T = ["tests/test_retraction_chain.py", "tests/unit/test_lineage.py"]
 
 MUTANTS = [
     {"id": "retraction-no-group", "file": R,
