@@ -29,9 +29,9 @@ observation: their KV from the decoding steps was computed in the batch's shapes
 after an eviction could not repeat.
 
 Memory is bounded by ``kv_budget_bytes`` (default ``"auto"``: ``$TENTALIS_KV_BUDGET_MB``, else an eighth
-of the host's memory between 1 GiB and 8 GiB, :func:`default_kv_budget_bytes`; at 1 GiB a level-0
-terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, decodes ~15 rows of
-1,500 positions at once and stays under ~3 GB RSS with the model): the decoder admits fewer rows rather
+of the host's memory between 1 GiB and 2 GiB, :func:`default_kv_budget_bytes`; at 2 GiB a level-0
+terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, peaks at ~3 GiB RSS with
+the model, ``bench.episode_bench``): the decoder admits fewer rows rather
 than exceed it, and evicts kept KV in the order ``KVStore`` documents (what no waiting conversation
 needs, then what is needed furthest ahead), recomputing it by prefill when its conversation re-enters.
 ``stats`` reports the peak KV bytes for the run's metadata.
@@ -57,17 +57,19 @@ from tentalis_pipelines.inference.transformers_backend import load_policy
 log = logging.getLogger(__name__)
 
 DEFAULT_KV_BUDGET_BYTES = 1 << 30  # module doc: a terminal learning cycle of the 135M model under ~3 GB
-MAX_AUTO_KV_BUDGET_BYTES = 8 << 30
+MAX_AUTO_KV_BUDGET_BYTES = 2 << 30  # the default's ceiling: a level-0 cycle's process stays near 3 GiB (issue 74)
 KV_BUDGET_ENV = "TENTALIS_KV_BUDGET_MB"
 
 
 def default_kv_budget_bytes(environ: dict[str, str] | None = None, physical_bytes: int | None = None) -> int:
     """The KV budget a ``ChatPolicy`` gets when none is given: ``$TENTALIS_KV_BUDGET_MB`` when set, else
-    one eighth of the host's memory, between 1 GiB (``DEFAULT_KV_BUDGET_BYTES``) and 8 GiB. Under the
-    budget the decoder evicts waiting conversations' KV and recomputes it by prefill when they re-enter;
-    a level-1 terminal batch (64 episodes of up to 8 turns, ~1,500 positions each at 46 kB a position in
-    fp32) holds ~4 GiB, so a 1 GiB budget spends most of a cycle re-prefilling (89% of its time, measured
-    with py-spy), while a 24 GiB host can keep three times as much."""
+    one eighth of the host's memory, between 1 GiB (``DEFAULT_KV_BUDGET_BYTES``) and 2 GiB
+    (``MAX_AUTO_KV_BUDGET_BYTES``). Under the budget the decoder evicts kept KV and recomputes it by
+    prefill when its conversation re-enters: memory is traded for time. A level-0 terminal cycle (64
+    episodes, fp32, one thread, ``bench.episode_bench``) took 250.7 s at 3.0 GiB RSS with 2 GiB, 320.2 s
+    at 2.6 GiB with 1.5 GiB (the lock-step policy before it: 583.4 s, 4.1 GiB); a level-1 batch (up to 8
+    turns, ~1,500 positions an episode) holds ~4 GiB of contexts, so it re-prefills under the default:
+    give a host with memory to spare more with ``$TENTALIS_KV_BUDGET_MB``."""
     env = os.environ if environ is None else environ
     raw = env.get(KV_BUDGET_ENV, "").strip()
     if raw:
@@ -133,7 +135,7 @@ class ChatPolicy:
         self.share_prefixes = share_prefixes
         self.min_shared_prefix = int(min_shared_prefix)
         self.prefill_block = int(prefill_block)
-        if kv_budget_bytes == "auto":  # $TENTALIS_KV_BUDGET_MB, else an eighth of the host's memory (1-8 GiB)
+        if kv_budget_bytes == "auto":  # $TENTALIS_KV_BUDGET_MB, else an eighth of the host's memory (1-2 GiB)
             kv_budget_bytes = default_kv_budget_bytes()
         self.decoder = BatchDecoder(model, tokenizer, max_rows=max_rows, max_batch_tokens=1 << 62, prefix_cache_tokens=0,
                                     prefill_block=self.prefill_block, kv_budget_bytes=kv_budget_bytes,
