@@ -97,25 +97,39 @@ def autocast(device: torch.device, dtype: torch.dtype):
 
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter (malloc.h)
-FREED_MEMORY_THRESHOLD = 128 << 10  # bytes: an allocation at least this large is its own mapping
+FREED_MEMORY_THRESHOLD = 128 << 10  # bytes: while decoding under a KV budget, a block this large is its own mapping
+HEAP_THRESHOLD = 32 << 20  # bytes: afterwards, what glibc's own threshold grows to (its DEFAULT_MMAP_THRESHOLD_MAX)
 
 
 @functools.cache
-def return_freed_memory_to_the_os() -> bool:
-    """Make glibc's malloc give every allocation of ``FREED_MEMORY_THRESHOLD`` bytes or more its own
-    memory mapping, returned to the OS when freed; True when set, False where there is no glibc.
-
-    glibc raises its mmap threshold each time such a block is freed, up to 32 MiB, after which blocks of
-    KV cache (a few hundred kB per layer and conversation, freed and allocated in other sizes turn after
-    turn) come from the heap, whose freed holes stay in the process: a level-0 terminal cycle under a
-    1 GiB KV budget held 3.0 GB of RSS with the default and 2.0 GB with the threshold fixed
-    (``bench.episode_bench``). Setting the threshold explicitly turns the dynamic raise off. Process-wide
-    and idempotent; called by a decoder that has a KV budget, so the budget bounds what the process
-    holds, not only what its tensors hold."""
+def _mallopt():
     import ctypes
 
     try:
-        mallopt = ctypes.CDLL(None).mallopt  # the C library this interpreter is linked with (no ldconfig lookup)
+        return ctypes.CDLL(None).mallopt  # the C library this interpreter is linked with (no ldconfig lookup)
     except (OSError, AttributeError):  # no mallopt: not glibc (macOS, musl)
-        return False
-    return bool(mallopt(M_MMAP_THRESHOLD, FREED_MEMORY_THRESHOLD))
+        return None
+
+
+@contextlib.contextmanager
+def freed_memory_returned():
+    """While inside, glibc's malloc gives every allocation of ``FREED_MEMORY_THRESHOLD`` bytes or more its
+    own memory mapping, returned to the OS when freed; on leaving, the threshold is ``HEAP_THRESHOLD``
+    (where glibc's dynamic threshold ends up in a long process). Yields whether it took effect (False
+    where there is no glibc).
+
+    Decoding episodes under a KV budget frees and allocates blocks of KV (a few hundred kB per layer
+    and conversation) in other sizes turn after turn; from the heap, their freed holes stay in the
+    process: a level-0 terminal cycle under a 1 GiB KV budget held 3.0 GB of RSS with glibc's default
+    and 2.0 GB inside this context (``bench.episode_bench``). Scoped, not process-wide: left on, every
+    allocation over 128 kB of the rest of the process (a training step's activations) would be an
+    ``mmap`` and its page faults, which made a whole test run mostly system time."""
+    mallopt = _mallopt()
+    if mallopt is None:
+        yield False
+        return
+    done = bool(mallopt(M_MMAP_THRESHOLD, FREED_MEMORY_THRESHOLD))
+    try:
+        yield done
+    finally:
+        mallopt(M_MMAP_THRESHOLD, HEAP_THRESHOLD)

@@ -34,6 +34,7 @@ so the per-request ``.tolist()`` calls of a 16-request batch cost more than its 
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
@@ -42,7 +43,7 @@ from dataclasses import dataclass, field
 import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
-from tentalis_pipelines.hardware import return_freed_memory_to_the_os
+from tentalis_pipelines.hardware import freed_memory_returned
 from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_tokens
 
 
@@ -548,8 +549,6 @@ class BatchDecoder:
         self.prefill_block = int(prefill_block)
         self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
         self.kv_budget_bytes = kv_budget_bytes
-        if kv_budget_bytes is not None:  # freed KV goes back to the OS, so the budget bounds the process too
-            return_freed_memory_to_the_os()
         self.position_bytes = kv_position_bytes(model) if prefill_block > 0 else 0
         cfg = getattr(model.config, "text_config", None) or model.config
         self._tensors = 2 * int(getattr(cfg, "num_hidden_layers", 1))  # keys and values of every layer
@@ -603,8 +602,11 @@ class BatchDecoder:
             raise
 
     def run(self) -> None:
-        while self.busy():
-            self.step()
+        """Step until nothing is left; under a KV budget, freed KV goes back to the OS meanwhile, so the
+        budget bounds the process too (``hardware.freed_memory_returned``)."""
+        with freed_memory_returned() if self.kv_budget_bytes is not None else contextlib.nullcontext():
+            while self.busy():
+                self.step()
 
     # ---- admission
     def _admit(self) -> None:

@@ -234,11 +234,23 @@ def test_a_budgeted_slab_grows_by_a_quarter_where_an_unbudgeted_one_doubles(grow
     assert caps == row_caps and slab.rows == 5
 
 
-def test_a_budgeted_decoder_returns_freed_memory_to_the_os():
-    """glibc's malloc is told to map every block of 128 kB or more on its own (freed KV leaves the
-    process); the call is idempotent and says whether it took effect (this Linux test host has glibc)."""
-    from tentalis_pipelines.hardware import return_freed_memory_to_the_os
+def test_a_budgeted_decoder_returns_freed_memory_to_the_os_while_it_runs_only(monkeypatch):
+    """Inside ``freed_memory_returned`` glibc maps every block of 128 kB or more on its own (freed KV
+    leaves the process); leaving it sets the threshold back to 32 MiB, even after an error, so the rest of
+    the process (a training step) does not pay an mmap per allocation."""
+    from tentalis_pipelines import hardware
     from tentalis_pipelines.inference.batch_decoder import SLAB_GROWTH_UNDER_BUDGET
 
-    assert return_freed_memory_to_the_os() is True and return_freed_memory_to_the_os() is True
+    calls: list[tuple[int, int]] = []
+    monkeypatch.setattr(hardware, "_mallopt", lambda: lambda param, value: calls.append((param, value)) or 1)
+    with hardware.freed_memory_returned() as done:
+        assert done is True and calls == [(-3, 128 << 10)]
+    assert calls[-1] == (-3, 32 << 20)
+    with pytest.raises(KeyError), hardware.freed_memory_returned():
+        raise KeyError("x")
+    assert calls[-1] == (-3, 32 << 20) and len(calls) == 4
+    monkeypatch.setattr(hardware, "_mallopt", lambda: None)  # no glibc: nothing set, says so
+    with hardware.freed_memory_returned() as done:
+        assert done is False
+    assert len(calls) == 4
     assert 1 < SLAB_GROWTH_UNDER_BUDGET < 2
