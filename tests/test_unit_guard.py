@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 UNIT_CONFTEST = Path(__file__).resolve().parent / "unit" / "conftest.py"
+CPU_BUDGET = Path(__file__).resolve().parent / "cpu_budget.py"
 
 BUILD = '''
 def build():
@@ -72,6 +73,9 @@ def test_the_cache_fixtures_may_fill_the_cache_and_nothing_else_may_build_a_mode
     (tmp_path / "conftest.py").write_text(ROOT_CONFTEST)
     (tmp_path / "unit").mkdir()
     shutil.copy(UNIT_CONFTEST, tmp_path / "unit" / "conftest.py")
+    (tmp_path / "tests").mkdir()  # the unit conftest registers the CPU budget from tests/cpu_budget.py
+    (tmp_path / "tests" / "__init__.py").write_text("")
+    shutil.copy(CPU_BUDGET, tmp_path / "tests" / "cpu_budget.py")
     (tmp_path / "unit" / "test_guarded.py").write_text(UNIT_TESTS)
     # pythonpath=. for build_model; no cacheprovider: nothing written beside the copy
     proc = subprocess.run(
