@@ -123,7 +123,7 @@ def freed_memory_returned():
     process: a level-0 terminal cycle under a 1 GiB KV budget held 3.0 GB of RSS with glibc's default
     and 2.0 GB inside this context (``bench.episode_bench``). Scoped, not process-wide: left on, every
     allocation over 128 kB of the rest of the process (a training step's activations) would be an
-    ``mmap`` and its page faults, which made a whole test run mostly system time."""
+    ``mmap`` and its page faults (not measured; a side effect no caller asked for)."""
     mallopt = _mallopt()
     if mallopt is None:
         yield False
