@@ -102,6 +102,24 @@ def test_outputs_are_the_same_bit_for_bit_with_and_without_sharing(tiny, tempera
     assert stats[False]["reused_tokens"] == 0 and stats[True]["reused_tokens"] > 0
 
 
+def test_the_store_keeps_a_groups_first_prompt_once(tiny):
+    """Two tasks x three episodes, three turns, no budget: the store holds each conversation's last
+    context, and the KV its tensors hold (each storage once) is less than those contexts' positions:
+    a group's first prompt and each conversation's earlier turns are kept once, not once per entry.
+    Never below what the distinct prefixes need: at least the longest context of each task."""
+    model, tok = tiny
+    policy = ChatPolicy(model, tok, max_new_tokens=8, temperature=0.9, seed=7, prefill_block=16, min_shared_prefix=16)
+    eps, _ = _run(policy, _tasks(groups=2, g=3))  # sampled: the three episodes of a task part after the first prompt
+    store, pb = policy.decoder.store, kv_position_bytes(model)
+    held = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in store.tensors()}.values())
+    contexts = sum(len(key) for key in store.entries)
+    assert len(store) == 6 and held == store.nbytes
+    longest = {e.task_id: max(len(t.prompt_token_ids) for t in e.turns) for e in eps}
+    assert sum(longest.values()) * pb <= held < contexts * pb
+    first = {e.task_id: len(e.turns[0].prompt_token_ids) for e in eps}
+    assert held <= (contexts - 2 * sum(first.values())) * pb  # each task's first prompt: once, not three times
+
+
 def _budget_for(model, rows: int, prompt: int, max_new: int, spare_positions: int) -> int:
     """The bytes ``rows`` rows of ``prompt + max_new`` positions need beside a prefill of ``prompt`` (with
     the decoder's one-tensor copy slack), plus ``spare_positions`` for kept KV."""
@@ -154,7 +172,7 @@ def test_the_kv_budget_is_never_exceeded_and_fewer_rows_decode_at_once(tiny, mon
 
     def held(extra: int = 0) -> int:  # what the tensors hold now, summed from the tensors themselves
         slab = sum(t.numel() * t.element_size() for t in (*dec.cache.k, *dec.cache.v)) if dec.cache is not None else 0
-        store = sum(k.numel() * k.element_size() + v.numel() * v.element_size() for kv, _ in dec.store.entries.values() for k, v in kv)
+        store = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in dec.store.tensors()}.values())  # shared pieces once
         return slab + store + dec._inflight + extra
 
     forward = model.forward
@@ -315,9 +333,10 @@ def test_the_eviction_order_prefills_less_than_least_recently_used_and_changes_n
     """Under a budget that holds the batch's rows and a few kept contexts, turns that visit every
     conversation in the same order make least-recently-used drop the very context the next request
     reuses; the store's order (``KVStore.eviction_order``) keeps those and prefills less, with the same
-    tokens and log-probs bit for bit."""
+    tokens and log-probs bit for bit. Six conversations with no first prompt in common: groups would
+    share their prefix's KV and need fewer evictions to show an order."""
     model, tok = tiny
-    tasks = _tasks(groups=3, g=2)
+    tasks = _tasks(groups=6, g=1)
     free = ChatPolicy(model, tok, max_new_tokens=8, prefill_block=16, min_shared_prefix=16, kv_budget_bytes=1 << 34)
     eps, out_free = _run(free, tasks, turns=4)
     longest = max(len(t.prompt_token_ids) for e in eps for t in e.turns)

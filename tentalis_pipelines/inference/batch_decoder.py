@@ -352,13 +352,25 @@ class KVStore:
     context the next request is about to reuse and never hits; this order is Belady's (drop what is
     needed furthest ahead) for that cycle, as far as the queue shows it. Which entry goes never changes
     an output, only how much is prefilled again.
+
+    **One copy of a shared prefix.** An entry's KV is a chain of pieces: the leading positions it shares
+    with an entry already kept are that entry's pieces (views of the same tensors), only the rest is its
+    own copy. The G conversations of a group all open with the same first prompt and a conversation's next
+    turn extends its last one, so each conversation keeps only what it added. ``put`` shares a prefix only
+    where the two entries' keys and values are equal, compared element for element (the positions where
+    both prompts cut alike are equal by construction; the check makes sharing unable to change an
+    output). ``nbytes`` counts each tensor storage once, however many entries hold it: evicting an entry
+    frees only what no other entry still holds.
     """
 
     def __init__(self, block: int, *, share: bool = True, min_tokens: int = 16):
         if block < 1:
             raise ValueError(f"prefill_block must be at least 1 (got {block})")
         self.block, self.share, self.min_tokens = block, share, min_tokens
-        self.entries: OrderedDict[tuple[int, ...], tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor]] = OrderedDict()
+        # each entry: its pieces (per piece, every layer's keys and values over consecutive positions) and
+        # its last position's logits
+        self.entries: OrderedDict[tuple[int, ...], tuple[list[list[tuple[torch.Tensor, torch.Tensor]]], torch.Tensor]] = OrderedDict()
+        self._storages: dict[int, list[int]] = {}  # a tensor storage's address -> [entries holding it, its bytes]
         self.used: dict[tuple[int, ...], int] = {}  # each entry's last use, on ``clock``
         self.cuts: dict[tuple[int, ...], tuple[int, ...]] = {}  # each entry's chunk ends off the block grid
         self.clock = 0  # ticks at every put and every hit
@@ -369,8 +381,90 @@ class KVStore:
         return len(self.entries)
 
     @staticmethod
-    def _bytes(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> int:
-        return sum(k.numel() * k.element_size() + v.numel() * v.element_size() for k, v in kv)
+    def _piece_storages(pieces) -> dict[int, int]:
+        """The distinct storages under ``pieces``: address -> bytes."""
+        out: dict[int, int] = {}
+        for piece in pieces:
+            for k, v in piece:
+                for t in (k, v):
+                    st = t.untyped_storage()
+                    out[st.data_ptr()] = st.nbytes()
+        return out
+
+    def _hold(self, pieces) -> None:
+        for ptr, size in self._piece_storages(pieces).items():
+            ref = self._storages.setdefault(ptr, [0, size])
+            if ref[0] == 0:
+                self.nbytes += size
+            ref[0] += 1
+
+    def _release(self, pieces) -> None:
+        for ptr in self._piece_storages(pieces):
+            ref = self._storages[ptr]
+            ref[0] -= 1
+            if ref[0] == 0:
+                self.nbytes -= ref[1]
+                del self._storages[ptr]
+
+    def tensors(self):
+        """Every key and value tensor the entries hold (a shared piece once per entry holding it)."""
+        for pieces, _ in self.entries.values():
+            for piece in pieces:
+                for k, v in piece:
+                    yield k
+                    yield v
+
+    def holds(self, kv: list[tuple[torch.Tensor, torch.Tensor]]) -> bool:
+        """True when every tensor of ``kv`` lies in a storage the store holds (no copy of its own)."""
+        return all(t.untyped_storage().data_ptr() in self._storages for k, v in kv for t in (k, v))
+
+    @staticmethod
+    def _split(pieces, n: int) -> list[list[tuple[torch.Tensor, torch.Tensor]]]:
+        """The pieces over the first ``n`` positions (the last one a view cut at ``n``)."""
+        out, left = [], n
+        for piece in pieces:
+            if left <= 0:
+                break
+            width = piece[0][0].shape[-2]
+            out.append(piece if width <= left else [(k[:, :, :left], v[:, :, :left]) for k, v in piece])
+            left -= width
+        return out
+
+    @classmethod
+    def _gather(cls, pieces, n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Every layer's keys and values over the first ``n`` positions of ``pieces``: views when one
+        piece holds them, else one concatenation per tensor."""
+        parts = cls._split(pieces, n)
+        if len(parts) == 1:
+            return parts[0]
+        return [(torch.cat([p[i][0] for p in parts], dim=-2), torch.cat([p[i][1] for p in parts], dim=-2))
+                for i in range(len(parts[0]))]
+
+    def _equal_prefix(self, pieces, kv, n: int) -> bool:
+        """Whether ``pieces`` and ``kv`` hold the same keys and values over the first ``n`` positions."""
+        start = 0
+        for piece in self._split(pieces, n):
+            width = piece[0][0].shape[-2]
+            for (pk, pv), (k, v) in zip(piece, kv):
+                if not (torch.equal(pk, k[:, :, start:start + width]) and torch.equal(pv, v[:, :, start:start + width])):
+                    return False
+            start += width
+        return True
+
+    def _shared_base(self, key: tuple[int, ...], kv, mine: tuple[int, ...]) -> tuple[int, list]:
+        """(positions, pieces): the longest prefix of ``kv`` an entry already holds, equal element for
+        element (class doc); (0, []) when none."""
+        best, best_pieces = 0, []
+        for other, (pieces, _) in self.entries.items():
+            k = min(common_prefix(other, key), len(key))
+            if k <= best or k < max(self.min_tokens, 1):
+                continue
+            theirs = self.cuts.get(other, ())
+            for n in dict.fromkeys((k, self._usable(k, mine, theirs, len(other)))):  # as far as the tokens go, else where both cut alike
+                if n > best and n >= max(self.min_tokens, 1) and self._equal_prefix(pieces, kv, n):
+                    best, best_pieces = n, self._split(pieces, n)
+                    break
+        return best, best_pieces
 
     def extra_cuts(self, n: int, cuts: tuple[int, ...] | list[int]) -> tuple[int, ...]:
         """The chunk ends of an ``n``-position prompt off the block grid: ``cuts`` inside it, sorted."""
@@ -407,8 +501,8 @@ class KVStore:
         if best_key is None or (not whole and best < max(self.min_tokens, 1)):
             return 0, None, None
         self._touch(best_key)
-        kv, logits = self.entries[best_key]
-        return best, kv, logits if whole else None
+        pieces, logits = self.entries[best_key]
+        return best, self._gather(pieces, best), logits if whole else None
 
     def _touch(self, key: tuple[int, ...]) -> None:
         self.entries.move_to_end(key)
@@ -418,15 +512,28 @@ class KVStore:
     def put(self, ids: list[int], kv: list[tuple[torch.Tensor, torch.Tensor]], logits: torch.Tensor,
             cuts: tuple[int, ...] | list[int] = ()) -> None:
         """Keep ``ids``' KV, prefilled with ``cuts``, as the most recently used entry; an entry whose
-        prompt begins ``ids`` is dropped (the new one holds all it could give)."""
+        prompt begins ``ids`` is dropped (the new one holds all it could give). The leading positions an
+        entry already holds are shared, not copied (class doc): the store takes ``kv`` over, and each
+        layer's tensors beyond the shared prefix are copied out one at a time, the full ones dropped from
+        ``kv`` as it goes, so the copy never holds more than one layer beside them."""
         key = tuple(ids)
+        mine = self.extra_cuts(len(key), cuts)
+        shared, pieces = self._shared_base(key, kv, mine)
+        if 0 < shared < len(key):
+            own = []
+            for i, (k, v) in enumerate(kv):
+                own.append((k[:, :, shared:].clone(), v[:, :, shared:].clone()))
+                kv[i] = own[-1]  # the caller's full tensors of this layer go now, not after every layer is copied
+            pieces = [*pieces, own]
+        elif shared == 0:
+            pieces = [list(kv)]
         for old in [e for e in self.entries if len(e) <= len(key) and key[: len(e)] == e]:
-            self.nbytes -= self._bytes(self.entries.pop(old)[0])
+            self._release(self.entries.pop(old)[0])
             self.used.pop(old, None)
             self.cuts.pop(old, None)
-        self.entries[key] = (kv, logits)
-        self.cuts[key] = self.extra_cuts(len(key), cuts)
-        self.nbytes += self._bytes(kv)
+        self._hold(pieces)
+        self.entries[key] = (pieces, logits)
+        self.cuts[key] = mine
         self._touch(key)
 
     def evict(self, victim: tuple[int, ...] | None = None) -> bool:
@@ -436,10 +543,10 @@ class KVStore:
             victim = next(iter(self.entries), None)
         if victim is None or victim not in self.entries:
             return False
-        kv, _ = self.entries.pop(victim)
+        pieces, _ = self.entries.pop(victim)
         self.used.pop(victim, None)
         self.cuts.pop(victim, None)
-        self.nbytes -= self._bytes(kv)
+        self._release(pieces)
         self.evicted += 1
         return True
 
@@ -720,7 +827,7 @@ class BatchDecoder:
         the budget kept (class doc)."""
         ids = req.prompt_ids
         logits, kv, fresh = self._prefill_blocks(ids, req.cuts)
-        self._inflight = self._kv_bytes(kv) if fresh else 0
+        self._inflight = self._kv_bytes(kv) if fresh or not self.store.holds(kv) else 0  # computed, or gathered from pieces
         self._note()
         try:
             logits = logits.repeat(req.n, 1) if req.n > 1 else logits

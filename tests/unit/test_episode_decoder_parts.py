@@ -254,3 +254,66 @@ def test_a_budgeted_decoder_returns_freed_memory_to_the_os_while_it_runs_only(mo
         assert done is False
     assert len(calls) == 4
     assert 1 < SLAB_GROWTH_UNDER_BUDGET < 2
+
+
+def _kv_rows(rows: list[float], layers: int = 2) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """KV whose position ``i`` holds ``rows[i]`` (keys) and ``-rows[i]`` (values), in every layer."""
+    k = torch.tensor(rows, dtype=torch.float32)[None, None, :, None].expand(1, 1, len(rows), 2).clone()
+    return [(k.clone(), -k.clone()) for _ in range(layers)]
+
+
+PER_POSITION = 2 * 2 * 2 * 4  # layers x (k, v) x dim x float32
+
+
+def test_a_group_shares_its_first_prompt_once_and_frees_it_with_the_last_holder():
+    """Three conversations open with the same eight positions, equal keys and values: the store holds
+    those once (8 + 3 x 2 positions, not 3 x 10), every conversation's KV reads back as what was put,
+    and the shared part is freed only when the last entry that holds it goes (the first conversation's
+    own positions are in the same tensors: they go with it)."""
+    store = KVStore(4, min_tokens=4)
+    first = [float(i) for i in range(8)]
+    tails = {c: [100.0 + 10 * c, 101.0 + 10 * c] for c in range(3)}
+    for c in range(3):
+        store.put([*range(8), 50 + c, 60 + c], _kv_rows(first + tails[c]), torch.zeros(1, 3), (8,))
+    assert len(store) == 3 and store.nbytes == (8 + 3 * 2) * PER_POSITION
+    held = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for t in store.tensors()}
+    assert sum(held.values()) == store.nbytes  # the count is what the tensors hold, each storage once
+    for c in range(3):
+        n, kv, logits = store.lookup([*range(8), 50 + c, 60 + c], (8,))
+        assert n == 10 and logits is not None
+        assert len(kv) == 2 and all(torch.equal(k, e[0]) and torch.equal(v, e[1]) for (k, v), e in zip(kv, _kv_rows(first + tails[c])))
+        # the first put kept its tensors as one piece (views); the others gather two pieces: a copy, in flight
+        assert store.holds(kv) == (c == 0)
+    store.evict((*range(8), 51, 61))
+    assert store.nbytes == (8 + 2 + 2) * PER_POSITION  # its own two positions
+    store.evict((*range(8), 50, 60))  # the first holder: its tensors are the shared prefix's, still held
+    assert store.nbytes == (8 + 2 + 2) * PER_POSITION and len(store) == 1
+    store.evict((*range(8), 52, 62))
+    assert store.nbytes == 0 and len(store) == 0
+
+
+def test_equal_tokens_with_other_values_are_not_shared():
+    """The same tokens prefilled in other chunks can differ in their last bits: where the values differ,
+    the new entry keeps its own copy and reads back its own values."""
+    store = KVStore(4, min_tokens=4)
+    store.put([*range(8), 50], _kv_rows([float(i) for i in range(9)]), torch.zeros(1, 3))
+    other = [float(i) for i in range(8)]
+    other[5] += 1e-6  # one element differs
+    store.put([*range(8), 51], _kv_rows([*other, 7.0]), torch.zeros(1, 3))
+    assert store.nbytes == 18 * PER_POSITION
+    _, kv, _ = store.lookup([*range(8), 51])
+    assert kv[0][0][0, 0, 5, 0].item() == torch.tensor(other[5]).item() != 5.0
+    assert store.holds(kv)  # one piece: the entry's own tensors, no copy
+
+
+def test_a_next_turn_shares_its_last_turns_context_and_a_prompt_inside_an_entry_copies_nothing():
+    """A conversation's next turn keeps only its new positions (the last turn's entry is replaced, its
+    KV shared); a prompt that an entry already covers whole adds no bytes at all."""
+    store = KVStore(4, min_tokens=1)
+    store.put(list(range(6)), _kv_rows([float(i) for i in range(6)]), torch.zeros(1, 3))
+    store.put(list(range(9)), _kv_rows([float(i) for i in range(9)]), torch.zeros(1, 3), (6,))
+    assert list(store.entries) == [tuple(range(9))] and store.nbytes == 9 * PER_POSITION
+    store.put([0, 1, 2, 3], _kv_rows([0.0, 1.0, 2.0, 3.0]), torch.zeros(1, 3))  # a different prompt inside it
+    assert len(store) == 2 and store.nbytes == 9 * PER_POSITION
+    _, kv, _ = store.lookup([0, 1, 2, 3])
+    assert kv[1][1][0, 0, :, 0].tolist() == [-0.0, -1.0, -2.0, -3.0]

@@ -139,6 +139,15 @@ MUTANTS = [
      "why": "least-recently-used drops the very context the next waiting request reuses when turns cycle through conversations"},
     {"id": "kv-evict-next-turns-earliest-first", "file": BD, "find": "key=lambda k: -last(k, 0))", "replace": "key=lambda k: last(k, 0))",
      "tests": EPU, "why": "the contexts left for the next call go earliest first, the ones that call needs first"},
+    # ---- one copy of a shared prefix in the store (issue 74)
+    {"id": "kv-share-unverified", "file": BD, "find": "and self._equal_prefix(pieces, kv, n):", "replace": ":",
+     "tests": EPU, "why": "a prefix with equal tokens but other values (other chunks, other last bits) is shared: an entry reads back values it was not given"},
+    {"id": "kv-shared-storage-counted-per-entry", "file": BD, "find": "            if ref[0] == 0:\n                self.nbytes += size\n",
+     "replace": "            self.nbytes += size\n", "tests": EPU + EPI,
+     "why": "a shared piece is counted once per entry holding it: the budget evicts for memory that is not held"},
+    {"id": "kv-shared-freed-with-first-holder", "file": BD, "find": "            ref[0] -= 1\n            if ref[0] == 0:\n",
+     "replace": "            ref[0] -= 1\n            if True:\n", "tests": EPU,
+     "why": "evicting one holder of a shared piece uncounts it while others still hold it: the store holds more than it reports"},
     # ---- episodes in the batch decoder: the KV budget, the turn's end, each episode's own sampling stream
     {"id": "kv-budget-no-eviction", "file": BD, "find": "            if not order or not self.store.evict(order.pop(0)):\n                break\n",
      "replace": "            break\n", "tests": EPI,
