@@ -252,6 +252,8 @@ DAGSTER_ALLOWED = {"tentalis_pipelines/stages/pipes_entry.py": {"dagster_pipes"}
 LAYERS = [
     # foundations: settings, the data contract, small helpers
     "settings", "schemas", "config_fields", "files", "redact", "statistics", "hardware", "datasets", "activity", "previews",
+    # model-written code and shell commands, run isolated (the sandbox imports the standard library only)
+    "sandbox",
     # the store, and what reads it and nothing else
     "lakehouse", "audit", "efficacy", "forensics",
     # models
@@ -276,7 +278,7 @@ IMPORT_CYCLES_ALLOWED = {
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 12
+UP_ARROWS_ALLOWED = 11
 
 
 def library_package(module: str) -> str | None:
