@@ -278,7 +278,7 @@ IMPORT_CYCLES_ALLOWED = {
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 11
+UP_ARROWS_ALLOWED = 10
 
 
 def library_package(module: str) -> str | None:
