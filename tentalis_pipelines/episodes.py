@@ -166,7 +166,7 @@ def _created(stamp: str | None, default: datetime) -> datetime:
 
 def verdict_review_row(doc: dict[str, Any], episode: Episode, tenant: str) -> dict[str, Any]:
     """The verifier's verdict as the session's live review (as an environment batch reviews an episode)."""
-    from tentalis_pipelines.env_batches import VERIFIER, verdict_review
+    from tentalis_pipelines.envs.verdicts import VERIFIER, verdict_review
 
     extra = atif.tentalis_extra(doc)
     fields = verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,

@@ -253,11 +253,12 @@ class EnvironmentBatch(BatchKind):
 
     def reviews(self, lake, batch_id, manager, llm_manager):
         from tentalis_pipelines import env_batches
+        from tentalis_pipelines.envs.verdicts import VERIFIER
 
         if manager == "llm":
             return StageResult(*env_batches.build_environment_reviews(lake, batch_id, manager, llm_manager))
         n, meta = env_batches.build_environment_reviews(lake, batch_id)
-        if manager != env_batches.VERIFIER:
+        if manager != VERIFIER:
             meta["configured_manager"] = f"{manager}: not used (environment episodes are reviewed by their verifier)"
         return StageResult(n, meta)
 

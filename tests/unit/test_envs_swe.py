@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tentalis_pipelines.env_batches import failure_type, make_env
+from tentalis_pipelines.env_batches import make_env
 from tentalis_pipelines.envs.swe import SuiteRun, parse_report, suite_verdict
 from tentalis_pipelines.envs.swe_repos import REPOS, repo_tree
 from tentalis_pipelines.envs.swe_tasks import (
@@ -23,6 +23,7 @@ from tentalis_pipelines.envs.swe_tasks import (
     load_catalogue,
     training_tasks,
 )
+from tentalis_pipelines.envs.verdicts import failure_type
 
 
 def mutants(source: str, kind: str) -> list[str]:
