@@ -1,7 +1,7 @@
 """Environment batches: agent episodes as a batch's rollouts, the verifier's verdict as their review.
 
 A batch whose tasks come from an agent environment (``environment = 'terminal'``, registered by
-``tasks.batches.register_terminal_batch``) is of the environment batch kind (``tasks/kinds.py``:
+``tasks.batches.register_terminal_batch``) is of the environment batch kind (``stages/kinds.py``:
 ``EnvironmentBatch``), which hands the usual stages to the functions here:
 
 * rollouts: G episodes per task (``reset(task)``, a policy turn and ``step(action)`` up to the turn

@@ -8,7 +8,7 @@ snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``, the turns it ho
 ``turn_ranges.json``), once; with a judge configured, also the sessions that nobody reviewed within
 ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``. Turns a session gets after its cut are cut again later, as a
 continuation (a batch holding only those turns, the earlier ones as context). Such a batch is of the
-sessions batch kind (``tasks/kinds.py``: ``SessionsBatch``), which hands the usual stages to the functions
+sessions batch kind (``stages/kinds.py``: ``SessionsBatch``), which hands the usual stages to the functions
 here instead of sampling:
 
 * tasks: one per session (environment ``chat``, task id = the session id, prompt = the first user
@@ -228,7 +228,7 @@ def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float
 
 
 def is_sessions_batch(lake: Lakehouse, batch_id: str) -> bool:
-    """Whether a batch's tasks are live sessions: the rule by which ``tasks.kinds.batch_kind`` picks the
+    """Whether a batch's tasks are live sessions: the rule by which ``stages.kinds.batch_kind`` picks the
     sessions kind (ask the resolver, not this)."""
     if not lake.exists("tasks"):
         return False

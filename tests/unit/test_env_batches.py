@@ -12,7 +12,8 @@ import pytest
 from tentalis_pipelines import env_batches
 from tentalis_pipelines.envs import terminal_tasks, verdicts
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.tasks import batches, kinds
+from tentalis_pipelines.stages import kinds
+from tentalis_pipelines.tasks import batches
 
 NOW = datetime.now(timezone.utc)
 

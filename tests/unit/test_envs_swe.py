@@ -265,7 +265,8 @@ def test_a_swe_batch_is_of_the_environment_kind_and_its_rows_load_as_swe_tasks(t
 
     from tentalis_pipelines import env_batches
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.tasks import batches, kinds
+    from tentalis_pipelines.stages import kinds
+    from tentalis_pipelines.tasks import batches
 
     lake = Lakehouse(tmp_path / "lake")
     bid = batches.register_swe_batch(tmp_path / "batches", seed=1, num_tasks=3, levels=(2,), max_turns=4)

@@ -273,13 +273,12 @@ LAYERS = [
 # counted, each explained in docs/architecture.md. A new cycle fails, and so does one that is gone (take it
 # off the list, and off the docs).
 IMPORT_CYCLES_ALLOWED = {
+    ("contamination", "evaluation", "promotion", "tasks"),
     ("envs", "lineage", "rewards", "training"),
-    ("contamination", "demonstrations", "env_batches", "evaluation", "promotion", "quality", "reviewers", "sessions",
-     "skills", "stages", "tasks"),
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 9
+UP_ARROWS_ALLOWED = 6
 
 
 def library_package(module: str) -> str | None:
