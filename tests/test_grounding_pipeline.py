@@ -102,7 +102,7 @@ def _hand_flag(tok, turns, rollout) -> tuple[int, int, int, int]:
     return start, end, start + hit[0], start + hit[-1] + 1
 
 
-def test_the_contradicted_number_is_flagged_and_build_samples_applies_exactly_that(home, instance, tok, tiny_model_dir):
+def test_the_contradicted_number_is_flagged_and_the_training_samples_apply_exactly_that(home, instance, tok, tiny_model_dir):
     lake, _, batch_id, turns = _flagged_batch(home, instance, tok, tiny_model_dir)
     ro = {r["session_id"]: r for r in lake.read("rollouts", batch_id=batch_id).to_pylist()}
     bad = ro["s-bad"]
@@ -118,7 +118,7 @@ def test_the_contradicted_number_is_flagged_and_build_samples_applies_exactly_th
     assert flag["text"] == "78 °F" and (flag["char_start"], flag["char_end"]) == (6, 11)
     assert [(s["start"], s["end"]) for s in bad["turn_spans"]][1] == (t0, t1)
 
-    # build_samples as run_training calls it (the trajectories in training order, the pinned versions).
+    # build_training_samples as run_training calls it (the trajectories in training order, the pinned versions).
     versions = lineage.table_versions(lake)
     fresh, _ = stage_training.trainable_trajectories(lake, "base", 0, versions)
     fresh = lineage.order_trajectories(fresh)
