@@ -21,6 +21,7 @@ from tentalis_pipelines import contamination, quality
 from tentalis_pipelines.evaluation.plots import reward_plots
 from tentalis_pipelines.stages.common import StageResult
 from tentalis_pipelines.stages.guided_rollouts import build_guided_rollouts
+from tentalis_pipelines.stages.kinds import one_review_per_rollout, rollouts_per_task
 from tentalis_pipelines.stages.reviews import build_reviews
 from tentalis_pipelines.stages.rollouts import build_rollouts
 from tentalis_pipelines.stages.step_labels import build_step_labels
@@ -103,7 +104,7 @@ def rollouts(context: AssetExecutionContext, lakehouse: LakehouseResource, polic
     """`num_generations` sampled answers per task from the serving checkpoint (the serving pointer; or the base model)."""
     lake, settings = lakehouse.lakehouse(), batch_policy(lakehouse.paths().batches, context.partition_key, policy.settings())
     res = build_rollouts(lake, lakehouse.paths(), context.partition_key, settings)  # sampled with the batch's recipe
-    checks = [check_result("rollouts_per_task", quality.rollouts_per_task(lake, context.partition_key, settings.num_generations))]
+    checks = [check_result("rollouts_per_task", rollouts_per_task(lake, context.partition_key, settings.num_generations))]
     return to_materialize_result(res, "rollouts", lake, checks)
 
 
@@ -127,7 +128,7 @@ def reviews(context: AssetExecutionContext, lakehouse: LakehouseResource, review
         version, adapter = serving.serving_policy(lake, "manager")
         llm = partial(review.llm_manager, lakehouse.paths().models, adapter_dir=adapter, version=version)
     res = build_reviews(lake, context.partition_key, review.manager, llm_manager=llm)
-    checks = [check_result("one_review_per_rollout", quality.one_review_per_rollout(lake, context.partition_key))]
+    checks = [check_result("one_review_per_rollout", one_review_per_rollout(lake, context.partition_key))]
     return to_materialize_result(res, "reviews", lake, checks)
 
 

@@ -22,8 +22,8 @@ from tentalis_pipelines.envs.swe import SweEnv
 from tentalis_pipelines.envs.swe_tasks import load_catalogue
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import generate_tasks
-from tentalis_pipelines.evaluation.sandbox import check_sandbox
 from tentalis_pipelines.hardware import host_cpu
+from tentalis_pipelines.sandbox import check_sandbox
 
 EXPLORE = ["ls -la", "find . -type f | head -n 20", "wc -l $(find . -type f | head -n 5) 2>/dev/null",
            "cat $(find . -type f | head -n 1)", "pwd; id -u", "du -sk .", "head -n 3 $(find . -type f | head -n 2)"]

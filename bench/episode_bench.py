@@ -55,8 +55,8 @@ def run_side(side: str, model_dir: Path, *, tasks: int, episodes: int, turns: in
 
     from tentalis_pipelines.envs.runner import run_episodes
     from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
-    from tentalis_pipelines.evaluation.sandbox import check_sandbox
     from tentalis_pipelines.inference.transformers_backend import load_policy
+    from tentalis_pipelines.sandbox import check_sandbox
 
     if side == "old":
         from bench.legacy_chat_policy import ChatPolicy

@@ -1,7 +1,7 @@
 """Environment batches: agent episodes as a batch's rollouts, the verifier's verdict as their review.
 
 A batch whose tasks come from an agent environment (``environment = 'terminal'``, registered by
-``tasks.batches.register_terminal_batch``) is of the environment batch kind (``tasks/kinds.py``:
+``tasks.batches.register_terminal_batch``) is of the environment batch kind (``stages/kinds.py``:
 ``EnvironmentBatch``), which hands the usual stages to the functions here:
 
 * rollouts: G episodes per task (``reset(task)``, a policy turn and ``step(action)`` up to the turn
@@ -24,8 +24,8 @@ A batch whose tasks come from an agent environment (``environment = 'terminal'``
   trained on: ``multi_turn`` rows take the episode's advantage (docs/environments.md);
 * reviews: one per episode (:func:`build_environment_reviews`). The score is always the verifier's
   (the final check is the ground truth). With ``manager = 'verifier'`` critique and hint are the
-  verdict's (:func:`verdict_review`: how the episode ended and what the check found, a short generic
-  hint by failure type); with ``manager = 'llm'`` the configured llm manager writes them from the
+  verdict's (``envs/verdicts.py``: ``verdict_review``, how the episode ended and what the check found, a
+  short generic hint by failure type); with ``manager = 'llm'`` the configured llm manager writes them from the
   episode's transcript (``LLMManager.review_episodes``) and ``reviewer`` names it;
 * trajectories: ``multi_turn`` rows; the G episodes of a task are one GRPO group (reward = the review's
   score + ``episode_format_weight`` x the format reward, :func:`episode_weights`; advantage = (reward -
@@ -54,6 +54,7 @@ from tentalis_pipelines.envs.bfcl import ENVIRONMENT as BFCL
 from tentalis_pipelines.envs.runner import episode_to_turns
 from tentalis_pipelines.envs.swe_tasks import ENVIRONMENT as SWE
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask, solution_tools
+from tentalis_pipelines.envs.verdicts import VERIFIER, verdict_review
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.rewards.advantages import group_advantages
 from tentalis_pipelines.rewards.scoring import RewardWeights, combine
@@ -73,28 +74,8 @@ def environments() -> tuple[str, ...]:
     return tuple(environment_families())
 
 
-VERIFIER = "verifier"
 # The reward is the review's score alone (the verifier's verdict).
 WEIGHTS = RewardWeights(outcome=0.0, format=0.0, process=0.0, manager=1.0)
-
-HINTS = {
-    "passed": "",
-    "hostile": "Stay inside the working directory: no writes elsewhere, no network access, no endless or forking processes.",
-    "error": "",  # the environment or the policy failed, not the agent: nothing to advise
-    "format": "Reply with exactly one ```bash code block holding one command in every turn.",
-    "turn_limit": "Finish within the turn limit: one command per turn, then run submit ANSWER (or submit after editing files).",
-    "wrong_answer": "Look at the files with a command first, then submit exactly the value the task asks for.",
-    "wrong_tree": "Check the files with ls and cat after each change, and make every change the task asks for before submit.",
-    "tests_fail": "Run python3 run_tests.py, read the line each failing test names, fix that line of the module, and run "
-                  "the tests again before submit.",
-}
-# BFCL episodes (check kind "bfcl"): a reply without calls ends a user turn, so "format" means no call at all.
-BFCL_HINTS = {
-    **HINTS,
-    "format": "Reply with a Python list of calls to the listed functions, like [cd(folder='docs'), ls()], with keyword arguments.",
-    "turn_limit": "When the user's request is done, reply without calls to end the turn; do not repeat the same calls.",
-    "wrong_calls": "Make every call the request needs, with the exact names and values the user gave, before ending the turn.",
-}
 
 
 def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
@@ -104,55 +85,6 @@ def is_environment_batch(lake: Lakehouse, batch_id: str) -> bool:
     envs = lake.read("tasks", batch_id=batch_id, columns=["environment"]).column("environment").to_pylist()
     known = environments()
     return bool(envs) and all(e in known for e in envs)
-
-
-# --------------------------------------------------------------------------- reviews from verdicts
-def failure_type(*, passed: bool, end_reason: str, check_kind: str, format_errors: int, turns: int) -> str:
-    """``passed``, or why the episode failed: ``hostile``, ``error``, ``format`` (no turn held a command),
-    ``turn_limit`` (no submission), ``wrong_answer``, ``wrong_tree`` or ``tests_fail`` (submitted, the check
-    failed)."""
-    if passed:
-        return "passed"
-    kind = end_kind(end_reason)
-    if kind in ("hostile", "error"):
-        return kind
-    if turns and format_errors >= turns:
-        return "format"
-    if kind == "turn_limit":
-        return "turn_limit"
-    if check_kind == "bfcl":
-        return "wrong_calls"
-    return {"tree": "wrong_tree", "tests": "tests_fail"}.get(check_kind, "wrong_answer")
-
-
-# Failure types after which the verifier's hint also names the tools of the task's known solution.
-TOOL_HINT_FAILURES = ("turn_limit", "wrong_answer", "wrong_tree")
-
-
-def verdict_review(*, passed: bool, reward: float, detail: str, end_reason: str, check_kind: str, format_errors: int,
-                   turns: int, max_turns: int, tools: list[str] | tuple[str, ...] = (),
-                   family_hints: dict[str, str] | None = None) -> dict[str, Any]:
-    """The verifier's verdict as a review: score = the verdict's reward, critique = how the episode ended
-    and what the final check found, hint = :data:`HINTS` of the failure type ("" when it passed). When the
-    agent ran out of turns or submitted the wrong result and the task's known solution names ``tools``
-    (``terminal_tasks.solution_tools``), the hint names them too: the kind of command, never the command
-    or the answer (a manager who knows how the task is done says which tool to reach for).
-    ``family_hints`` (the task family's ``hints``) replace the generic hint of the failure types they name."""
-    why = failure_type(passed=passed, end_reason=end_reason, check_kind=check_kind, format_errors=format_errors, turns=turns)
-    critique = (f"{'passed' if passed else 'failed'} ({end_reason}) after {turns} of {max_turns} turns"
-                f"{f', {format_errors} without a command' if format_errors else ''}: {detail or 'no detail'}")
-    hints = BFCL_HINTS if check_kind == "bfcl" else HINTS
-    hint = {**hints, **(family_hints or {})}[why]
-    if tools and why in TOOL_HINT_FAILURES:
-        hint = f"{hint} The tool{'s' if len(tools) > 1 else ''} for it: {', '.join(tools)}."
-    return {"manager": VERIFIER, "score": float(reward), "critique": critique, "hint": hint, "failure": why}
-
-
-def episode_review_fields(episode: Episode, check_kind: str) -> dict[str, Any]:
-    fmt = sum(1 for t in episode.turns if t.action is None)
-    return verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,
-                          end_reason=episode.end_reason, check_kind=check_kind, format_errors=fmt, turns=episode.turns_used,
-                          max_turns=episode.max_turns)
 
 
 # --------------------------------------------------------------------------- step scores
@@ -393,7 +325,7 @@ def review_transcript(record: dict[str, Any]) -> str:
 def build_environment_reviews(lake: Lakehouse, batch_id: str, manager: str = VERIFIER, llm_manager=None) -> tuple[int, dict[str, Any]]:
     """One review per episode, ``rollout_id`` = the episode id (= its first rollout's id), ``session_id`` =
     the episode id. The score is the verifier's verdict; critique and hint are the verdict's
-    (:func:`verdict_review`), or with ``manager = 'llm'`` the llm manager's (``llm_manager``: an
+    (``envs.verdicts.verdict_review``), or with ``manager = 'llm'`` the llm manager's (``llm_manager``: an
     ``LLMManager`` or a function that builds one) from :func:`review_transcript`, the verdict's where it
     wrote nothing (the critique says so). Other managers (human, hackable) have nothing to say about an
     episode: the verdict's review, ``configured_manager`` in the metadata says so."""

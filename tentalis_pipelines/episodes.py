@@ -144,7 +144,7 @@ def export_sessions(lake: Lakehouse, session_ids: list[str]) -> list[dict[str, A
 
 def export_batch(lake: Lakehouse, batch_id: str) -> list[dict[str, Any]]:
     """An environment batch's episodes, or a sessions batch's sessions (whole), as ATIF trajectories."""
-    from tentalis_pipelines.tasks.kinds import ENVIRONMENT, SESSIONS, batch_kind
+    from tentalis_pipelines.stages.kinds import ENVIRONMENT, SESSIONS, batch_kind
 
     kind = batch_kind(lake, batch_id)  # the one resolver of a batch's kind (tests/unit/test_batch_kinds.py)
     if kind is ENVIRONMENT:
@@ -166,7 +166,7 @@ def _created(stamp: str | None, default: datetime) -> datetime:
 
 def verdict_review_row(doc: dict[str, Any], episode: Episode, tenant: str) -> dict[str, Any]:
     """The verifier's verdict as the session's live review (as an environment batch reviews an episode)."""
-    from tentalis_pipelines.env_batches import VERIFIER, verdict_review
+    from tentalis_pipelines.envs.verdicts import VERIFIER, verdict_review
 
     extra = atif.tentalis_extra(doc)
     fields = verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,

@@ -299,7 +299,7 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
     """Rebuild the training set of a checkpoint from its manifest with Delta time travel: the same
     ``TrainSample`` list, in the same order, as was trained. ``tokenizer`` defaults to the one of the
     manifest's model folder. Raises ``LineageError`` when a pinned version or a row is gone."""
-    from tentalis_pipelines.stages.training import build_samples
+    from tentalis_pipelines.training.samples import build_training_samples
 
     manifest = checkpoint_id if isinstance(checkpoint_id, dict) else load_manifest(lake, checkpoint_id)
     versions = manifest["tables"]
@@ -325,8 +325,8 @@ def replay(lake: Lakehouse, checkpoint_id: str | dict[str, Any], tokenizer=None)
         if tokenizer.pad_token is None:
             tokenizer.pad_token = tokenizer.eos_token
     config = manifest.get("config") or {}
-    samples, _ = build_samples(lake, tokenizer, order_trajectories(rows), versions,
-                               grounding_policy=config.get("grounding_policy", "off"), grounding_penalty=config.get("grounding_penalty", 1.0))
+    samples, _ = build_training_samples(lake, tokenizer, order_trajectories(rows), versions,
+                                        grounding_policy=config.get("grounding_policy", "off"), grounding_penalty=config.get("grounding_penalty", 1.0))
     return samples
 
 

@@ -16,7 +16,6 @@ from typing import Any
 
 from tentalis_pipelines import contamination
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.tasks.kinds import batch_kind
 
 
 @dataclass(frozen=True)
@@ -47,12 +46,6 @@ def no_held_out_items(lake: Lakehouse, batch_id: str, *, cache_dir: Path | None 
                         {"contaminated": 0, "compared_with": len(index.items), "index": sizes})
 
 
-def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
-    """Every task of the batch has the rollouts its kind expects (``tasks/kinds.py``): exactly
-    ``num_generations`` for a task batch, at least one per session (one per segment) for a sessions batch."""
-    return batch_kind(lake, batch_id).check_rollouts(lake, batch_id, num_generations)
-
-
 def rollouts_cover_tasks(lake: Lakehouse, batch_id: str, num_generations: int | None) -> CheckOutcome:
     """Every task of the batch has exactly ``num_generations`` rollouts (None: at least one, as a session
     has one per segment), and every rollout names a task of the batch."""
@@ -69,12 +62,6 @@ def rollouts_cover_tasks(lake: Lakehouse, batch_id: str, num_generations: int | 
         return CheckOutcome(False, f"{len(wrong)} task(s) without exactly {num_generations} rollouts: {', '.join(wrong[:5])}",
                             {"tasks": len(tasks), "wrong": len(wrong)})
     return CheckOutcome(True, f"{len(tasks)} tasks x {num_generations} rollouts", {"tasks": len(tasks)})
-
-
-def one_review_per_rollout(lake: Lakehouse, batch_id: str) -> CheckOutcome:
-    """The batch's reviews cover it as its kind expects (``tasks/kinds.py``): a task batch
-    (:func:`each_rollout_reviewed_once`), a sessions batch (:func:`each_session_reviewed`)."""
-    return batch_kind(lake, batch_id).check_reviews(lake, batch_id)
 
 
 def each_session_reviewed(lake: Lakehouse, batch_id: str) -> CheckOutcome:

@@ -8,7 +8,7 @@ snapshotted under ``$TENTALIS_HOME/batches/<id>/sessions.json``, the turns it ho
 ``turn_ranges.json``), once; with a judge configured, also the sessions that nobody reviewed within
 ``$TENTALIS_SESSION_REVIEW_WAIT_SECONDS``. Turns a session gets after its cut are cut again later, as a
 continuation (a batch holding only those turns, the earlier ones as context). Such a batch is of the
-sessions batch kind (``tasks/kinds.py``: ``SessionsBatch``), which hands the usual stages to the functions
+sessions batch kind (``stages/kinds.py``: ``SessionsBatch``), which hands the usual stages to the functions
 here instead of sampling:
 
 * tasks: one per session (environment ``chat``, task id = the session id, prompt = the first user
@@ -20,7 +20,7 @@ here instead of sampling:
 * reviews: the live reviews of the batch's sessions, copied into the batch; a session that no person
   reviewed gets the judge's review (the llm manager, ``manager = 'judge'``) when one is configured;
 * trajectories: ``kind = 'multi_turn'`` rows with the loss mask and per-token advantages that the
-  trainer rebuilds the sample from (``session_sample``).
+  trainer rebuilds the sample from (``training/samples.py``: ``multi_turn_sample``).
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc, validate_batch_id
 from tentalis_pipelines.rewards.scoring import DEFAULT_WEIGHTS, combine
 from tentalis_pipelines.training import multiturn, opd
 from tentalis_pipelines.training.policy_lag import with_policy_lag
-from tentalis_pipelines.training.trainer import TrainSample
 
 if TYPE_CHECKING:
     from tentalis_pipelines.rewards.llm_manager import LLMManager
@@ -229,7 +228,7 @@ def sessions_to_cut(lake: Lakehouse, batches_dir: Path, *, settle_seconds: float
 
 
 def is_sessions_batch(lake: Lakehouse, batch_id: str) -> bool:
-    """Whether a batch's tasks are live sessions: the rule by which ``tasks.kinds.batch_kind`` picks the
+    """Whether a batch's tasks are live sessions: the rule by which ``stages.kinds.batch_kind`` picks the
     sessions kind (ask the resolver, not this)."""
     if not lake.exists("tasks"):
         return False
@@ -490,8 +489,9 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
     rewarded turn are skipped and reported.
 
     With ``w_opd > 0`` a segment whose hint the teacher used carries ``opd_signal`` (from
-    ``teacher_logprobs``, 0 on context tokens) and the weights; :func:`session_sample` trains
-    ``w_rl * A_turn + w_opd * opd`` on its trained tokens. With ``w_rl == 0`` only such segments are kept."""
+    ``teacher_logprobs``, 0 on context tokens) and the weights; the trainer's sample
+    (``training/samples.py``: ``multi_turn_sample``) trains ``w_rl * A_turn + w_opd * opd`` on its trained
+    tokens. With ``w_rl == 0`` only such segments are kept."""
     opd_signals = {}
     if w_opd > 0 and lake.exists("teacher_logprobs"):
         opd_signals = {r["rollout_id"]: r["opd_signal"] for r in lake.read("teacher_logprobs", batch_id=batch_id).to_pylist()
@@ -547,18 +547,3 @@ def build_session_trajectories(lake: Lakehouse, batch_id: str, *, scale_rewards:
                "skipped_sessions": ", ".join(sorted(set(skipped))) or None,
                "groups": len(groups), "family_groups": len(groups - {"batch"}),
                "reward_mean": round(sum(r["reward"] for r in rows) / max(n, 1), 4)}
-
-
-def session_sample(rollout: dict, trajectory: dict) -> TrainSample:
-    """The trainer's sample for a ``multi_turn`` trajectory and its rollout (exact tokens, the mask,
-    per-token advantages, sampling log-probs where every trained token has one). A hinted segment's
-    per-token advantage is ``w_rl * A_turn + w_opd * opd`` (``training/opd.py``)."""
-    token_adv = list(trajectory["token_advantages"])
-    w_rl = 1.0 if trajectory.get("w_rl") is None else float(trajectory["w_rl"])
-    w_opd = 0.0 if trajectory.get("w_opd") is None else float(trajectory["w_opd"])
-    if trajectory.get("opd_signal") is not None or w_rl != 1.0:
-        token_adv = opd.combine_advantages(token_adv, trajectory.get("opd_signal"), w_rl=w_rl, w_opd=w_opd)
-    return multiturn.train_sample(
-        rollout["prompt_token_ids"], rollout["completion_token_ids"], trajectory["loss_mask"], token_adv,
-        advantage=float(trajectory["advantage"]), old_logps=rollout.get("sampling_logprobs"), temperature=rollout.get("temperature"),
-    )

@@ -167,7 +167,7 @@ def test_a_rejection_is_a_failed_check_not_a_failed_run(home, tiny_model_dir):
 
 def test_code_program_takes_the_models_function_and_keeps_the_prompts_imports():
     from tentalis_pipelines.evaluation.benchmarks import code_program
-    from tentalis_pipelines.evaluation.sandbox import run_humaneval_check
+    from tentalis_pipelines.sandbox import run_humaneval_check
 
     prompt = "from typing import List\n\n\ndef add(xs: List[int]) -> int:\n    \"\"\"Sum.\"\"\"\n"
     reply = "```python\ndef add(xs: List[int]) -> int:\n    return sum(xs)\n```\nThis sums the list."

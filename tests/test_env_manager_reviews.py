@@ -11,6 +11,7 @@ import sys
 import pytest
 
 from tentalis_pipelines import env_batches
+from tentalis_pipelines.envs import verdicts
 from tentalis_pipelines.envs.agents import bash_block, raw_agent
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
@@ -79,7 +80,7 @@ def test_a_verifier_batch_is_unchanged_and_an_llm_batch_keeps_the_verifiers_scor
         assert (v["manager"], v["reviewer"], v["score"]) == ("verifier", "verifier", ep.reward)
         assert v["critique"] == (f"passed (submitted) after 4 of 6 turns, 1 without a command: {ep.verdict.detail}" if g == 0
                                  else f"failed (submitted) after 1 of 6 turns: {ep.verdict.detail}")
-        assert v["hint"] == ("" if g == 0 else env_batches.HINTS["wrong_answer"])
+        assert v["hint"] == ("" if g == 0 else verdicts.HINTS["wrong_answer"])
         assert (m["manager"], m["reviewer"], m["score"]) == ("llm", "llm-manager:base", ep.reward)
         assert m["critique"] == f"(the manager wrote no critique; the verifier's) {v['critique']}" and m["hint"] == v["hint"]
 

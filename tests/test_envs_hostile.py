@@ -22,7 +22,7 @@ from tentalis_pipelines.envs.base import SUBMITTED, end_kind
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
-from tentalis_pipelines.evaluation.sandbox import ShellLimits
+from tentalis_pipelines.sandbox import ShellLimits
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                 reason="the sandbox needs Linux namespaces and root (CI runs as root)")

@@ -14,7 +14,7 @@ from tentalis_pipelines.envs.base import end_kind
 from tentalis_pipelines.envs.runner import run_episode
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask
-from tentalis_pipelines.evaluation.sandbox import (
+from tentalis_pipelines.sandbox import (
     ShellLimits,
     ShellSession,
     ShellSessionError,

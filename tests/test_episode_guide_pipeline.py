@@ -23,8 +23,8 @@ from tentalis_pipelines.envs.base import Verdict
 from tentalis_pipelines.inference.transformers_backend import load_policy
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training import episode_guide
+from tentalis_pipelines.training.samples import build_training_samples
 
 needs_sandbox = pytest.mark.skipif(not sys.platform.startswith("linux") or os.geteuid() != 0,
                                    reason="the sandbox needs Linux namespaces and root (CI runs as root)")
@@ -99,7 +99,7 @@ def test_all_fail_groups_of_episodes_are_rescued_with_hint_and_prefix_and_traine
     assert all(trajectories[r["rollout_id"]]["advantage"] < 0 for r in reviews if r["rollout_id"] in trajectories)
     # The trainer's samples: the un-hinted prompt, flagged guided, the hinted sampler's log-probs as pi_b.
     rows = [trajectories[g["rollout_id"]] for g in ok]
-    samples, _ = stage_training.build_samples(lake, tok, rows)
+    samples, _ = build_training_samples(lake, tok, rows)
     for g, s in zip(ok, samples):
         assert s.guided and s.prompt_ids == g["prompt_token_ids"] and s.loss_mask == g["assistant_mask"]
         assert [x for x, m in zip(s.old_logps, s.loss_mask) if m] == pytest.approx([x for x in g["behaviour_logprobs"] if x is not None])

@@ -18,10 +18,10 @@ import openai
 import pytest
 
 from tentalis_pipelines import sessions
-from tentalis_pipelines.env_batches import verdict_review
 from tentalis_pipelines.envs.gateway_policy import TOOLS, run_gateway_episode
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv
 from tentalis_pipelines.envs.terminal_tasks import generate_tasks
+from tentalis_pipelines.envs.verdicts import verdict_review
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
 from tests.local_servers import free_port

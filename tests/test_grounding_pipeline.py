@@ -24,6 +24,7 @@ from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages import training as stage_training
+from tentalis_pipelines.training.samples import build_training_samples
 from tentalis_pipelines.training.trainer import GRPOConfig
 from tests.session_rows import session_turns
 
@@ -101,7 +102,7 @@ def _hand_flag(tok, turns, rollout) -> tuple[int, int, int, int]:
     return start, end, start + hit[0], start + hit[-1] + 1
 
 
-def test_the_contradicted_number_is_flagged_and_build_samples_applies_exactly_that(home, instance, tok, tiny_model_dir):
+def test_the_contradicted_number_is_flagged_and_the_training_samples_apply_exactly_that(home, instance, tok, tiny_model_dir):
     lake, _, batch_id, turns = _flagged_batch(home, instance, tok, tiny_model_dir)
     ro = {r["session_id"]: r for r in lake.read("rollouts", batch_id=batch_id).to_pylist()}
     bad = ro["s-bad"]
@@ -117,7 +118,7 @@ def test_the_contradicted_number_is_flagged_and_build_samples_applies_exactly_th
     assert flag["text"] == "78 °F" and (flag["char_start"], flag["char_end"]) == (6, 11)
     assert [(s["start"], s["end"]) for s in bad["turn_spans"]][1] == (t0, t1)
 
-    # build_samples as run_training calls it (the trajectories in training order, the pinned versions).
+    # build_training_samples as run_training calls it (the trajectories in training order, the pinned versions).
     versions = lineage.table_versions(lake)
     fresh, _ = stage_training.trainable_trajectories(lake, "base", 0, versions)
     fresh = lineage.order_trajectories(fresh)
@@ -125,8 +126,8 @@ def test_the_contradicted_number_is_flagged_and_build_samples_applies_exactly_th
     built = {}
     for policy in ("off", "penalize", "block"):
         counts: dict[str, int] = {}
-        samples, _ = stage_training.build_samples(lake, tok, fresh, versions, grounding_policy=policy, grounding_penalty=PENALTY,
-                                                  grounding_counts=counts)
+        samples, _ = build_training_samples(lake, tok, fresh, versions, grounding_policy=policy, grounding_penalty=PENALTY,
+                                            grounding_counts=counts)
         built[policy] = (samples, counts)
     off = built["off"][0]
     b, g = by_id[bad["rollout_id"]], by_id[ro["s-good"]["rollout_id"]]
@@ -187,5 +188,5 @@ def test_a_checkpoint_trains_on_the_grounded_samples_and_replay_rebuilds_them(po
     lake.write_batch("grounding_flags", batch_id, [])  # a later check that found nothing
     assert lineage.replay(lake, ckpt_id, tok) == seen
     rows = lineage.order_trajectories(lake.read("trajectories", batch_id=batch_id).to_pylist())
-    now, _ = stage_training.build_samples(lake, tok, rows, grounding_policy=policy, grounding_penalty=PENALTY)
+    now, _ = build_training_samples(lake, tok, rows, grounding_policy=policy, grounding_penalty=PENALTY)
     assert now != seen  # ... while the current flags (none) would give other samples

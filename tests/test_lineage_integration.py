@@ -24,6 +24,7 @@ from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.stages.rollouts import current_policy
 from tentalis_pipelines.stages.training import train_checkpoint
 from tentalis_pipelines.training import serving
+from tentalis_pipelines.training.samples import build_training_samples
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 PROMPTS = {"b1": "What is 2 + 3?", "b2": "What is 4 + 4?", "b3": "What is 9 - 2?"}
@@ -140,7 +141,7 @@ def test_the_manifest_replays_the_same_training_set_on_a_fresh_copy_after_the_ta
         r["completion_token_ids"] = [1, 2, 3]
     live.write_batch("rollouts", "b2", rows)
     write_batch(live, tok, "b4", c3)
-    now = stage_training.build_samples(live, tok, lineage.order_trajectories(
+    now = build_training_samples(live, tok, lineage.order_trajectories(
         [r for r in live.read("trajectories").to_pylist() if r["batch_id"] == "b1"]))[0]
     assert now != cycles["seen"][0]  # today's tables would train on something else
 
@@ -306,7 +307,7 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     versions = lineage.table_versions(lake)
     assert versions == {"tasks": 0, "rollouts": 1, "step_scores": 0, "reviews": 0, "trajectories": 0, "skills": 1}
     fresh = lineage.order_trajectories(stage_training.untrained_trajectories(lake, "base", versions).to_pylist())
-    samples, by_id = stage_training.build_samples(lake, tok, fresh, versions)
+    samples, by_id = build_training_samples(lake, tok, fresh, versions)
     m = lineage.build_manifest(lake, checkpoint_id="ckpt-x", parent_id=None, policy_version="base", versions=versions, trajectories=fresh,
                                rollouts=by_id, samples=samples, config={}, base_model="tiny", model=str(tiny_model_dir))
     assert m["skills"] == ["sk-1", "sk-2"] and m["tables"]["skills"] == 1

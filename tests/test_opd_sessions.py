@@ -14,8 +14,8 @@ from assets.resources import LakehouseResource, PolicyResource, ReviewResource, 
 from tentalis_pipelines import sessions
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages import training as stage_training
 from tentalis_pipelines.training import opd
+from tentalis_pipelines.training.samples import build_training_samples
 from tests.session_rows import SYSTEM, land_session, live_review, session_turns, tool_session_script
 
 QUESTION = "What is 17 * 23?"
@@ -98,7 +98,7 @@ def test_session_segments_get_the_longest_usable_hint_and_a_signal_on_assistant_
 
         traj = {t["rollout_id"]: t for t in lake.read("trajectories", batch_id=batch_id).to_pylist()}
         assert all((t["w_rl"], t["w_opd"]) == (1.0, 0.5) for t in traj.values())
-        samples, _ = stage_training.build_samples(lake, tok, list(traj.values()))  # in the trajectories' order
+        samples, _ = build_training_samples(lake, tok, list(traj.values()))  # in the trajectories' order
         assert len(samples) == len(traj) == 3
         for (rid, t), s in zip(traj.items(), samples):
             sig = teacher[rid]["opd_signal"]

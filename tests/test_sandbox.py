@@ -1,6 +1,6 @@
 """The code sandbox, tested with hostile programs that really run.
 
-Each test runs model-style code through ``tentalis_pipelines.evaluation.sandbox`` and checks both the
+Each test runs model-style code through ``tentalis_pipelines.sandbox`` and checks both the
 reported outcome and, from the outside, that nothing escaped: no file appeared, no connection arrived,
 no process survived, the working directory is gone.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from tentalis_pipelines.evaluation import sandbox
-from tentalis_pipelines.evaluation.sandbox import (
+from tentalis_pipelines import sandbox
+from tentalis_pipelines.sandbox import (
     SandboxResult,
     build_humaneval_program,
     run_batch,

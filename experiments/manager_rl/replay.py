@@ -44,8 +44,8 @@ from tentalis_pipelines.lineage import load_manifest, order_trajectories
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.advantages import group_advantages
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.stages.training import build_samples
 from tentalis_pipelines.training import checkpoints as ckpt
+from tentalis_pipelines.training.samples import build_training_samples
 from tentalis_pipelines.training.trainer import GRPOConfig, build_policy, load_trainer_state, train_grpo
 
 RULES = ("asis", "outcome", "none", "verifier", "noguide", "tagged")
@@ -115,7 +115,7 @@ def replay(home: Path, cycle: int, rule: str, scratch: Path, even_steps: bool = 
     tok = AutoTokenizer.from_pretrained(model_dir)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
-    samples, _ = build_samples(lake, tok, rows, manifest["tables"])
+    samples, _ = build_training_samples(lake, tok, rows, manifest["tables"])
     config = GRPOConfig(**manifest["config"])
     if even_steps:  # ceil(n / per_step_rows) steps of (nearly) equal size
         n_steps = -(-len(samples) // config.per_step_rows)

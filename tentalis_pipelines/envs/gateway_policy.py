@@ -135,12 +135,9 @@ class GatewayPolicy:
 def post_verdict(client: Any, session_id: str, episode: Episode, *, check_kind: str = "answer") -> dict[str, Any]:
     """Post the episode's verdict as the session's review (``POST /v1/reviews``, reviewer ``verifier``),
     with the score, critique and hint an environment batch gives the same episode."""
-    from tentalis_pipelines.env_batches import VERIFIER, verdict_review
+    from tentalis_pipelines.envs.verdicts import VERIFIER, episode_review_fields
 
-    fields = verdict_review(passed=episode.verdict.passed, reward=episode.verdict.reward, detail=episode.verdict.detail,
-                            end_reason=episode.end_reason, check_kind=check_kind,
-                            format_errors=sum(1 for t in episode.turns if t.action is None), turns=episode.turns_used,
-                            max_turns=episode.max_turns)
+    fields = episode_review_fields(episode, check_kind)
     body = {"session_id": session_id, "score": fields["score"], "critique": fields["critique"], "hint": fields["hint"],
             "reviewer": VERIFIER, "rubric": f"{episode.environment}-final-state"}
     return client.post("/reviews", body=body, cast_to=dict)

@@ -42,7 +42,7 @@ from tentalis_pipelines.envs.swe_verify import (
     parse_signed_report,
 )
 from tentalis_pipelines.envs.terminal import TerminalConfig, TerminalEnv, submit_function
-from tentalis_pipelines.evaluation.sandbox import SandboxUnavailableError, ShellLimits, ShellSession
+from tentalis_pipelines.sandbox import SandboxUnavailableError, ShellLimits, ShellSession
 
 TEST_COMMAND = "python3 run_tests.py"
 TEST_TIMEOUT_S = 30.0  # the whole test run in the verifier (each test has its own 2 s alarm)

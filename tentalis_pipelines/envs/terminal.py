@@ -29,7 +29,7 @@ missing (``[... 12,345 characters truncated ...]``; the beginning and the end ar
 sanitised first (:func:`sanitize`): NUL bytes, ANSI escape sequences and other control characters
 (all but newline and tab) are removed, so they reach neither the policy nor a stored transcript.
 
-**Execution.** One :class:`~tentalis_pipelines.evaluation.sandbox.ShellSession` per episode: a fresh copy
+**Execution.** One :class:`~tentalis_pipelines.sandbox.ShellSession` per episode: a fresh copy
 of the task's tree in the session's own size-limited tmpfs (the only writable place), no network, a
 throwaway uid, limits on time per command, memory, processes, file size and disk, the project's tree
 and ``$TENTALIS_HOME`` hidden. Files persist from one command to the next; processes do not (whatever a
@@ -71,7 +71,7 @@ from tentalis_pipelines.envs.base import (
     hostile,
 )
 from tentalis_pipelines.envs.terminal_tasks import TerminalTask, verify
-from tentalis_pipelines.evaluation.sandbox import (
+from tentalis_pipelines.sandbox import (
     SUBMIT_FD,
     SandboxUnavailableError,
     ShellLimits,

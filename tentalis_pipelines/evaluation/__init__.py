@@ -1,1 +1,1 @@
-"""Benchmarks (answer checking, sandboxed code execution) and PRM evaluation."""
+"""Benchmarks (answer checking; code is run in :mod:`tentalis_pipelines.sandbox`) and PRM evaluation."""

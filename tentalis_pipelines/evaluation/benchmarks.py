@@ -278,7 +278,7 @@ def evaluate_items(
     sandbox_run: Callable[..., Any] | None = None,
     skills: list[list[dict]] | None = None,
 ) -> list[ItemResult]:
-    """Greedy answers for every item, checked. Code items need ``sandbox_run`` (see evaluation.sandbox).
+    """Greedy answers for every item, checked. Code items need ``sandbox_run`` (see tentalis_pipelines.sandbox).
     ``skills`` (aligned with ``items``; rows with ``skill_id`` and ``text``) are added to math prompts."""
     if skills is not None and len(skills) != len(items):
         raise ValueError(f"skills must have one list per item: {len(skills)} lists for {len(items)} items")
@@ -447,7 +447,7 @@ def run_benchmark(backend, name_or_path: str, *, limit: int | None = None, seed:
     name, items = load_benchmark(name_or_path, limit, seed)
     skills = retrieve_skills([it.prompt for it in items]) if retrieve_skills is not None else None
     if any(it.environment == "code" for it in items) and sandbox_run is None:
-        from tentalis_pipelines.evaluation.sandbox import run_humaneval_check
+        from tentalis_pipelines.sandbox import run_humaneval_check
 
         sandbox_run = run_humaneval_check
     t0 = time.perf_counter()

@@ -4,7 +4,7 @@ Reads the batch's rollouts (agent work: sessions batches and environment batches
 ``turn_spans``) and each turn's context: for a live session, the messages of that turn's call (system,
 user and tool messages; the assistant's own earlier words are no evidence); for an environment
 episode, the transcript's messages before that assistant turn. Each turn's text is its completion
-tokens decoded, so every flag maps back to exact tokens (``reviewers/grounding_policy.py``). Single-turn
+tokens decoded, so every flag maps back to exact tokens (``training/grounding_policy.py``). Single-turn
 task rollouts have no tool output and are not checked (counted in the metadata).
 """
 
@@ -17,8 +17,8 @@ from typing import Any
 from tentalis_pipelines.gateway import landing
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.reviewers.grounding import Evidence, Flag, check_answer, validate_flag
-from tentalis_pipelines.reviewers.grounding_policy import chars_to_tokens, token_char_offsets
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.training.grounding_policy import chars_to_tokens, token_char_offsets
 
 EVIDENCE_ROLES = ("system", "user", "tool", "function", "observation", "environment")
 
@@ -106,14 +106,3 @@ def build_grounding_flags(lake: Lakehouse, batch_id: str, tokenizer, *,
     return StageResult(n, {"num_flags": n, "turns_checked": turns_checked, "flagged_turns": len(flagged_turns),
                            "single_turn_rollouts_skipped": len(rollouts) - len(agent),
                            "by_kind": ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) or None})
-
-
-def flags_by_rollout(lake: Lakehouse, batch_ids: list[str], version: int | None = None) -> dict[str, list[dict]]:
-    """rollout id -> its grounding flags, for ``batch_ids`` (at Delta ``version``; {} without the table)."""
-    if not lake.exists("grounding_flags"):
-        return {}
-    out: dict[str, list[dict]] = {}
-    for b in batch_ids:
-        for r in lake.read("grounding_flags", batch_id=b, version=version).to_pylist():
-            out.setdefault(r["rollout_id"], []).append(r)
-    return out

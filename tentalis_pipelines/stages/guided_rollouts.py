@@ -27,9 +27,9 @@ from tentalis_pipelines.rewards.scoring import final_answer, format_score
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table
+from tentalis_pipelines.stages.kinds import EnvironmentBatch, TaskBatch, batch_kind
 from tentalis_pipelines.stages.reviews import review_inputs, task_expression
 from tentalis_pipelines.stages.teacher_logprobs import sampling_adapter
-from tentalis_pipelines.tasks.kinds import EnvironmentBatch, TaskBatch, batch_kind
 from tentalis_pipelines.training import guide, opd
 from tentalis_pipelines.training.opd import hint_id
 from tentalis_pipelines.training.trainer import GRPOConfig

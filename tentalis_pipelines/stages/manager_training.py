@@ -46,7 +46,7 @@ from tentalis_pipelines.rewards.managers import ReviewInput, VerifierManager
 from tentalis_pipelines.rewards.math_answers import answers_match
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
-from tentalis_pipelines.tasks.kinds import TaskBatch, batch_kind
+from tentalis_pipelines.stages.kinds import TaskBatch, batch_kind
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import manager_rl, opd, serving
 from tentalis_pipelines.training.manager_rl import ManagerRLConfig, ReviewOutcome

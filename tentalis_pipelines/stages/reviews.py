@@ -18,8 +18,8 @@ from tentalis_pipelines.rewards.scoring import (
 )
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
+from tentalis_pipelines.stages.kinds import batch_kind
 from tentalis_pipelines.stages.step_scores import step_reward
-from tentalis_pipelines.tasks.kinds import batch_kind
 
 
 def _by_rollout(rows: list[dict]) -> dict[str, list[dict]]:
@@ -72,7 +72,7 @@ def review_inputs(lake: Lakehouse, batch_id: str) -> list[tuple[dict, ReviewInpu
 
 def build_reviews(lake: Lakehouse, batch_id: str, manager: str = "verifier",
                   llm_manager: LLMManager | Callable[[], LLMManager] | None = None) -> StageResult:
-    """The batch's reviews, as its kind gathers them (``tasks/kinds.py``). A task batch: one review per
+    """The batch's reviews, as its kind gathers them (``stages/kinds.py``). A task batch: one review per
     rollout by the batch's manager (:func:`manager_reviews`): ``verifier`` (ground truth and step checks),
     ``llm`` (a rubric-prompted model, see ``rewards.llm_manager``; a reply that does not parse gets the
     verifier's review, stored under manager ``verifier``), ``human`` (imported reviews;

@@ -12,9 +12,9 @@ from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
+from tentalis_pipelines.stages.kinds import batch_kind
 from tentalis_pipelines.stages.skills import skill_retriever
 from tentalis_pipelines.tasks.families import batch_policy
-from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import serving
 
 
@@ -32,7 +32,7 @@ def rollout_id(batch_id: str, task_id: str, policy_version: str, group_index: in
 
 
 def build_rollouts(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, backend=None) -> StageResult:
-    """The batch's rollouts, as its kind makes them (``tasks/kinds.py``): G samples per task
+    """The batch's rollouts, as its kind makes them (``stages/kinds.py``): G samples per task
     (:func:`sample_rollouts`), or a sessions batch's segments built from its turns, never sampled again.
     Sampled with the batch manifest's recipe (temperature, token budget, G) over ``policy``'s
     (``tasks/families.batch_policy``), whoever launched the run."""

@@ -6,7 +6,7 @@ from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.process import check_steps
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult
-from tentalis_pipelines.tasks.kinds import batch_kind
+from tentalis_pipelines.stages.kinds import batch_kind
 
 UNFORMATTED = "not judged: the completion has no <step> tags, so its steps are the parser's guess (its lines)"
 
@@ -31,7 +31,7 @@ def judge_formatted(judge, requests, completions) -> list[list]:
 
 
 def build_step_scores(lake: Lakehouse, batch_id: str, *, scorer: str = "calculator", judge=None) -> StageResult:
-    """The batch's step scores, as its kind scores them (``tasks/kinds.py``; every kind today:
+    """The batch's step scores, as its kind scores them (``stages/kinds.py``; every kind today:
     :func:`score_parsed_steps`)."""
     return batch_kind(lake, batch_id).step_scores(lake, batch_id, scorer=scorer, judge=judge)
 

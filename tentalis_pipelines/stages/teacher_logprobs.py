@@ -19,7 +19,7 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.policy import PolicySettings
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.common import StageResult, markdown_table, text_length
-from tentalis_pipelines.tasks.kinds import batch_kind
+from tentalis_pipelines.stages.kinds import batch_kind
 from tentalis_pipelines.training import checkpoints as ckpt
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.opd import hint_id
@@ -55,7 +55,7 @@ def sampling_adapter(lake: Lakehouse, version: str) -> str | None:
 def build_teacher_logprobs(lake: Lakehouse, paths: Paths, batch_id: str, policy: PolicySettings, config: GRPOConfig) -> StageResult:
     """One row per rollout of ``batch_id``: the hint filter's decision and, for used hints, the teacher's
     and student's log-probs and the clipped OPD signal, as the batch's kind places the hint
-    (``tasks/kinds.py``: :func:`task_teacher_logprobs`, :func:`session_teacher_logprobs`). With
+    (``stages/kinds.py``: :func:`task_teacher_logprobs`, :func:`session_teacher_logprobs`). With
     ``w_opd == 0`` nothing is computed."""
     if config.w_opd == 0:
         lake.write_batch("teacher_logprobs", batch_id, [])

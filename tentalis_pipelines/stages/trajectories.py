@@ -17,9 +17,9 @@ from tentalis_pipelines.rewards.scoring import (
 )
 from tentalis_pipelines.rewards.steps import parse_completion
 from tentalis_pipelines.stages.common import StageResult
+from tentalis_pipelines.stages.kinds import batch_kind
 from tentalis_pipelines.stages.rescore import active_weight_overrides
 from tentalis_pipelines.stages.reviews import review_inputs
-from tentalis_pipelines.tasks.kinds import batch_kind
 from tentalis_pipelines.training import opd
 from tentalis_pipelines.training.policy_lag import with_policy_lag
 from tentalis_pipelines.training.trainer import GUIDE_ANSWER_FORMATS
@@ -42,7 +42,7 @@ def build_trajectories(
     ``w_rl * A_rl + w_opd * opd_signal``. A row is kept when it carries a signal of either kind that
     has a weight: a group with equal rewards still teaches through its hints.
 
-    The batch's kind builds the rows (``tasks/kinds.py``): :func:`single_turn_trajectories` for a task
+    The batch's kind builds the rows (``stages/kinds.py``): :func:`single_turn_trajectories` for a task
     batch, ``sessions.build_session_trajectories`` for a sessions batch. ``guide_answer_format`` says which
     hint-guided successes join their group (:func:`guided_successes`)."""
     return batch_kind(lake, batch_id).trajectories(

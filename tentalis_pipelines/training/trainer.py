@@ -57,7 +57,7 @@ ADVANTAGE_MODES = ("outcome", "process")
 GUIDE_IMPORTANCE = ("clip", "shaping")
 GUIDE_ANSWER_FORMATS = ("lenient", "tagged")
 GUIDE_RESCUES = ("hint", "prefix", "both")  # environment batches: training/episode_guide.py
-GROUNDING_POLICIES = ("off", "penalize", "block")  # reviewers/grounding_policy.py
+GROUNDING_POLICIES = ("off", "penalize", "block")  # training/grounding_policy.py
 
 
 @dataclass
@@ -147,7 +147,7 @@ class GRPOConfig:
     # Which fresh rows a run may train on (used by the checkpoints stage, not by train_grpo).
     max_policy_lag: int = config_field(0, "train on rows sampled at most this many policy versions behind the serving one "
                                        "(0: only the serving policy's own; older rows are refused and counted)")
-    # The grounding check's flags in training (reviewers/grounding_policy.py; used by the checkpoints stage).
+    # The grounding check's flags in training (training/grounding_policy.py; used by the checkpoints stage).
     grounding_policy: str = config_field("off", "off | penalize (each token of a claim the session's tool outputs do not support "
                                          "gets advantage -grounding_penalty) | block (a turn with a flag is not trained on)")
     grounding_penalty: float = config_field(1.0, "the negative advantage of a flagged token (grounding_policy = penalize)")

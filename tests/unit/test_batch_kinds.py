@@ -14,6 +14,7 @@ import pytest
 from tentalis_pipelines import quality, sessions
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.quality import CheckOutcome
+from tentalis_pipelines.stages import kinds
 from tentalis_pipelines.stages import reviews as stage_reviews
 from tentalis_pipelines.stages import rollouts as stage_rollouts
 from tentalis_pipelines.stages import step_scores as stage_step_scores
@@ -25,7 +26,6 @@ from tentalis_pipelines.stages.rollouts import build_rollouts
 from tentalis_pipelines.stages.step_scores import build_step_scores
 from tentalis_pipelines.stages.teacher_logprobs import build_teacher_logprobs
 from tentalis_pipelines.stages.trajectories import build_trajectories
-from tentalis_pipelines.tasks import kinds
 from tentalis_pipelines.training.trainer import GRPOConfig
 
 NOW = datetime.now(timezone.utc)
@@ -137,8 +137,8 @@ def test_each_stage_calls_the_method_of_the_kind_it_resolved_once(lake, fake):
 
 
 def test_the_quality_checks_ask_the_kind_too(lake, fake):
-    assert quality.rollouts_per_task(lake, "fake-1", 4).description == "fake.check_rollouts"
-    assert quality.one_review_per_rollout(lake, "fake-1").description == "fake.check_reviews"
+    assert kinds.rollouts_per_task(lake, "fake-1", 4).description == "fake.check_rollouts"
+    assert kinds.one_review_per_rollout(lake, "fake-1").description == "fake.check_reviews"
     assert [c[0] for c in fake.calls] == ["check_rollouts", "check_reviews"] and fake.calls[0][2] == {"num_generations": 4}
 
 
@@ -193,8 +193,8 @@ def test_each_kind_hands_each_stage_to_its_plain_function(lake, monkeypatch, bat
         "reviews": lambda: build_reviews(lake, batch_id, "verifier"),
         "teacher_logprobs": lambda: build_teacher_logprobs(lake, None, batch_id, None, OPD_ON),
         "trajectories": lambda: build_trajectories(lake, batch_id, w_opd=0.5),
-        "check_rollouts": lambda: quality.rollouts_per_task(lake, batch_id, 4),
-        "check_reviews": lambda: quality.one_review_per_rollout(lake, batch_id),
+        "check_rollouts": lambda: kinds.rollouts_per_task(lake, batch_id, 4),
+        "check_reviews": lambda: kinds.one_review_per_rollout(lake, batch_id),
     }[stage]
     run()
     assert len(calls) == 1 and batch_id in calls[0][0]
@@ -205,8 +205,8 @@ def test_each_kind_hands_each_stage_to_its_plain_function(lake, monkeypatch, bat
 
 
 def test_only_the_resolver_asks_whether_a_batch_is_a_sessions_batch():
-    """No stage branches on the kind: ``is_sessions_batch`` is called in ``tasks/kinds.py`` alone."""
+    """No stage branches on the kind: ``is_sessions_batch`` is called in ``stages/kinds.py`` alone."""
     callers = sorted(str(p.relative_to(ROOT)) for folder in ("tentalis_pipelines", "assets", "jobs")
                      for p in (ROOT / folder).rglob("*.py") if re.search(r"\bis_sessions_batch\(", p.read_text())
                      and p.name != "sessions.py")
-    assert callers == ["tentalis_pipelines/tasks/kinds.py"]
+    assert callers == ["tentalis_pipelines/stages/kinds.py"]

@@ -10,9 +10,10 @@ from datetime import datetime, timezone
 import pytest
 
 from tentalis_pipelines import env_batches
-from tentalis_pipelines.envs import terminal_tasks
+from tentalis_pipelines.envs import terminal_tasks, verdicts
 from tentalis_pipelines.lakehouse import Lakehouse
-from tentalis_pipelines.tasks import batches, kinds
+from tentalis_pipelines.stages import kinds
+from tentalis_pipelines.tasks import batches
 
 NOW = datetime.now(timezone.utc)
 
@@ -99,7 +100,7 @@ def test_a_terminal_batch_resolves_to_the_environment_kind(tmp_path):
 def _review(**kw):
     args = {"passed": False, "reward": 0.0, "detail": "", "end_reason": "submitted", "check_kind": "answer", "format_errors": 0,
             "turns": 3, "max_turns": 8, **kw}
-    return env_batches.verdict_review(**args)
+    return verdicts.verdict_review(**args)
 
 
 def test_a_verdict_becomes_a_review_by_hand():
@@ -109,11 +110,11 @@ def test_a_verdict_becomes_a_review_by_hand():
     wrong = _review(detail="submitted '3', expected '4'", format_errors=1)
     assert wrong["score"] == 0.0 and wrong["failure"] == "wrong_answer"
     assert wrong["critique"] == "failed (submitted) after 3 of 8 turns, 1 without a command: submitted '3', expected '4'"
-    assert wrong["hint"] == env_batches.HINTS["wrong_answer"] and "submit" in wrong["hint"]
+    assert wrong["hint"] == verdicts.HINTS["wrong_answer"] and "submit" in wrong["hint"]
     assert _review(check_kind="tree")["failure"] == "wrong_tree"
     assert _review(end_reason="turn_limit", turns=8, format_errors=2)["failure"] == "turn_limit"
     # Every turn without a command: a format failure, whatever the end.
-    assert _review(end_reason="turn_limit", turns=8, format_errors=8)["hint"] == env_batches.HINTS["format"]
+    assert _review(end_reason="turn_limit", turns=8, format_errors=8)["hint"] == verdicts.HINTS["format"]
     hostile = _review(end_reason="hostile: network access", detail="hostile: network access", turns=1)
     assert (hostile["failure"], hostile["score"]) == ("hostile", 0.0) and "network" in hostile["hint"]
     assert _review(end_reason="error: policy failed: ContextTooLong", turns=0)["hint"] == ""  # not the agent's doing
@@ -127,14 +128,14 @@ def test_the_verifier_names_the_solutions_tools_after_a_wrong_result_or_no_submi
     tools = ["wc"]
     for end, kind, why in (("turn_limit", "answer", "turn_limit"), ("submitted", "answer", "wrong_answer"), ("submitted", "tree", "wrong_tree")):
         hint = _review(end_reason=end, check_kind=kind, tools=tools)["hint"]
-        assert hint == env_batches.HINTS[why] + " The tool for it: wc."
+        assert hint == verdicts.HINTS[why] + " The tool for it: wc."
     assert _review(end_reason="submitted", tools=["sort", "uniq", "head"])["hint"].endswith(" The tools for it: sort, uniq, head.")
     # passed, format-only, hostile and error reviews never name a tool; no tools (None-like: empty) adds nothing
     assert _review(passed=True, reward=1.0, tools=tools)["hint"] == ""
-    assert _review(end_reason="turn_limit", turns=8, format_errors=8, tools=tools)["hint"] == env_batches.HINTS["format"]
-    assert _review(end_reason="hostile: network access", turns=1, tools=tools)["hint"] == env_batches.HINTS["hostile"]
+    assert _review(end_reason="turn_limit", turns=8, format_errors=8, tools=tools)["hint"] == verdicts.HINTS["format"]
+    assert _review(end_reason="hostile: network access", turns=1, tools=tools)["hint"] == verdicts.HINTS["hostile"]
     assert _review(end_reason="error: sandbox died", turns=1, tools=tools)["hint"] == ""
-    assert _review(tools=())["hint"] == env_batches.HINTS["wrong_answer"]
+    assert _review(tools=())["hint"] == verdicts.HINTS["wrong_answer"]
     # the tools: first words of each command of a pipeline or list, loop bodies included; looking and submit are not tools
     assert solution_tools(["wc -l < a.txt", "submit 4"]) == ["wc"]
     assert solution_tools(["sort v.txt | uniq -c | sort -rn | head -n 1", "submit bob"]) == ["sort", "uniq", "head"]

@@ -15,11 +15,12 @@ import pytest
 pytest.importorskip("bfcl_eval.eval_checker.multi_turn_eval.multi_turn_checker")
 
 from tentalis_pipelines import contamination  # noqa: E402
-from tentalis_pipelines.env_batches import failure_type, load_tasks, make_env, verdict_review  # noqa: E402
+from tentalis_pipelines.env_batches import load_tasks, make_env  # noqa: E402
 from tentalis_pipelines.envs import bfcl, bfcl_tasks  # noqa: E402
 from tentalis_pipelines.envs.base import EnvironmentUnavailable, Verdict  # noqa: E402
 from tentalis_pipelines.envs.bfcl import BfclConfig, BfclEnv, CallFormatError, parse_calls  # noqa: E402
 from tentalis_pipelines.envs.runner import run_episode  # noqa: E402
+from tentalis_pipelines.envs.verdicts import failure_type, verdict_review  # noqa: E402
 from tentalis_pipelines.lakehouse import Lakehouse, now_utc  # noqa: E402
 from tentalis_pipelines.settings import Paths  # noqa: E402
 from tentalis_pipelines.tasks import batches  # noqa: E402

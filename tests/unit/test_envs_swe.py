@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from tentalis_pipelines.env_batches import failure_type, make_env
+from tentalis_pipelines.env_batches import make_env
 from tentalis_pipelines.envs.swe import SuiteRun, parse_report, suite_verdict
 from tentalis_pipelines.envs.swe_repos import REPOS, repo_tree
 from tentalis_pipelines.envs.swe_tasks import (
@@ -23,6 +23,7 @@ from tentalis_pipelines.envs.swe_tasks import (
     load_catalogue,
     training_tasks,
 )
+from tentalis_pipelines.envs.verdicts import failure_type
 
 
 def mutants(source: str, kind: str) -> list[str]:
@@ -264,7 +265,8 @@ def test_a_swe_batch_is_of_the_environment_kind_and_its_rows_load_as_swe_tasks(t
 
     from tentalis_pipelines import env_batches
     from tentalis_pipelines.lakehouse import Lakehouse
-    from tentalis_pipelines.tasks import batches, kinds
+    from tentalis_pipelines.stages import kinds
+    from tentalis_pipelines.tasks import batches
 
     lake = Lakehouse(tmp_path / "lake")
     bid = batches.register_swe_batch(tmp_path / "batches", seed=1, num_tasks=3, levels=(2,), max_turns=4)

@@ -30,7 +30,7 @@ from tentalis_pipelines.envs.terminal_tasks import (
     split_counts,
     verify,
 )
-from tentalis_pipelines.evaluation.sandbox import ShellResult
+from tentalis_pipelines.sandbox import ShellResult
 
 
 # --------------------------------------------------------------------------- action parsing
@@ -202,7 +202,7 @@ ANSWER_TASK = TerminalTask(task_id="t-answer", level=1, family="test", instructi
 def test_no_sandbox_is_an_error_for_the_whole_batch_not_a_failed_episode(monkeypatch):
     from tentalis_pipelines.envs import terminal
     from tentalis_pipelines.envs.base import EnvironmentUnavailable
-    from tentalis_pipelines.evaluation.sandbox import SandboxUnavailableError
+    from tentalis_pipelines.sandbox import SandboxUnavailableError
 
     def unavailable(*args, **kwargs):
         raise SandboxUnavailableError("the code sandbox needs root")
@@ -512,7 +512,7 @@ def test_a_new_episode_starts_with_nothing_decided(scripted):
 
 def test_every_sandbox_signal_reaches_the_step_info_and_a_timeout_is_named_with_the_limit(scripted):
     from tentalis_pipelines.envs.terminal import TerminalConfig
-    from tentalis_pipelines.evaluation.sandbox import ShellLimits
+    from tentalis_pipelines.sandbox import ShellLimits
 
     scripted.results = [ok(killed_processes=2, network_attempts=3, memory_limit=True, process_limit=True),
                         ok(code=137, timed_out=True)]

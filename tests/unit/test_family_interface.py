@@ -113,7 +113,7 @@ def test_a_cycle_resumes_an_installed_familys_batch_left_without_trajectories(tm
 
 
 def test_the_verifier_review_speaks_the_familys_words(units):
-    from tentalis_pipelines.env_batches import verdict_review
+    from tentalis_pipelines.envs.verdicts import verdict_review
 
     fields = {"passed": False, "reward": 0.0, "detail": "", "end_reason": "turn_limit", "check_kind": "answer", "format_errors": 4,
               "turns": 4, "max_turns": 4}

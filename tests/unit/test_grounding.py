@@ -14,7 +14,6 @@ from tentalis_pipelines.reviewers.grounding import (
     validate_flag,
 )
 from tentalis_pipelines.reviewers.grounding_data import Pair, make_sessions, split_by_session
-from tentalis_pipelines.reviewers.grounding_policy import GroundingFlagError, apply_flags, chars_to_tokens
 from tentalis_pipelines.reviewers.grounding_tagger import (
     choose_threshold,
     combine,
@@ -23,6 +22,7 @@ from tentalis_pipelines.reviewers.grounding_tagger import (
     spans_from_tokens,
     tagger_loss,
 )
+from tentalis_pipelines.training.grounding_policy import GroundingFlagError, apply_flags, chars_to_tokens
 from tentalis_pipelines.training.trainer import TrainSample
 
 CONTEXT = ('{"city": "San Diego", "temp_f": 72.41, "humidity_pct": 65, "date": "2024-03-05", "wind_mph": 8}\n'

@@ -172,7 +172,7 @@ FAMILY_BRANCHES_ALLOWED = {
     "tentalis_pipelines/cli/cycle.py": 6,
     "tentalis_pipelines/cli/demos.py": 1,
     "tentalis_pipelines/contamination.py": 3,
-    "tentalis_pipelines/env_batches.py": 2,
+    "tentalis_pipelines/envs/verdicts.py": 2,  # BFCL's hints (moved from env_batches.py with the verdict's review)
     "tentalis_pipelines/evaluation/benchmarks.py": 7,
     "tentalis_pipelines/skills/library.py": 1,
     "tentalis_pipelines/stages/skills.py": 2,
@@ -252,6 +252,8 @@ DAGSTER_ALLOWED = {"tentalis_pipelines/stages/pipes_entry.py": {"dagster_pipes"}
 LAYERS = [
     # foundations: settings, the data contract, small helpers
     "settings", "schemas", "config_fields", "files", "redact", "statistics", "hardware", "datasets", "activity", "previews",
+    # model-written code and shell commands, run isolated (the sandbox imports the standard library only)
+    "sandbox",
     # the store, and what reads it and nothing else
     "lakehouse", "audit", "efficacy", "forensics",
     # models
@@ -271,12 +273,12 @@ LAYERS = [
 # counted, each explained in docs/architecture.md. A new cycle fails, and so does one that is gone (take it
 # off the list, and off the docs).
 IMPORT_CYCLES_ALLOWED = {
-    ("contamination", "demonstrations", "env_batches", "envs", "evaluation", "gateway", "lineage", "promotion",
-     "quality", "reviewers", "rewards", "sessions", "skills", "stages", "tasks", "training"),
+    ("contamination", "evaluation", "promotion", "tasks"),
+    ("envs", "lineage", "rewards", "training"),
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 12
+UP_ARROWS_ALLOWED = 6
 
 
 def library_package(module: str) -> str | None:

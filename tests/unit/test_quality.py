@@ -8,6 +8,7 @@ import pytest
 
 from tentalis_pipelines import quality
 from tentalis_pipelines.lakehouse import Lakehouse
+from tentalis_pipelines.stages import kinds
 
 NOW = datetime.now(timezone.utc)
 
@@ -42,9 +43,9 @@ def lake(tmp_path):
 def test_rollouts_per_task_needs_exactly_g(lake):
     lake.write_batch("tasks", "b1", [_task("t0", "a"), _task("t1", "b")])
     lake.write_batch("rollouts", "b1", [_rollout(f"r{i}", f"t{i // 2}") for i in range(4)])
-    assert quality.rollouts_per_task(lake, "b1", 2).passed
+    assert kinds.rollouts_per_task(lake, "b1", 2).passed
     lake.write_batch("rollouts", "b1", [_rollout(f"r{i}", "t0") for i in range(3)])
-    out = quality.rollouts_per_task(lake, "b1", 2)
+    out = kinds.rollouts_per_task(lake, "b1", 2)
     assert not out.passed and out.metadata["wrong"] == 2  # t0 has 3, t1 has none
 
 
@@ -52,9 +53,9 @@ def test_one_review_per_rollout_sees_missing_doubled_and_orphan_reviews(lake):
     lake.write_batch("rollouts", "b1", [_rollout("r0", "t0"), _rollout("r1", "t0")])
     review = {"batch_id": "b1", "manager": "verifier", "score": 1.0, "critique": "", "hint": "", "created_at": NOW}
     lake.write_batch("reviews", "b1", [{**review, "rollout_id": "r0"}, {**review, "rollout_id": "r1"}])
-    assert quality.one_review_per_rollout(lake, "b1").passed
+    assert kinds.one_review_per_rollout(lake, "b1").passed
     lake.write_batch("reviews", "b1", [{**review, "rollout_id": "r0"}, {**review, "rollout_id": "r0"}, {**review, "rollout_id": "rX"}])
-    out = quality.one_review_per_rollout(lake, "b1")
+    out = kinds.one_review_per_rollout(lake, "b1")
     assert not out.passed and out.metadata == {"missing": 1, "doubled": 1, "orphans": 1}
 
 

@@ -113,7 +113,7 @@ class TaskFamily:
     levels: tuple[int, ...] = ()
     default_recipe: Recipe = Recipe()
     environment: str | None = None  # the tasks' ``environment`` column; None: a single-turn family
-    # The verifier review's hint per failure type (``env_batches.failure_type``: ``format``, ``turn_limit``,
+    # The verifier review's hint per failure type (``envs.verdicts.failure_type``: ``format``, ``turn_limit``,
     # ``wrong_answer``, ...) where the generic wording (the terminal's: bash blocks, files) does not fit.
     hints: dict[str, str] = {}
 

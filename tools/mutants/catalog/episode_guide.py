@@ -7,8 +7,9 @@ GE = "tentalis_pipelines/envs/guided.py"
 EB = "tentalis_pipelines/env_batches.py"
 G = "tentalis_pipelines/training/guide.py"
 P = "tentalis_pipelines/stages/training.py"
+SA = "tentalis_pipelines/training/samples.py"
 TR = "tentalis_pipelines/training/trainer.py"
-K = "tentalis_pipelines/tasks/kinds.py"
+K = "tentalis_pipelines/stages/kinds.py"
 ST = "tentalis_pipelines/stages/guided_rollouts.py"
 CY = "tentalis_pipelines/cli/cycle.py"
 TU = ["tests/unit/test_episode_guide.py"]
@@ -93,7 +94,7 @@ MUTANTS = [
      "why": "episode_format_weight never reaches the reward"},
     {"id": "eguide-format-share-inverted", "file": EG, "find": "    return max(0, turns - format_errors) / turns\n",
      "replace": "    return format_errors / turns\n", "tests": TU, "why": "the format reward pays for turns without an action"},
-    {"id": "eguide-sample-not-flagged", "file": P, "find": "            sample.guided = bool(ro.get(\"guided\"))\n", "replace": "",
+    {"id": "eguide-sample-not-flagged", "file": SA, "find": "            sample.guided = bool(ro.get(\"guided\"))\n", "replace": "",
      "tests": ["tests/test_episode_guide_pipeline.py"],
      "why": "a guided episode trains as an on-policy row: its ratio is not taken against the hinted behaviour policy"},
     {"id": "eguide-format-weight-not-in-settings", "file": TR, "find": "            \"episode_format_weight\": self.episode_format_weight,\n",

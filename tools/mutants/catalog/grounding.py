@@ -4,10 +4,10 @@ tagger's span decoding, and the flagged-span policy in training."""
 G = "tentalis_pipelines/reviewers/grounding.py"
 D = "tentalis_pipelines/reviewers/grounding_data.py"
 T = "tentalis_pipelines/reviewers/grounding_tagger.py"
-P = "tentalis_pipelines/reviewers/grounding_policy.py"
+P = "tentalis_pipelines/training/grounding_policy.py"
 TU = ["tests/unit/test_grounding.py"]
 TE = ["tests/test_grounding_pipeline.py"]
-TT = ["tests/test_grounding_tagger.py"]  # the tagger trained on the real MiniLM (a few pairs)  # end to end: landed sessions, the asset, build_samples, a checkpoint, replay
+TT = ["tests/test_grounding_tagger.py"]  # the tagger trained on the real MiniLM (a few pairs)  # end to end: landed sessions, the asset, build_training_samples, a checkpoint, replay
 
 MUTANTS = [
     # (Dropping .normalize() is an equivalent mutant: Decimal('3.50') == Decimal('3.5') and they hash alike.)
@@ -48,7 +48,7 @@ MUTANTS = [
     {"id": "grounding-closing-tag-a-path", "file": G, "find": "PATH_RE = re.compile(r\"(?<![\\w/.<])",
      "replace": "PATH_RE = re.compile(r\"(?<![\\w/.])", "tests": TU,
      "why": "every tool-call turn is flagged for the path '/tool_call' (block drops every tool call from training)"},
-    {"id": "grounding-not-applied-in-build-samples", "file": "tentalis_pipelines/stages/training.py",
+    {"id": "grounding-not-applied-in-build-samples", "file": "tentalis_pipelines/training/samples.py",
      "find": "        out, n = apply_flags(sample, flags.get(rollout_id, []), grounding_policy, grounding_penalty, rollout_id=rollout_id)\n",
      "replace": "        out, n = sample, {}\n", "tests": TE, "why": "the flags are written and a checkpoint trains as if they were not"},
     {"id": "grounding-replay-ignores-policy", "file": "tentalis_pipelines/lineage.py",

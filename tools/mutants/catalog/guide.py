@@ -7,6 +7,7 @@ L = "tentalis_pipelines/training/losses.py"
 ST = "tentalis_pipelines/stages/guided_rollouts.py"
 TJ = "tentalis_pipelines/stages/trajectories.py"
 P = "tentalis_pipelines/stages/training.py"
+SA = "tentalis_pipelines/training/samples.py"
 HR = "tentalis_pipelines/rewards/hint_reward.py"
 LI = "tentalis_pipelines/lineage.py"
 RE = "tentalis_pipelines/retraction.py"
@@ -35,10 +36,10 @@ MUTANTS = [
     {"id": "guide-failures-become-trajectories", "file": TJ, "find": "    rows = [g for g in lake.read(\"guided_rollouts\", batch_id=batch_id).to_pylist() if g[\"correct\"]]\n",
      "replace": "    rows = lake.read(\"guided_rollouts\", batch_id=batch_id).to_pylist()\n", "tests": TP,
      "why": "hinted samples that failed are trained on as if they had succeeded"},
-    {"id": "guide-trained-with-the-hint", "file": P, "find": "                    rollouts[g[\"rollout_id\"]] = {**g, \"sampling_logprobs\": g[\"behaviour_logprobs\"], \"guided\": True}\n",
+    {"id": "guide-trained-with-the-hint", "file": SA, "find": "                    rollouts[g[\"rollout_id\"]] = {**g, \"sampling_logprobs\": g[\"behaviour_logprobs\"], \"guided\": True}\n",
      "replace": "                    rollouts[g[\"rollout_id\"]] = {**g, \"prompt_text\": g[\"behaviour_prompt_text\"], \"sampling_logprobs\": g[\"behaviour_logprobs\"], \"guided\": True}\n",
      "tests": TP, "why": "the student is trained with the hint in its prompt: at test time there is no hint"},
-    {"id": "guide-not-flagged", "file": P, "find": "old_logps=ro[\"sampling_logprobs\"], temperature=ro[\"temperature\"], guided=bool(ro.get(\"guided\"))),",
+    {"id": "guide-not-flagged", "file": SA, "find": "old_logps=ro[\"sampling_logprobs\"], temperature=ro[\"temperature\"], guided=bool(ro.get(\"guided\"))),",
      "replace": "old_logps=ro[\"sampling_logprobs\"], temperature=ro[\"temperature\"]),", "tests": TP,
      "why": "guided samples train as on-policy rows: with old_logprobs = recompute their ratio is 1"},
     {"id": "guide-samples-unhinted", "file": ST, "find": "        generations = backend.generate([hp for _, _, hp in todo], params)\n",

@@ -3,6 +3,7 @@
 T = "tentalis_pipelines/training/trainer.py"
 M = "tentalis_pipelines/training/multiturn.py"
 P = "tentalis_pipelines/stages/training.py"
+SA = "tentalis_pipelines/training/samples.py"
 TM = ["tests/test_multiturn.py"]
 
 MUTANTS = [
@@ -17,7 +18,7 @@ MUTANTS = [
     {"id": "assistant-span-off-by-one", "file": M, "find": "start = len(cur.completion_ids) + len(gap)\n",
      "replace": "start = len(cur.completion_ids) + len(gap) - 1\n", "tests": TM,
      "why": "a later turn's span starts one token early (on the template's last token)"},
-    {"id": "multi-turn-rows-trained-as-single", "file": P, "find": 'if t.get("kind") == "multi_turn":',
+    {"id": "multi-turn-rows-trained-as-single", "file": SA, "find": 'if t.get("kind") == "multi_turn":',
      "replace": "if False:", "tests": ["tests/unit/test_sessions.py", "tests/test_sessions_integration.py"],
      "why": "the trainer rebuilds a session as a single-turn row (no mask, no per-turn advantages)"},
 ]

@@ -4,6 +4,7 @@ the pipeline rows."""
 OPD = "tentalis_pipelines/training/opd.py"
 TR = "tentalis_pipelines/stages/trajectories.py"
 P = "tentalis_pipelines/stages/training.py"
+SA = "tentalis_pipelines/training/samples.py"
 TU = ["tests/unit/test_opd.py", "tests/test_opd_integration.py"]
 TP = ["tests/test_opd_pipeline.py"]
 S = "tentalis_pipelines/sessions.py"
@@ -37,7 +38,7 @@ MUTANTS = [
     {"id": "hinted-row-dropped-without-rl-signal", "file": OPD, "find": "    return bool((w_rl > 0 and rl_signal) or (w_opd > 0 and opd_signal is not None))",
      "replace": "    return bool(w_rl > 0 and rl_signal)", "tests": TU + TP + TS,
      "why": "a group with equal rewards is dropped although its hinted rows carry an OPD signal"},
-    {"id": "opd-signal-not-trained", "file": P, "find": "        if t.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
+    {"id": "opd-signal-not-trained", "file": SA, "find": "        if t.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
      "replace": "        if False:\n", "tests": TP, "why": "trajectories carry the signal but the trainer uses the RL advantage alone"},
     {"id": "session-opd-context-tokens", "file": TL, "find": "mask=item.completion_mask)", "replace": "mask=None)", "tests": TS,
      "why": "a session's tool results and user messages get a distillation signal"},
@@ -46,7 +47,7 @@ MUTANTS = [
      "why": "the shortest usable hint of a segment becomes the teacher's context"},
     {"id": "session-opd-hint-at-prompt-end", "file": OPD, "find": "    cut = lo\n", "replace": "    cut = len(ids)\n", "tests": TS,
      "why": "the hint lands after the assistant header, inside the reply, not after the user's message"},
-    {"id": "session-opd-signal-not-trained", "file": S, "find": "    if trajectory.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
+    {"id": "session-opd-signal-not-trained", "file": SA, "find": "    if trajectory.get(\"opd_signal\") is not None or w_rl != 1.0:\n",
      "replace": "    if False:\n", "tests": TS, "why": "a hinted session segment trains on its turn advantages alone"},
     {"id": "server-teacher-off-by-one", "file": TL, "find": "lp[len(it.teacher_prompt_ids) - 1:]", "replace": "lp[len(it.teacher_prompt_ids):]",
      "tests": TV, "why": "the server's log-probs are read one token late (position k scores token k+1)"},

@@ -92,9 +92,10 @@ MUTANTS = [
 ]
 
 P = "tentalis_pipelines/stages/training.py"
+SA = "tentalis_pipelines/training/samples.py"
 TP = ["tests/test_pipeline_training.py"]
 MUTANTS += [
-    {"id": "pipeline-temperature-dropped", "file": P, "find": 'old_logps=ro["sampling_logprobs"], temperature=ro["temperature"], guided=',
+    {"id": "pipeline-temperature-dropped", "file": SA, "find": 'old_logps=ro["sampling_logprobs"], temperature=ro["temperature"], guided=',
      "replace": 'old_logps=ro["sampling_logprobs"], guided=', "tests": TP, "why": "the rollout's sampling temperature never reaches the trainer"},
     {"id": "pipeline-state-not-loaded", "file": P, "find": "    state = load_trainer_state(adapter, next(model.parameters()).device)\n",
      "replace": "    state = None\n", "tests": TP, "why": "a cycle does not continue its parent's optimizer"},

@@ -51,7 +51,7 @@ repository, /etc); Unix sockets bound in other network namespaces (containers) a
 host's ``/proc/net/unix`` and are not covered. (Shell sessions, below, do not have this limit: their
 root holds only what a shell needs.)
 
-The child side of the sandbox is this same file, run as a script (``python -I sandbox.py PARAMS``):
+The child side of the sandbox is this same file, run as a script (``python -I sandbox/__init__.py PARAMS``):
 it therefore imports nothing but the standard library.
 """
 

@@ -35,8 +35,8 @@ The operations (each a method of :class:`BatchKind`), who calls them, and what d
   hint after the task, or after the segment's last user message with the signal on assistant tokens.
 * ``trajectories``: ``stages.trajectories.build_trajectories``; ``single`` rows with group advantages,
   or ``multi_turn`` rows with per-turn advantages and a loss mask.
-* ``check_rollouts``: ``quality.rollouts_per_task``; exactly G per task, or at least one per session.
-* ``check_reviews``: ``quality.one_review_per_rollout``; one per rollout, or at least one per session.
+* ``check_rollouts``: :func:`rollouts_per_task` (the asset check); exactly G per task, or at least one per session.
+* ``check_reviews``: :func:`one_review_per_rollout` (the asset check); one per rollout, or at least one per session.
 
 What every kind shares stays in the stage (the manager name's validation, the ``w_opd = 0`` shortcut).
 
@@ -85,7 +85,7 @@ if TYPE_CHECKING:
     from tentalis_pipelines.training.trainer import GRPOConfig
 
 # The implementations are imported where they are called: the stage modules import this one (a cycle
-# otherwise), and ``quality`` stays free of torch until a check runs.
+# otherwise), and the asset checks below load no stage (nor torch) until a check runs.
 
 
 class BatchKind(ABC):
@@ -253,11 +253,12 @@ class EnvironmentBatch(BatchKind):
 
     def reviews(self, lake, batch_id, manager, llm_manager):
         from tentalis_pipelines import env_batches
+        from tentalis_pipelines.envs.verdicts import VERIFIER
 
         if manager == "llm":
             return StageResult(*env_batches.build_environment_reviews(lake, batch_id, manager, llm_manager))
         n, meta = env_batches.build_environment_reviews(lake, batch_id)
-        if manager != env_batches.VERIFIER:
+        if manager != VERIFIER:
             meta["configured_manager"] = f"{manager}: not used (environment episodes are reviewed by their verifier)"
         return StageResult(n, meta)
 
@@ -301,3 +302,17 @@ def batch_kind(lake: Lakehouse, batch_id: str) -> BatchKind:
         if kind.matches(lake, batch_id):
             return kind
     raise LookupError(f"no batch kind claims batch {batch_id!r}")  # unreachable while TASKS is in KINDS
+
+
+def rollouts_per_task(lake: Lakehouse, batch_id: str, num_generations: int) -> CheckOutcome:
+    """The ``rollouts_per_task`` asset check: every task of the batch has the rollouts its kind expects
+    (:meth:`BatchKind.check_rollouts`): exactly ``num_generations`` for a task batch, at least one per
+    session (one per segment) for a sessions batch."""
+    return batch_kind(lake, batch_id).check_rollouts(lake, batch_id, num_generations)
+
+
+def one_review_per_rollout(lake: Lakehouse, batch_id: str) -> CheckOutcome:
+    """The ``one_review_per_rollout`` asset check: the batch's reviews cover it as its kind expects
+    (:meth:`BatchKind.check_reviews`): a task batch (``quality.each_rollout_reviewed_once``), a sessions
+    batch (``quality.each_session_reviewed``)."""
+    return batch_kind(lake, batch_id).check_reviews(lake, batch_id)
