@@ -265,9 +265,11 @@ LAYERS = [
     # the guards and services around a batch
     "contamination", "quality", "sessions", "promotion", "reviewers", "skills", "gateway",
     # batches of episodes, demonstrations, withdrawals: built from all of the above
-    "env_batches", "episodes", "demonstrations", "retraction",
-    # the stage bodies the Dagster assets call: the top
+    "env_batches", "demonstrations", "retraction",
+    # the stage bodies the Dagster assets call
     "stages",
+    # a batch's episodes exported (ATIF): asks the stages' batch kinds; only the CLI imports it
+    "episodes",
 ]
 # The ratchet (issue 71): every import cycle between the library's packages today, function-local imports
 # counted, each explained in docs/architecture.md. A new cycle fails, and so does one that is gone (take it
@@ -278,7 +280,7 @@ IMPORT_CYCLES_ALLOWED = {
 }
 # The ratchet: arrows (package to package, however many imports make one) that run up :data:`LAYERS` today.
 # More fails; fewer fails too until this number is lowered to match.
-UP_ARROWS_ALLOWED = 6
+UP_ARROWS_ALLOWED = 5
 
 
 def library_package(module: str) -> str | None:
