@@ -11,7 +11,8 @@ peak RSS is its own:
 * ``new``: ``envs.policies.ChatPolicy`` over the continuous-batching decoder (block mode, the KV budget's
   default or ``--kv-budget-mb``).
 
-Reported per side: wall time of the sampled episodes and of the greedy held-out ones, peak RSS (the
+Reported per side: wall time of the sampled episodes (and their CPU time: the figure that compares when
+other work shares the host) and of the greedy held-out ones, peak RSS (the
 subprocess's ``ru_maxrss``), pass counts, the new side's decoder stats (peak KV bytes under its budget);
 and whether the greedy held-out episodes are identical (every turn's token ids, and the verdicts). The
 sampled episodes draw from other random streams on the two sides (the old policy shared one generator
@@ -76,9 +77,10 @@ def run_side(side: str, model_dir: Path, *, tasks: int, episodes: int, turns: in
 
     out: dict = {"side": side}
     sampled = ChatPolicy(model, tok, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed, **extra)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     eps = run_episodes(env, [t for t in train for _ in range(episodes)], sampled.generate_batch)
     out["sampled_seconds"] = round(time.perf_counter() - t0, 3)
+    out["sampled_cpu_seconds"] = round(time.process_time() - c0, 3)  # this process's CPU: comparable on a loaded host
     out["sampled_passed"] = sum(bool(e.passed) for e in eps)
     out["sampled_episodes"] = len(eps)
     out["sampled_tokens"] = sum(len(t.token_ids or []) for e in eps for t in e.turns)
@@ -130,6 +132,7 @@ def episode_benchmark(model_dir: Path, *, tasks: int = 8, episodes: int = 8, tur
                        "kv_budget_mb": kv_budget_mb, "threads": threads or os.environ.get("OMP_NUM_THREADS")},
             "old": old, "new": new,
             "sampled_wall_ratio_new_over_old": round(new["sampled_seconds"] / max(old["sampled_seconds"], 1e-9), 3),
+            "sampled_cpu_ratio_new_over_old": round(new["sampled_cpu_seconds"] / max(old["sampled_cpu_seconds"], 1e-9), 3),
             "peak_rss_gb": {"old": old["peak_rss_gb"], "new": new["peak_rss_gb"]},
             "held_out_identical": all(same), "held_out_identical_episodes": sum(same)}
 

@@ -29,9 +29,9 @@ observation: their KV from the decoding steps was computed in the batch's shapes
 after an eviction could not repeat.
 
 Memory is bounded by ``kv_budget_bytes`` (default ``"auto"``: ``$TENTALIS_KV_BUDGET_MB``, else an eighth
-of the host's memory between 1 GiB and 2 GiB, :func:`default_kv_budget_bytes`; at 2 GiB a level-0
-terminal cycle of the 135M model in fp32, 46 kB of keys and values a position, peaks at ~3 GiB RSS with
-the model, ``bench.episode_bench``): the decoder admits fewer rows rather
+of the host's memory between 1 GiB and 1.5 GiB, :func:`default_kv_budget_bytes`; a level-0 terminal
+cycle of the 135M model in fp32, 46 kB of keys and values a position, stays under 3 GB RSS with the
+model at 1.5 GiB, ``bench.episode_bench``): the decoder admits fewer rows rather
 than exceed it, and evicts kept KV in the order ``KVStore`` documents (what no waiting conversation
 needs, then what is needed furthest ahead), recomputing it by prefill when its conversation re-enters.
 ``stats`` reports the peak KV bytes for the run's metadata.
@@ -57,19 +57,20 @@ from tentalis_pipelines.inference.transformers_backend import load_policy
 log = logging.getLogger(__name__)
 
 DEFAULT_KV_BUDGET_BYTES = 1 << 30  # module doc: a terminal learning cycle of the 135M model under ~3 GB
-MAX_AUTO_KV_BUDGET_BYTES = 2 << 30  # the default's ceiling: a level-0 cycle's process stays near 3 GiB (issue 74)
+MAX_AUTO_KV_BUDGET_BYTES = 3 << 29  # the default's ceiling, 1.5 GiB: a level-0 cycle's process stays under 3 GB (issue 74)
 KV_BUDGET_ENV = "TENTALIS_KV_BUDGET_MB"
 
 
 def default_kv_budget_bytes(environ: dict[str, str] | None = None, physical_bytes: int | None = None) -> int:
     """The KV budget a ``ChatPolicy`` gets when none is given: ``$TENTALIS_KV_BUDGET_MB`` when set, else
-    one eighth of the host's memory, between 1 GiB (``DEFAULT_KV_BUDGET_BYTES``) and 2 GiB
+    one eighth of the host's memory, between 1 GiB (``DEFAULT_KV_BUDGET_BYTES``) and 1.5 GiB
     (``MAX_AUTO_KV_BUDGET_BYTES``). Under the budget the decoder evicts kept KV and recomputes it by
-    prefill when its conversation re-enters: memory is traded for time. A level-0 terminal cycle (64
-    episodes, fp32, one thread, ``bench.episode_bench``) took 250.7 s at 3.0 GiB RSS with 2 GiB, 320.2 s
-    at 2.6 GiB with 1.5 GiB (the lock-step policy before it: 583.4 s, 4.1 GiB); a level-1 batch (up to 8
-    turns, ~1,500 positions an episode) holds ~4 GiB of contexts, so it re-prefills under the default:
-    give a host with memory to spare more with ``$TENTALIS_KV_BUDGET_MB``."""
+    prefill when its conversation re-enters: memory is traded for time. The store keeps a group's shared
+    first prompt and each conversation's earlier turns once (``KVStore``), so a level-0 terminal cycle (64
+    episodes, ``bench.episode_bench``) keeps most of its contexts under 1.5 GiB, its process under 3 GB
+    (docs/performance.md has the figures); a level-1 batch (up to 8 turns, ~1,500 positions an episode)
+    re-prefills more under the default: give a host with memory to spare more with
+    ``$TENTALIS_KV_BUDGET_MB``."""
     env = os.environ if environ is None else environ
     raw = env.get(KV_BUDGET_ENV, "").strip()
     if raw:
@@ -135,7 +136,7 @@ class ChatPolicy:
         self.share_prefixes = share_prefixes
         self.min_shared_prefix = int(min_shared_prefix)
         self.prefill_block = int(prefill_block)
-        if kv_budget_bytes == "auto":  # $TENTALIS_KV_BUDGET_MB, else an eighth of the host's memory (1-2 GiB)
+        if kv_budget_bytes == "auto":  # $TENTALIS_KV_BUDGET_MB, else an eighth of the host's memory (1-1.5 GiB)
             kv_budget_bytes = default_kv_budget_bytes()
         self.decoder = BatchDecoder(model, tokenizer, max_rows=max_rows, max_batch_tokens=1 << 62, prefix_cache_tokens=0,
                                     prefill_block=self.prefill_block, kv_budget_bytes=kv_budget_bytes,
