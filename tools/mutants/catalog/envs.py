@@ -11,6 +11,12 @@ RUN = ["tests/unit/test_envs_runner.py"]
 HOST = ["tests/test_envs_hostile.py"]
 POL = ["tests/test_envs_policy.py"]
 
+# The pure contamination tests, and the two moved to the integration tier for their CPU (they build the
+# index from benchmark_items and the shared data, and run the CLI).
+CONTAMINATION = ["tests/unit/test_contamination.py",
+                 "tests/test_contamination_integration.py::test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items",
+                 "tests/test_contamination_integration.py::test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox"]
+
 MUTANTS = [
     # ---- the reward from the final check
     {"id": "envs-answer-not-stripped", "file": TT, "find": "    got = answer.strip()\n", "replace": "    got = answer\n",
@@ -149,15 +155,15 @@ MUTANTS = [
      "tests": ["tests/unit/test_envs_level0.py"], "why": "--temperature 0 accepted: every sample of a group is the same, GRPO learns nothing"},
     {"id": "envs-screen-by-instruction", "file": "tentalis_pipelines/contamination.py",
      "find": "    matches = index.match([screening_text(t) for t in tasks])\n",
-     "replace": "    matches = index.match([t.get(\"prompt\") or \"\" for t in tasks])\n", "tests": ["tests/unit/test_contamination.py"],
+     "replace": "    matches = index.match([t.get(\"prompt\") or \"\" for t in tasks])\n", "tests": CONTAMINATION,
      "why": "terminal tasks screened by their instruction: held-out tasks are missed (the index holds tasks with trees)"},
     {"id": "envs-screen-without-tree", "file": "tentalis_pipelines/contamination.py",
      "find": "    return prompt + \"\\n\" + json.dumps({\"tree\": meta[\"tree\"], \"check\": task.get(\"reference\")}, sort_keys=True)",
      "replace": "    return prompt + \"\\n\" + json.dumps({\"check\": task.get(\"reference\")}, sort_keys=True)",
-     "tests": ["tests/unit/test_contamination.py"], "why": "the tree left out of a task's identity: a task with other files is quarantined"},
+     "tests": CONTAMINATION, "why": "the tree left out of a task's identity: a task with other files is quarantined"},
     {"id": "envs-evaluated-terminal-prompts-indexed", "file": "tentalis_pipelines/contamination.py",
      "find": "        if str(row[\"benchmark\"]).startswith(ENVIRONMENT_BENCHMARK_PREFIX) or row[\"benchmark\"] in families:\n            continue",
-     "replace": "        if row[\"benchmark\"] in families:\n            continue", "tests": ["tests/unit/test_contamination.py"],
+     "replace": "        if row[\"benchmark\"] in families:\n            continue", "tests": CONTAMINATION,
      "why": "terminal-l0's instructions indexed from benchmark_items: chat prompts equal to one are quarantined (and, fuzzy, training tasks)"},
     {"id": "envs-level-plot-string-order", "file": "tentalis_pipelines/evaluation/plots.py",
      "find": "    levels = sorted(per_level, key=int)\n", "replace": "    levels = sorted(per_level)\n",
