@@ -11,7 +11,9 @@ clock: the CPU time of the test's thread is what the test costs the tier, and it
 wall clock when the machine is busy, so the check
 does not flake the way a timed test would (the project times things in benchmarks, never in unit tests).
 The budget is generous (several times the slowest test here when it was set); a test that needs more
-is an integration test. ``test_cpu_budget.py`` fails if the budget is switched off or raised.
+is an integration test. So is the whole folder's: a session of this folder alone whose tests use more than
+``tests.cpu_budget.TIER_CPU_BUDGET_S`` seconds of CPU together fails, "over the unit tier's CPU budget".
+``test_cpu_budget.py`` fails if either budget is switched off or raised.
 """
 
 from __future__ import annotations
