@@ -17,6 +17,10 @@ CONTAMINATION = ["tests/unit/test_contamination.py",
                  "tests/test_contamination_integration.py::test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items",
                  "tests/test_contamination_integration.py::test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox"]
 
+# The task-file tests, and the CLI one moved to the integration tier for its CPU.
+TERMINAL_FILE = ["tests/unit/test_terminal_file.py",
+                 "tests/test_terminal_file_integration.py::test_batch_new_with_a_task_file_reports_file_line_and_fix_and_registers_the_good_lines"]
+
 MUTANTS = [
     # ---- the reward from the final check
     {"id": "envs-answer-not-stripped", "file": TT, "find": "    got = answer.strip()\n", "replace": "    got = answer\n",
@@ -178,10 +182,10 @@ MUTANTS = [
     # ---- bring-your-own terminal task files
     {"id": "task-file-absolute-path-accepted", "file": "tentalis_pipelines/tasks/terminal_file.py",
      "find": "    if path.startswith(\"/\") or \"..\" in parts:\n", "replace": "    if \"..\" in parts:\n",
-     "tests": ["tests/unit/test_terminal_file.py"], "why": "a task file may write /etc/passwd's path into the tree"},
+     "tests": TERMINAL_FILE, "why": "a task file may write /etc/passwd's path into the tree"},
     {"id": "task-file-duplicate-ids-accepted", "file": "tentalis_pipelines/tasks/terminal_file.py",
      "find": "                if task.task_id in seen:\n", "replace": "                if False:\n",
-     "tests": ["tests/unit/test_terminal_file.py"], "why": "two tasks of one file share an id (their rollouts and reviews collide)"},
+     "tests": TERMINAL_FILE, "why": "two tasks of one file share an id (their rollouts and reviews collide)"},
     # ---- the curriculum (issue 72)
     {"id": "curriculum-80-not-mastered", "file": "tentalis_pipelines/tasks/curriculum.py",
      "find": "        elif s is not None and s >= MASTERED:\n", "replace": "        elif s is not None and s > MASTERED:\n",
