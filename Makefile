@@ -38,7 +38,8 @@ test: install
 # The pure unit tests alone (tests/unit: no model, no subprocess, no Dagster run): seconds, for the inner loop.
 # One worker per core (pytest-xdist), one torch thread each, each test file on one worker (--dist loadfile: a
 # module fixture and the house rules' parse of the repository are paid once). Each test's phases are held to
-# a CPU budget (tests/cpu_budget.py; docs/testing.md, "The unit tier's budget"). Bytecode is cached even where the environment
+# a CPU budget, and all of them together to the tier's
+# (tests/cpu_budget.py; docs/testing.md, "The unit tier's budget"). Bytecode is cached even where the environment
 # says not to (PYTHONDONTWRITEBYTECODE): recompiling Dagster and transformers on every run costs more
 # than the tests (about 34 s instead of 25 s here).
 test-fast: install

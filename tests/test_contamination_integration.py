@@ -282,3 +282,56 @@ def test_a_live_session_asking_a_reworded_test_question_is_not_trained_on(home, 
     raw = json.loads(q["raw"])
     assert raw["session_id"] == "s-leak" and (raw["contamination"]["item_id"], raw["contamination"]["tier"]) == ("gsm8k-00682", "ngram")
     assert "session s-leak asks the benchmark item gsm8k/gsm8k-00682 (ngram" in q["error"] and "Zara" not in q["raw"]
+
+
+def test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items(home, monkeypatch):
+    """GSM8K's file is gone, but a checkpoint was benchmarked on some of its items: those are screened."""
+    paths, batch_id, lake = _file_batch(home)
+    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
+    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
+    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "gsm8k"}, [
+        {"checkpoint_id": "base", "benchmark": "gsm8k", "item_id": "gsm8k-00007", "prompt": "What is 2 + 2?", "completion": "4",
+         "extracted_answer": "4", "reference": "4", "correct": True, "lenient_correct": True, "formatted": True,
+         "created_at": now_utc(), "skill_ids": []}])
+    index = contamination.build_index(lake)
+    assert index.coverage.screened == ("arithmetic", "humaneval", "terminal", "bfcl")
+    assert index.coverage.skipped["gsm8k"].endswith("only the 1 item(s) a checkpoint was benchmarked on (benchmark_items) are screened")
+    (m,) = index.match(["What is 2 + 2?"], use_embeddings=False)
+    assert (m.benchmark, m.item_id) == ("gsm8k", "gsm8k-00007")
+
+
+@needs_data
+def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+
+    runner = CliRunner()
+    test_q = _questions("test.jsonl")
+    dirty = tmp_path / "dirty.jsonl"
+    dirty.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n"
+                     + json.dumps({"question": test_q[2].replace(",", ""), "answer": "x\n#### 70000"}) + "\n")
+    out = runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"])
+    assert out.exit_code == 1, out.output
+    report = json.loads(out.stdout)
+    assert report["lines"] == 2 and [(m["line"], m["item_id"], m["tier"]) for m in report["matches"]] == [(2, "gsm8k-00003", "exact")]
+    clean = tmp_path / "clean.jsonl"
+    clean.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
+    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
+    assert out.exit_code == 0 and "clean: no line matches" in out.stdout
+    report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
+    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval", "terminal", "bfcl"] and report["skipped"] == {}
+    # without the benchmark data: screened against the rest, and the skipped ones are named with why
+    monkeypatch.delenv("TENTALIS_DATA_DIR")
+    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
+    assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
+    report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
+    assert report["screened"] == ["arithmetic", "humaneval", "terminal", "bfcl"] and set(report["skipped"]) == {"gsm8k", "math500"}
+    assert report["matches"] == []
+    # a torn file is an error naming it (exit 2)
+    torn = tmp_path / "torn"
+    (torn / "math500").mkdir(parents=True)
+    (torn / "math500" / "test.jsonl").write_text("{")
+    monkeypatch.setenv("TENTALIS_DATA_DIR", str(torn))
+    out = runner.invoke(app, ["contamination", str(clean)])
+    assert out.exit_code == 2 and "math500/test.jsonlistherebutunusable" in "".join(out.output.split())  # rich wraps anywhere

@@ -5,6 +5,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
+from dagster import DagsterInstance
 from deltalake import DeltaTable
 from typer.testing import CliRunner
 
@@ -98,8 +99,6 @@ def test_zorder_rewrites_an_unpartitioned_table_without_losing_rows(tmp_path):
         lake.optimize("tasks", zorder_by=["nope"])
 
 
-
-
 def test_cli_maintain(home):
     from tentalis_pipelines.cli import app
 
@@ -129,3 +128,29 @@ def test_vacuum_deletes_orphans_only_past_the_retention(tmp_path):
     assert lake.vacuum("tasks", dry_run=True) == ["batch_id=b1/orphan-old.parquet"] and old.exists()
     assert lake.vacuum("tasks") == ["batch_id=b1/orphan-old.parquet"]
     assert young.exists() and not old.exists() and lake.count("tasks") == 36
+
+
+def test_maintain_lakehouse_job_on_an_ephemeral_instance(home):
+    from tentalis_pipelines.definitions import defs
+
+    _fragmented(Paths.from_env(home).ensure().lakehouse)
+    schedule = defs.resolve_schedule_def("weekly_lakehouse_maintenance")
+    assert (schedule.cron_schedule, schedule.execution_timezone, schedule.job_name) == ("0 3 * * 0", "UTC", "maintain_lakehouse_job")
+    job = defs.get_job_def("maintain_lakehouse_job")
+    with DagsterInstance.ephemeral() as instance:
+        result = job.execute_in_process(instance=instance)
+        assert result.success
+        reports = {r["table"]: r for r in result.output_for_node("maintain_lakehouse")}
+        assert reports["tasks"]["files_after"] == 2 and reports["quarantine"]["files_after"] == 1
+        [output] = [e for e in result.all_events if e.is_successful_output]
+        meta = output.step_output_data.metadata
+        assert meta["files_before"].value == 20 and meta["files_after"].value == 3
+        assert meta["tasks"].value["rows_before"] == meta["tasks"].value["rows_after"] == 36
+        assert "| tasks | 12 → 2 | 36 → 36 |" in meta["summary"].value
+
+        refused = job.execute_in_process(
+            instance=instance, raise_on_error=False,
+            run_config={"ops": {"maintain_lakehouse": {"config": {"vacuum_retention_hours": 1}}}},
+        )
+        assert not refused.success
+        assert Lakehouse(Paths.from_env(home).lakehouse).stats("tasks")["files"] == 2

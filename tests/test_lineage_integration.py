@@ -315,3 +315,54 @@ def test_the_manifest_names_skills_and_optional_tables_when_other_features_add_t
     kinds = [r["kind"] for r in lineage.lineage_rows(m)]
     assert {k: kinds.count(k) for k in set(kinds)} == {"manifest": 1, "table": 6, "trajectory": 4, "review": 4, "hint": 2, "skill": 2}
     assert m["samples_digest"] == lineage.samples_digest(samples) != lineage.samples_digest(samples[::-1])
+
+
+def test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywhere_on_disk(home):
+    """A gateway session and a sessions batch built from it, written by hand (no model needed)."""
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    now = now_utc()
+    said = "MY-ACCOUNT-NUMBER-IS-12345678 please forget it"
+    lake.append("sessions", [{"session_id": "s1", "tenant": "acme", "turn_count": 2, "policy_versions": ["base"], "models": ["m"],
+                              "first_turn_at": now, "last_turn_at": now, "metadata": "{}"},
+                             {"session_id": "s2", "tenant": "acme", "turn_count": 1, "policy_versions": ["base"], "models": ["m"],
+                              "first_turn_at": now, "last_turn_at": now, "metadata": "{}"}])
+    lake.append("turns", [{"turn_id": f"{sid}-t{i}", "session_id": sid, "tenant": "acme", "turn_index": i,
+                           "messages": json.dumps([{"role": "user", "content": said if sid == "s1" else "hello"}]), "created_at": now}
+                          for sid, n in (("s1", 2), ("s2", 1)) for i in range(n)])
+    live = [{"batch_id": "live", "rollout_id": sid, "manager": "live", "score": 1.0, "critique": f"{sid} was fine", "hint": "",
+             "created_at": now, "review_id": f"rev-{sid}", "session_id": sid} for sid in ("s1", "s2")]
+    lake.write_batch("reviews", "live", live)
+    batch = "sessions-abc"
+    lake.write_batch("tasks", batch, [{"batch_id": batch, "task_id": sid, "source": "live-sessions", "environment": "chat",
+                                       "prompt": said if sid == "s1" else "hello", "reference": "", "metadata": "{}", "created_at": now}
+                                      for sid in ("s1", "s2")])
+    lake.write_batch("rollouts", batch, [{"batch_id": batch, "rollout_id": f"ro-{sid}", "task_id": sid, "group_index": 0,
+                                          "prompt_text": said if sid == "s1" else "hello", "completion": "ok", "session_id": sid,
+                                          "created_at": now} for sid in ("s1", "s2")])
+    lake.write_batch("reviews", batch, [{**r, "batch_id": batch} for r in live])
+    lake.write_batch("trajectories", batch, [{"batch_id": batch, "rollout_id": f"ro-{sid}", "task_id": sid, "group_index": 0,
+                                              "kind": "multi_turn", "advantage": 0.0, "kept": True, "created_at": now} for sid in ("s1", "s2")])
+    assert any(said[:30].encode() in p.read_bytes() for p in (Path(lake.root) / "turns" / "_delta_log").iterdir())  # stats hold it
+
+    # The lineage of a sessions batch's trajectory: the reviews of its session (live copies in the batch).
+    trajs = [r for r in lake.read("trajectories", batch_id=batch).to_pylist() if r["rollout_id"] == "ro-s1"]
+    ros = {r["rollout_id"]: r for r in lake.read("rollouts", batch_id=batch).to_pylist()}
+    used = lineage.used_reviews(lake, trajs, ros, lake.table("reviews").version())
+    assert [(r["batch_id"], lineage.review_key(r)) for r in used] == [(batch, "rev-s1")]
+
+    result = retraction.retract(lake, session="s1", reason="the customer asked to be forgotten", actor="privacy")
+    assert result.deleted == {"sessions": 1, "turns": 2, "tasks": 1, "rollouts": 1, "reviews": 2, "trajectories": 1}
+    assert result.affected == {} and result.serving_after == "base"
+    leaks = [p for p in Path(lake.root).rglob("*") if p.is_file() and said[:30].encode() in p.read_bytes()]
+    assert leaks == []
+    # s2 is untouched, in every table.
+    assert [r["session_id"] for r in lake.read("sessions").to_pylist()] == ["s2"]
+    assert [r["turn_id"] for r in lake.read("turns").to_pylist()] == ["s2-t0"]
+    assert sorted(r["review_id"] for r in lake.read("reviews").to_pylist()) == ["rev-s2", "rev-s2"]
+    assert [r["rollout_id"] for r in lake.read("trajectories", batch_id=batch).to_pylist()] == ["ro-s2"]
+    (row,) = audit.rows(lake, action="retraction")
+    assert (row["actor"], row["subject"], row["reason"]) == ("privacy", "session s1", "the customer asked to be forgotten")
+    # A live review: its row in `live` and its copy in the sessions batch go, with the session's trajectory.
+    result = retraction.retract(lake, review="rev-s2", reason="posted by mistake", actor="privacy")
+    assert result.deleted == {"reviews": 2, "trajectories": 1} and result.review_keys == ["rev-s2"]
+    assert lake.read("reviews").num_rows == 0 and lake.read("trajectories").num_rows == 0 and lake.read("turns").num_rows == 1

@@ -8,6 +8,8 @@ import json
 import math
 
 import pytest
+from dagster import DagsterInstance, materialize
+from typer.testing import CliRunner
 
 from tentalis_pipelines.lakehouse import Lakehouse
 from tentalis_pipelines.rewards.judge import JudgeConfig, JudgePRM
@@ -210,3 +212,47 @@ def test_rescore_with_the_llm_manager_and_the_judge_uses_their_code_paths(home, 
     assert lake.read("step_scores").column("scorer").to_pylist() == ["calculator"] * 3  # stored step scores untouched
 
 
+def test_rescore_job_materialises_with_an_inline_plot_and_the_cli_activates(home, monkeypatch):
+    monkeypatch.delenv("DAGSTER_HOME", raising=False)
+    from assets.resources import (
+        LakehouseResource,
+        PolicyResource,
+        ReviewResource,
+        TrainerResource,
+    )
+    from assets.trust_assets import reward_versions
+    from tentalis_pipelines.cli import app
+
+    lake = Lakehouse(Paths.from_env(home).ensure().lakehouse)
+    seed_batch(lake)
+    resources = {"lakehouse": LakehouseResource(home=str(home)), "policy": PolicyResource(), "review": ReviewResource(),
+                 "trainer": TrainerResource(loss_type="grpo")}
+    with DagsterInstance.ephemeral() as inst:
+        result = materialize([reward_versions], instance=inst, resources=resources,
+                             run_config={"ops": {"reward_versions": {"config": {"version": "v1", "weights": json.dumps(NEW_WEIGHTS)}}}})
+    assert result.success
+    meta = result.asset_materializations_for_node("reward_versions")[0].metadata
+    assert meta["sign_flips"].value == 2 and meta["rank_changes"].value == 2 and meta["dagster/row_count"].value == 3
+    plot = meta["plot"].value
+    assert plot.startswith("![plot](data:image/svg+xml,") and len(plot) < 1000 and "reward%20v1" in plot
+
+    runner = CliRunner()
+    out = runner.invoke(app, ["rescore", "--version", "v2", "--weights", '{"manager": 2.0}', "--format", "json"])
+    assert out.exit_code == 0, out.output
+    summary = json.loads(out.output.strip().splitlines()[-1])
+    # manager weight 0.5 -> 2.0: each reward moves by 1.5 x the manager score (1.0, 0.1, 0.7)
+    assert summary["base_version"] == "v0" and summary["max_abs_delta"] == pytest.approx(1.5, abs=1e-12)
+    assert summary["mean_delta"] == pytest.approx(1.5 * (1.0 + 0.1 + 0.7) / 3, abs=1e-12)
+    out = runner.invoke(app, ["rescore", "--activate", "v2", "--reason", "managers know best", "--actor", "ana"])
+    assert out.exit_code == 0 and "v2" in out.output and "3 trajectories" in out.output, out.output
+    assert _traj(lake)["r1"]["reward"] == pytest.approx(hand_reward(0, 1, 0, 0.1, w=(1.0, 0.2, 0.2, 2.0)), abs=1e-12)
+    listed = json.loads(runner.invoke(app, ["rescore", "--list", "--format", "json"]).output)
+    assert listed["active"] == "v2" and [a["actor"] for a in listed["activations"]] == ["ana"]
+    assert {v["reward_version"] for v in listed["versions"]} == {"v0", "v1", "v2"}
+    bad = runner.invoke(app, ["rescore", "--version", "v3", "--weights", '{"speed": 1}'])
+    assert bad.exit_code == 2 and "unknown reward component 'speed'" in " ".join(bad.output.split())
+    (home / "rubric.txt").write_bytes(b"Grade \xff strictly")
+    bad = runner.invoke(app, ["rescore", "--version", "v3", "--manager", "llm", "--rubric", str(home / "rubric.txt")])
+    assert bad.exit_code == 2 and "not valid UTF-8" in " ".join(bad.output.split())
+    none = runner.invoke(app, ["rescore", "--version", "v3"])
+    assert none.exit_code == 2 and "nothing to change" in " ".join(none.output.split())

@@ -274,3 +274,16 @@ def test_stage_verifies_a_helpful_candidate_and_retires_a_skill_that_hurts(tmp_p
     # Nothing left to measure on this policy: the backend is not even built.
     build_skills(lake, "b1", policy_version="ckpt-1", make_backend=make_backend)
     assert built == [1, 1]
+
+
+def test_learn_with_skills_verifies_on_its_own_task_source_and_length(home, monkeypatch):
+    from typer.testing import CliRunner
+
+    from tentalis_pipelines.cli import app
+    from tentalis_pipelines.cli import cycle as cli_cycle
+
+    seen = []
+    monkeypatch.setattr(cli_cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
+    result = CliRunner().invoke(app, ["learn", "--cycles", "1", "--tasks", "gsm8k", "--max-new-tokens", "192", "--skills", "--home", str(home)])
+    assert seen, result.output
+    assert (seen[0].task_source, seen[0].skills, seen[0].skills_config) == ("gsm8k", True, {"validation_source": "gsm8k", "max_new_tokens": 192})

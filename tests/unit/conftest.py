@@ -11,11 +11,14 @@ clock: the CPU time of the test's thread is what the test costs the tier, and it
 wall clock when the machine is busy, so the check
 does not flake the way a timed test would (the project times things in benchmarks, never in unit tests).
 The budget is generous (several times the slowest test here when it was set); a test that needs more
-is an integration test. ``test_cpu_budget.py`` fails if the budget is switched off or raised.
+is an integration test. So is the whole folder's: a session of this folder alone whose tests use more than
+``tests.cpu_budget.TIER_CPU_BUDGET_S`` seconds of CPU together fails, "over the unit tier's CPU budget".
+``test_cpu_budget.py`` fails if either budget is switched off or raised.
 """
 
 from __future__ import annotations
 
+import gc
 import subprocess
 import sys
 from pathlib import Path
@@ -32,6 +35,12 @@ import pytest
 from tests.cpu_budget import PLUGIN_NAME, CpuBudget
 
 HERE = Path(__file__).resolve().parent
+
+# The garbage collector is off while the test modules are imported (collection), and on again, with what
+# they loaded frozen, once they are (pytest_collection_finish below). Importing torch, transformers and
+# Dagster creates over a million objects that live until the process ends; each full collection on the
+# way walked all of them again (about 1 s of the 4-5 s of CPU a worker spends collecting, here).
+gc.disable()
 
 
 class NotAUnitTest(AssertionError):
@@ -61,7 +70,7 @@ def _guards():
 # converts the embedded GGUF (a model is built) once for the whole run; that is the cache being filled, not
 # the test's cost, so their setup runs unguarded. Any other fixture stays guarded, whatever its scope.
 CACHE_FIXTURES = frozenset({"embedded_model_dir", "tiny_model_dir"})
-BUDGET_EXEMPT = CACHE_FIXTURES | {"repository_parsed"}
+BUDGET_EXEMPT = CACHE_FIXTURES | {"repository_parsed", "smol_tokenizer"}
 _guarded: list[tuple[object, str, object]] = []  # (owner, name, original) while a test here runs
 
 
@@ -84,10 +93,20 @@ class _CacheFixturesUnguarded:
                 setattr(owner, name, replacement)
 
 
+def pytest_collection_finish(session):
+    """Everything alive once the tests are collected (torch, transformers, Dagster, the test modules and their
+    items: over a million objects) lives until the process ends, yet each full run of the garbage collector
+    walked it all again, 1-2 s of CPU per worker. Frozen, the collector walks only what the tests create."""
+    gc.freeze()
+    gc.enable()
+
+
 def pytest_configure(config):
     config.pluginmanager.register(_CacheFixturesUnguarded(), "tests-unit-cache-fixtures")
-    # Fixed costs of the tier, not a test's: filling the shared cache (above, once per clone) and parsing
-    # the repository for the house rules (test_house.py, once per run). Every other fixture's setup counts.
+    # Fixed costs of the tier, not a test's: filling the shared cache (above, once per clone), parsing the
+    # repository for the house rules (test_house.py, once per run) and reading SmolLM2's tokenizer (a session
+    # fixture, once per process: 2.5-3 s of CPU here when nothing had imported transformers' tokenizers yet,
+    # so `pytest tests/unit/test_sessions.py` alone failed its first test). Every other fixture's setup counts.
     config.pluginmanager.register(CpuBudget(HERE, exempt=BUDGET_EXEMPT), PLUGIN_NAME)
 
 

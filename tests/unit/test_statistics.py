@@ -44,23 +44,6 @@ def test_wilson_edge_cases():
             wilson_interval(k, n)
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.integers(min_value=1, max_value=100_000).flatmap(lambda n: st.tuples(st.integers(0, n), st.just(n))))
-def test_wilson_holds_the_proportion_inside_zero_one(kn):
-    k, n = kn
-    lo, hi = wilson_interval(k, n)
-    assert 0.0 <= lo <= k / n <= hi <= 1.0
-    assert lo < hi  # never a point: even k = 0 or k = n leaves room on one side
-
-
-@settings(max_examples=300, deadline=None)
-@given(st.integers(min_value=1, max_value=100_000).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))))
-def test_wilson_is_monotonic_in_k(kn):
-    k, n = kn
-    (lo1, hi1), (lo2, hi2) = wilson_interval(k, n), wilson_interval(k + 1, n)
-    assert lo1 < lo2 and hi1 < hi2
-
-
 # ------------------------------------------------------------------------------------------ Newcombe
 def test_newcombe_of_equal_proportions_is_symmetric_about_zero():
     # p1 = p2 = .5: both sides are sqrt((.5 - lo)² + (hi - .5)²) = sqrt(2) * .263410 = .372519

@@ -10,9 +10,7 @@ import pyarrow as pa
 import pytest
 
 from tentalis_pipelines import forensics
-from tentalis_pipelines.envs.swe import SuiteRun, suite_verdict
 from tentalis_pipelines.envs.swe_tamper import module_findings, scan_source, tree_findings
-from tentalis_pipelines.envs.swe_tasks import held_out_tasks
 from tentalis_pipelines.envs.swe_verify import SignedReport, new_secrets, parse_signed_report, sign
 
 GIVEN = "import math\n\n\ndef area(r):\n    return math.pi * r * r\n"
@@ -120,16 +118,6 @@ def test_only_a_signed_last_line_is_the_report():
     assert parse_signed_report(signed(bad, marker, key), marker, key) == "the test report is malformed"
     assert parse_signed_report(signed({"results": []}, marker, key), marker, key) == "the test report is malformed"
     assert new_secrets() != new_secrets()
-
-
-def test_a_forged_pass_scores_zero_even_when_every_test_passed():
-    task = next(t for t in held_out_tasks() if t.task_id == "swe-roman-binary_operator-l014c14")
-    every = dict.fromkeys(task.fail_to_pass + task.pass_to_pass, "PASSED")
-    assert suite_verdict(task, SuiteRun(every))[0].reward == 1.0
-    verdict, passed, total = suite_verdict(task, SuiteRun(every, forged={task.fail_to_pass[0]: "a canary passed",
-                                                                          task.fail_to_pass[1]: "negated passed"}))
-    assert (verdict.passed, verdict.reward, passed, total) == (False, 0.0, 0, 6)
-    assert verdict.detail.startswith("forged verdict (2 test(s) cannot fail): ")
 
 
 # --------------------------------------------------------------------------- forensics

@@ -8,9 +8,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from tentalis_pipelines.cli import app
 from tentalis_pipelines.envs.terminal_tasks import check_tree, verify
 from tentalis_pipelines.tasks import batches
 from tentalis_pipelines.tasks.terminal_file import (
@@ -147,21 +145,6 @@ def test_a_file_batch_quarantines_its_bad_line_and_its_good_lines_become_task_ro
     held = _file(tmp_path, TREE, name="held.jsonl")
     with pytest.raises(ValueError, match="no usable training task"):
         batches.register_terminal_file_batch(tmp_path / "b", held, num_tasks=1)
-
-
-def test_batch_new_with_a_task_file_reports_file_line_and_fix_and_registers_the_good_lines(home, tmp_path, monkeypatch):
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
-    path = _file(tmp_path, GOOD, {**GOOD, "files": {"n.txt": 3}})
-    out = CliRunner().invoke(app, ["batch", "new", "--tasks", str(path), "--num-tasks", "4"])
-    assert out.exit_code == 0, out.output
-    text = " ".join(out.output.split())
-    assert f"{path}:2: 'files'['n.txt']: the content must be text" in text and "fix: quote it as a JSON string" in text
-    batch_id = out.output.strip().splitlines()[-1]
-    assert batch_id.startswith("mine-") and (home / "batches" / batch_id / "manifest.json").exists()
-    empty = tmp_path / "empty.jsonl"
-    empty.write_text("")
-    bad = CliRunner().invoke(app, ["batch", "new", "--tasks", str(empty)])
-    assert bad.exit_code == 2 and "the file holds no task" in " ".join(bad.output.split())
 
 
 def test_the_benchmark_of_a_task_file_is_its_held_out_lines_or_all_of_them(tmp_path):

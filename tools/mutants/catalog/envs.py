@@ -11,6 +11,16 @@ RUN = ["tests/unit/test_envs_runner.py"]
 HOST = ["tests/test_envs_hostile.py"]
 POL = ["tests/test_envs_policy.py"]
 
+# The pure contamination tests, and the two moved to the integration tier for their CPU (they build the
+# index from benchmark_items and the shared data, and run the CLI).
+CONTAMINATION = ["tests/unit/test_contamination.py",
+                 "tests/test_contamination_integration.py::test_a_benchmark_evaluated_on_earlier_stays_screened_by_its_evaluated_items",
+                 "tests/test_contamination_integration.py::test_the_cli_screens_a_file_before_it_is_dropped_in_the_inbox"]
+
+# The task-file tests, and the CLI one moved to the integration tier for its CPU.
+TERMINAL_FILE = ["tests/unit/test_terminal_file.py",
+                 "tests/test_terminal_file_integration.py::test_batch_new_with_a_task_file_reports_file_line_and_fix_and_registers_the_good_lines"]
+
 MUTANTS = [
     # ---- the reward from the final check
     {"id": "envs-answer-not-stripped", "file": TT, "find": "    got = answer.strip()\n", "replace": "    got = answer\n",
@@ -149,15 +159,15 @@ MUTANTS = [
      "tests": ["tests/unit/test_envs_level0.py"], "why": "--temperature 0 accepted: every sample of a group is the same, GRPO learns nothing"},
     {"id": "envs-screen-by-instruction", "file": "tentalis_pipelines/contamination.py",
      "find": "    matches = index.match([screening_text(t) for t in tasks])\n",
-     "replace": "    matches = index.match([t.get(\"prompt\") or \"\" for t in tasks])\n", "tests": ["tests/unit/test_contamination.py"],
+     "replace": "    matches = index.match([t.get(\"prompt\") or \"\" for t in tasks])\n", "tests": CONTAMINATION,
      "why": "terminal tasks screened by their instruction: held-out tasks are missed (the index holds tasks with trees)"},
     {"id": "envs-screen-without-tree", "file": "tentalis_pipelines/contamination.py",
      "find": "    return prompt + \"\\n\" + json.dumps({\"tree\": meta[\"tree\"], \"check\": task.get(\"reference\")}, sort_keys=True)",
      "replace": "    return prompt + \"\\n\" + json.dumps({\"check\": task.get(\"reference\")}, sort_keys=True)",
-     "tests": ["tests/unit/test_contamination.py"], "why": "the tree left out of a task's identity: a task with other files is quarantined"},
+     "tests": CONTAMINATION, "why": "the tree left out of a task's identity: a task with other files is quarantined"},
     {"id": "envs-evaluated-terminal-prompts-indexed", "file": "tentalis_pipelines/contamination.py",
      "find": "        if str(row[\"benchmark\"]).startswith(ENVIRONMENT_BENCHMARK_PREFIX) or row[\"benchmark\"] in families:\n            continue",
-     "replace": "        if row[\"benchmark\"] in families:\n            continue", "tests": ["tests/unit/test_contamination.py"],
+     "replace": "        if row[\"benchmark\"] in families:\n            continue", "tests": CONTAMINATION,
      "why": "terminal-l0's instructions indexed from benchmark_items: chat prompts equal to one are quarantined (and, fuzzy, training tasks)"},
     {"id": "envs-level-plot-string-order", "file": "tentalis_pipelines/evaluation/plots.py",
      "find": "    levels = sorted(per_level, key=int)\n", "replace": "    levels = sorted(per_level)\n",
@@ -172,10 +182,10 @@ MUTANTS = [
     # ---- bring-your-own terminal task files
     {"id": "task-file-absolute-path-accepted", "file": "tentalis_pipelines/tasks/terminal_file.py",
      "find": "    if path.startswith(\"/\") or \"..\" in parts:\n", "replace": "    if \"..\" in parts:\n",
-     "tests": ["tests/unit/test_terminal_file.py"], "why": "a task file may write /etc/passwd's path into the tree"},
+     "tests": TERMINAL_FILE, "why": "a task file may write /etc/passwd's path into the tree"},
     {"id": "task-file-duplicate-ids-accepted", "file": "tentalis_pipelines/tasks/terminal_file.py",
      "find": "                if task.task_id in seen:\n", "replace": "                if False:\n",
-     "tests": ["tests/unit/test_terminal_file.py"], "why": "two tasks of one file share an id (their rollouts and reviews collide)"},
+     "tests": TERMINAL_FILE, "why": "two tasks of one file share an id (their rollouts and reviews collide)"},
     # ---- the curriculum (issue 72)
     {"id": "curriculum-80-not-mastered", "file": "tentalis_pipelines/tasks/curriculum.py",
      "find": "        elif s is not None and s >= MASTERED:\n", "replace": "        elif s is not None and s > MASTERED:\n",

@@ -1,7 +1,8 @@
 """Planted bugs in the intervals (statistics.py) and the promotion gate (gate_decision, decide_promotion,
 incumbent_for): the ones a tired developer writes (see tools/mutants/mutants.py).
 
-Guarded by tests/unit/test_statistics.py and tests/unit/test_gate.py (pure: no model, no Dagster run),
+Guarded by tests/unit/test_statistics.py (with its two Wilson properties, moved to
+tests/test_statistics_integration.py for their CPU) and tests/unit/test_gate.py (pure: no model, no Dagster run),
 which reach the cases fixtures with one checkpoint and clear-cut results never do: intervals straddling
 zero, a candidate worse by less than a non-default margin, ties, items paired by id in another order,
 and a chain of three checkpoints whose incumbent is neither the base model nor the candidate's parent.
@@ -11,7 +12,7 @@ No mutant here is equivalent."""
 S = "tentalis_pipelines/statistics.py"
 B = "tentalis_pipelines/evaluation/benchmarks.py"
 P = "tentalis_pipelines/promotion.py"
-T = ["tests/unit/test_statistics.py", "tests/unit/test_gate.py"]
+T = ["tests/unit/test_statistics.py", "tests/test_statistics_integration.py", "tests/unit/test_gate.py"]
 
 MUTANTS = [
     # ---------------------------------------------------------------- statistics

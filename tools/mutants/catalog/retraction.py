@@ -2,13 +2,15 @@
 session or task, which checkpoints it taints and where serving falls back to.
 
 Guarded by tests/test_retraction_chain.py (a chain of three checkpoints with a sibling line and an
-unpromoted child, written by hand) and tests/unit/test_lineage.py (sessions and LLM-distilled skills
-retracted everywhere on disk); both pure (no model, no Dagster run).
+unpromoted child, written by hand), tests/unit/test_lineage.py (LLM-distilled skills retracted with
+their review) and the session retraction in tests/test_lineage_integration.py (sessions retracted
+everywhere on disk); all pure (no model, no Dagster run).
 
 No mutant here is equivalent."""
 
 R = "tentalis_pipelines/retraction.py"
-T = ["tests/test_retraction_chain.py", "tests/unit/test_lineage.py"]
+T = ["tests/test_retraction_chain.py", "tests/unit/test_lineage.py",
+     "tests/test_lineage_integration.py::test_retracting_a_session_removes_its_turns_reviews_and_batch_rows_everywhere_on_disk"]
 
 MUTANTS = [
     {"id": "retraction-no-group", "file": R,
