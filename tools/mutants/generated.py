@@ -54,6 +54,12 @@ class Target:
     files: tuple[str, ...]
     tests: tuple[str, ...]
     area: str
+    # mutmut's process_isolation: "fork" forks each mutant's worker from the process that ran the clean
+    # tests; "forkserver" from a server that only collected them. Tests that start multiprocessing's
+    # forkserver (the reward server's ScoringPool) need the latter: a worker forked after the clean run
+    # inherits a forkserver that is not its child, every test fails with ChildProcessError and every
+    # mutant reads as killed.
+    isolation: str = "fork"
 
 
 # The learning path, the gym, the gateway, the imports and the reviewers (issue 73's list).
@@ -85,6 +91,8 @@ TARGETS: tuple[Target, ...] = (
     Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",),
            ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py", "tests/unit/test_prm_labels_contracts.py"),
            "reviewers"),
+    Target("reward_server", ("tentalis_pipelines/rewards/reward_server.py",), ("tests/unit/test_reward_server.py", "tests/unit/test_reward_server_contracts.py"), "rewards",
+           isolation="forkserver"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
@@ -106,7 +114,8 @@ def mutmut_section(target: Target) -> str:
             'source_paths = ["tentalis_pipelines/"]\n'
             f"only_mutate = {arr(target.files)}\n"
             f"pytest_add_cli_args_test_selection = {arr(target.tests)}\n"
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]\n')
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]\n'
+            f"process_isolation = {json.dumps(target.isolation)}\n")
 
 
 def parse_results(text: str) -> dict[str, str]:
