@@ -93,6 +93,9 @@ TARGETS: tuple[Target, ...] = (
            "reviewers"),
     Target("reward_server", ("tentalis_pipelines/rewards/reward_server.py",), ("tests/unit/test_reward_server.py", "tests/unit/test_reward_server_contracts.py"), "rewards",
            isolation="forkserver"),
+    # The gateway's side of idle windows: the activity file the idle_window sensor and a window's training read.
+    Target("idle_activity", ("tentalis_pipelines/activity.py",),
+           ("tests/unit/test_idle_window.py", "tests/unit/test_activity_contracts.py"), "gateway"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
