@@ -96,6 +96,8 @@ TARGETS: tuple[Target, ...] = (
     # The gateway's side of idle windows: the activity file the idle_window sensor and a window's training read.
     Target("idle_activity", ("tentalis_pipelines/activity.py",),
            ("tests/unit/test_idle_window.py", "tests/unit/test_activity_contracts.py"), "gateway"),
+    # The gateway's batcher over a stand-in decoder (a unit test builds no model; the decoder has its own tests).
+    Target("gateway_sampler", ("tentalis_pipelines/gateway/sampler.py",), ("tests/unit/test_gateway_sampler.py",), "gateway"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
