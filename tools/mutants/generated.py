@@ -98,6 +98,9 @@ TARGETS: tuple[Target, ...] = (
            ("tests/unit/test_idle_window.py", "tests/unit/test_activity_contracts.py"), "gateway"),
     # The gateway's batcher over a stand-in decoder (a unit test builds no model; the decoder has its own tests).
     Target("gateway_sampler", ("tentalis_pipelines/gateway/sampler.py",), ("tests/unit/test_gateway_sampler.py",), "gateway"),
+    Target("prm_head", ("tentalis_pipelines/reviewers/prm_head.py",),
+           ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py", "tests/unit/test_prm_head_contracts.py"),
+           "reviewers"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
