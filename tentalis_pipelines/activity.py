@@ -98,6 +98,8 @@ class ActivityRecorder:
         return self
 
     def stop(self) -> None:
+        """End the heartbeat thread, waiting 5 s at most for it (a touch stuck on a stalled disk must not
+        hang the gateway's shutdown: the thread is a daemon and is left behind)."""
         with self._lock:
             self._stop = True
             self._wake.notify()

@@ -84,7 +84,8 @@ class Batcher:
 
 
 def batcher_for(policy) -> Batcher:
-    """The policy's batcher, created on first use (``policy.max_batch_rows`` rows at most)."""
+    """The policy's batcher, created on first use (``policy.max_batch_rows`` rows at most), once even when
+    calls race for it; a policy that has its batcher never waits while another policy's is built."""
     b = getattr(policy, "batcher", None)
     if b is None:
         with _create_lock:

@@ -458,9 +458,9 @@ class DecisionRule:
 def choose_rule(scores: Sequence[Sequence[float]], labels: Sequence[int], kind: str = "threshold",
                 drops: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.3, 0.4)) -> tuple[DecisionRule, float]:
     """The :class:`DecisionRule` of ``kind`` that maximises ProcessBench's F1 on held-out solutions with
-    known first errors (our own labels, never a benchmark's); returns ``(rule, F1)``. The threshold is
-    searched as in :func:`choose_threshold`; for ``drop`` every ``drops`` value is tried too (ties go to
-    the first)."""
+    known first errors (our own labels, never a benchmark's); returns ``(rule, F1)``. The thresholds tried
+    are 101 evenly spaced quantiles of :func:`choose_threshold`'s candidates (``threshold`` itself is
+    :func:`choose_threshold`'s); for ``drop`` every ``drops`` value is tried too (ties go to the first)."""
     from tentalis_pipelines.evaluation.processbench import processbench_metrics
 
     if kind == "threshold":
@@ -485,7 +485,8 @@ def choose_threshold(scores: Sequence[Sequence[float]], labels: Sequence[int], *
                      flags: Sequence[Sequence[bool]] | None = None) -> tuple[float, float]:
     """The threshold that maximises ProcessBench's F1 (accuracy on erroneous and on correct solutions,
     harmonic mean) over held-out solutions with known first errors; returns ``(threshold, F1)``. Candidates
-    are the midpoints between the distinct scores (and the two ends); ties go to the lowest threshold."""
+    are the midpoints between the distinct scores and the two ends (1e-6 beyond the lowest and the highest
+    score); past 400 candidates, 401 evenly spaced quantiles of them. Ties go to the lowest threshold."""
     from tentalis_pipelines.evaluation.processbench import processbench_metrics
 
     values = sorted({float(s) for ss in scores for s in ss})
@@ -542,7 +543,8 @@ class HeadCheckpoint:
         return DecisionRule(self.config.rule, self.threshold, self.config.drop)
 
     def save(self, folder: str | Path) -> Path:
-        """``head.pt`` (the weights) and ``manifest.json`` (config, threshold, lineage) in ``folder``."""
+        """``head.pt`` (the weights) and ``manifest.json`` (config, threshold, lineage; indented with sorted keys,
+        a value JSON cannot hold written as its text) in ``folder``, made if missing; saving again overwrites."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         torch.save({k: v.detach().cpu() for k, v in self.head.state_dict().items()}, folder / "head.pt")
@@ -553,6 +555,7 @@ class HeadCheckpoint:
 
     @classmethod
     def load(cls, folder: str | Path) -> HeadCheckpoint:
+        """A saved head; ``head.pt`` is read as plain weights only (a file that would run code is refused)."""
         folder = Path(folder)
         meta = json.loads((folder / "manifest.json").read_text())
         # A head stored before pooling (or features) was a setting read each step's last token's hidden state:

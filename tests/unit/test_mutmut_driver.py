@@ -35,6 +35,18 @@ def test_mutmut_section_is_valid_toml_restricted_to_the_target():
     assert conf["only_mutate"] == ["tentalis_pipelines/a.py", "tentalis_pipelines/b.py"]
     assert conf["pytest_add_cli_args_test_selection"] == ["tests/unit/test_a.py"]
     assert conf["source_paths"] == ["tentalis_pipelines/"]
+    assert conf["process_isolation"] == "fork" and "do_not_mutate_patterns" not in conf
+    t = generated.Target("x", ("tentalis_pipelines/a.py",), ("tests/unit/test_a.py",), "rewards", isolation="forkserver")
+    assert tomllib.loads(generated.mutmut_section(t))["tool"]["mutmut"]["process_isolation"] == "forkserver"
+
+
+def test_skip_marks_only_the_named_top_level_headers():
+    src = "class Kept:\n    x = 1\n\nclass Big(Base):\n    def f(self):\n        return 1\n\ndef big_helper():\n    pass\n"
+    out = generated.skip_blocks(src, ("Big",))
+    assert out.splitlines()[3] == "class Big(Base):  # pragma: no mutate block"
+    assert out.replace("  # pragma: no mutate block", "") == src  # nothing else changed (not big_helper)
+    with pytest.raises(SystemExit, match="'Missing'"):
+        generated.skip_blocks(src, ("Missing",))
 
 
 RESULTS = """\

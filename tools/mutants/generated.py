@@ -54,6 +54,15 @@ class Target:
     files: tuple[str, ...]
     tests: tuple[str, ...]
     area: str
+    # mutmut's process_isolation: "fork" forks each mutant's worker from the process that ran the clean
+    # tests; "forkserver" from a server that only collected them. Tests that start multiprocessing's
+    # forkserver (the reward server's ScoringPool) need the latter: a worker forked after the clean run
+    # inherits a forkserver that is not its child, every test fails with ChildProcessError and every
+    # mutant reads as killed.
+    isolation: str = "fork"
+    # Top-level classes or functions of ``files`` left unmutated (the parts a unit test cannot reach): the
+    # copy's header line of each gets mutmut's ``# pragma: no mutate block``; the working tree is untouched.
+    skip: tuple[str, ...] = ()
 
 
 # The learning path, the gym, the gateway, the imports and the reviewers (issue 73's list).
@@ -85,6 +94,21 @@ TARGETS: tuple[Target, ...] = (
     Target("prm_labels", ("tentalis_pipelines/reviewers/prm_labels.py",),
            ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py", "tests/unit/test_prm_labels_contracts.py"),
            "reviewers"),
+    Target("reward_server", ("tentalis_pipelines/rewards/reward_server.py",), ("tests/unit/test_reward_server.py", "tests/unit/test_reward_server_contracts.py"), "rewards",
+           isolation="forkserver"),
+    # The gateway's side of idle windows: the activity file the idle_window sensor and a window's training read.
+    Target("idle_activity", ("tentalis_pipelines/activity.py",),
+           ("tests/unit/test_idle_window.py", "tests/unit/test_activity_contracts.py"), "gateway"),
+    # The gateway's batcher over a stand-in decoder (a unit test builds no model; the decoder has its own tests).
+    Target("gateway_sampler", ("tentalis_pipelines/gateway/sampler.py",), ("tests/unit/test_gateway_sampler.py",), "gateway"),
+    Target("prm_head", ("tentalis_pipelines/reviewers/prm_head.py",),
+           ("tests/unit/test_prm_labels.py", "tests/unit/test_prm_recipe.py", "tests/unit/test_prm_head_contracts.py"),
+           "reviewers"),
+    # The batched decoder's pure parts (the KV slab, the prefix cache, the KV store, common_prefix,
+    # kv_position_bytes, the request check); BatchDecoder itself needs a model (its tests are in tests/).
+    Target("batch_decoder_parts", ("tentalis_pipelines/inference/batch_decoder.py",),
+           ("tests/unit/test_episode_decoder_parts.py", "tests/unit/test_slab_cache.py", "tests/unit/test_batch_decoder_contracts.py"),
+           "inference", skip=("BatchDecoder", "_to_host")),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
@@ -106,7 +130,19 @@ def mutmut_section(target: Target) -> str:
             'source_paths = ["tentalis_pipelines/"]\n'
             f"only_mutate = {arr(target.files)}\n"
             f"pytest_add_cli_args_test_selection = {arr(target.tests)}\n"
-            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]\n')
+            'pytest_add_cli_args = ["-p", "no:cacheprovider", "-q", "-p", "no:xdist"]\n'
+            f"process_isolation = {json.dumps(target.isolation)}\n")
+
+
+def skip_blocks(source: str, names: tuple[str, ...]) -> str:
+    """``source`` with mutmut's ``# pragma: no mutate block`` on the (one-line) header of each top-level
+    class or function in ``names``; a name without such a header is an error, not a silent full run."""
+    for name in names:
+        pattern = re.compile(rf"^((?:class|def|async def) {re.escape(name)}\b[^\n#]*:)[ \t]*$", re.M)
+        source, n = pattern.subn(r"\1  # pragma: no mutate block", source)
+        if n != 1:
+            raise SystemExit(f"skip: no one-line top-level header for {name!r} ({n} found)")
+    return source
 
 
 def parse_results(text: str) -> dict[str, str]:
@@ -151,6 +187,9 @@ def run_target(target: Target, jobs: int, keep: bool = False) -> dict:
             shutil.copy2(ROOT / rel, dst)
         with (tmp / "pyproject.toml").open("a") as f:
             f.write(mutmut_section(target))
+        for rel in target.files:
+            if target.skip:
+                (tmp / rel).write_text(skip_blocks((tmp / rel).read_text(), target.skip))
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONDONTWRITEBYTECODE": "1"}
         env.pop("PYTHONPATH", None)
         mutmut = [sys.executable, "-m", "mutmut"]
