@@ -499,3 +499,17 @@ def test_the_eviction_order_of_waiting_contexts_and_ties():
     order = store.eviction_order([[4, 4], [3, 3, 9], [1, 2, 5]], since)
     assert order == [(1, 2), (1,), (3, 3), (4, 4)]  # the last needed first; [1, 2] and [1]: least recently used first
     assert store.eviction_order([[3, 3, 9], [4, 4, 9]], since) == [(1, 2), (1,), (4, 4), (3, 3)]
+
+
+def test_a_slide_under_a_lowered_cap_fits_the_cells_but_never_below_the_live_block():
+    slab, _ = _slab()
+    slab.append_rows(_slab_kv(5), n=1)
+    slab.reserve(68)  # (1, 140)
+    slab.start, slab.end = 137, 139  # a narrow block at the far right (width 2)
+    slab.max_cells = 100  # the budget shrank since the slab was allocated
+    slab.reserve(68)  # slides: 1 x 140 wanted, 100 cells allowed, 70 columns needed
+    assert _cap(slab) == (1, 100) and (slab.start, slab.end) == (0, 2)
+    slab.start, slab.end = 97, 99
+    slab.max_cells = 40
+    with pytest.raises(RuntimeError, match=r"needs 1 rows x 50 columns, more than its budget of 40 cells"):
+        slab.reserve(48)  # 2 + 48 = 100 // 2: a slide, to 50 columns the lowered cap does not hold
