@@ -1,8 +1,10 @@
 """The batched decoder's pure parts (tentalis_pipelines/inference/batch_decoder.py), from their docstrings:
 the request check at its exact bounds, ``common_prefix`` at every split, ``kv_position_bytes`` from a
 config with and without its optional fields, ``DecodeRequest.cancel``, and the prefix cache's LRU, limits
-and hit counters. Written from the mutmut target ``batch_decoder_parts``'s survivors
-(tools/mutants/reports/batch_decoder_parts.md)."""
+and hit counters; the KV slab at its exact capacities (growth, slide, cap, compact, dtype, device, metering)
+and the block-mode KV store (pieces shared between entries, ``nbytes`` against the distinct storages under
+``tensors()``, ``holds``, cuts, eviction ties). Written from the mutmut target ``batch_decoder_parts``'s
+survivors (tools/mutants/reports/batch_decoder_parts.md)."""
 
 from __future__ import annotations
 
