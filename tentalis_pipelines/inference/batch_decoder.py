@@ -452,8 +452,10 @@ class KVStore:
         return True
 
     def _shared_base(self, key: tuple[int, ...], kv, mine: tuple[int, ...]) -> tuple[int, list]:
-        """(positions, pieces): the longest prefix of ``kv`` an entry already holds, equal element for
-        element (class doc); (0, []) when none."""
+        """(positions, pieces): a prefix of ``kv`` an entry already holds, equal element for element
+        (class doc); (0, []) when none. Per entry two lengths are tried, as far as the tokens agree and
+        else the last chunk end both prompts share (equal by construction), not every length between:
+        a shorter equal prefix in between would only save memory, never change an output."""
         best, best_pieces = 0, []
         for other, (pieces, _) in self.entries.items():
             k = min(common_prefix(other, key), len(key))
