@@ -231,3 +231,65 @@ def test_a_slab_sized_up_front_in_uninitialised_memory_decodes_what_a_grown_one_
     for (ids, logps, finish, text), (f_ids, f_logps, f_finish, f_text) in zip(got, _FROZEN, strict=True):
         assert (ids, finish, text) == (f_ids, f_finish, f_text)
         assert logps == pytest.approx(f_logps, abs=1e-5, rel=0)
+
+
+def _decode_all(model, tok, prompts, **kw):
+    dec = BatchDecoder(model, tok, **kw)
+    reqs = [dec.submit(DecodeRequest(p, n=3, max_new_tokens=12, temperature=1.0, seed=21 + i, track_text=False))
+            for i, p in enumerate(prompts)]
+    dec.run()
+    return dec, [(c.token_ids, c.logprobs) for r in reqs for c in r.choices]
+
+
+def _padded_prompts(tok):
+    return [_ids(tok, "Tom has 3 apples and buys 4 more. " * 3), _ids(tok, "Hi"), _ids(tok, "What is 12 - 5? Think first.")]
+
+
+def test_the_decode_steps_attention_decodes_what_the_models_own_sdpa_does(policy):
+    """fp32: the decoder's own decode-step attention (``decode_attention``, the default on a CPU model on
+    sdpa) gives the tokens sdpa's steps give, rows padded unequally, three samples a prompt, and log-probs
+    equal to float rounding; the model was switched to it and every other call still runs sdpa."""
+    from tentalis_pipelines.inference.decode_attention import NAME
+
+    model, tok = policy
+    prompts = _padded_prompts(tok)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        own, want = _decode_all(model, tok, prompts, decode_attention=False)
+        fast, got = _decode_all(model, tok, prompts)
+    finally:
+        torch.set_num_threads(threads)
+    assert fast.decode_attention and not own.decode_attention and model.config._attn_implementation == NAME
+    assert [ids for ids, _ in got] == [ids for ids, _ in want]
+    for (_, lp), (_, lp_want) in zip(got, want, strict=True):
+        assert lp == pytest.approx(lp_want, abs=1e-5, rel=0)
+
+
+def test_bf16_steps_read_every_slab_column_and_the_unwritten_ones_stay_masked(tiny_model_dir, monkeypatch):
+    """bf16: the steps' attention reads the slab's every column (contiguous: no copy), the columns outside
+    the live window masked. The slab is allocated in NaN-filled memory, the worst it can hold: the
+    decoder must zero what it reads, or a NaN reaches every row. The samples equal those of steps that
+    read only the live window (the same arithmetic over fewer masked columns)."""
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    model, tok = load_policy(tiny_model_dir, dtype="bfloat16")
+    prompts = _padded_prompts(tok)
+    real_empty = torch.empty
+    monkeypatch.setattr(bd.torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
+    whole = []
+    real_whole = bd.step_reads_whole_slab
+    monkeypatch.setattr(bd, "step_reads_whole_slab", lambda cache: whole.append(real_whole(cache)) or whole[-1])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _, got = _decode_all(model, tok, prompts, slab_hint=(16, 64))
+        assert whole and all(whole)  # every step read the whole slab (capacity 64, at most 4 windows)
+        monkeypatch.setattr(bd, "step_reads_whole_slab", lambda cache: False)
+        _, want = _decode_all(model, tok, prompts, slab_hint=(16, 64))
+    finally:
+        torch.set_num_threads(threads)
+    assert all(torch.isfinite(torch.tensor(lp)).all() for _, lp in got)
+    assert [ids for ids, _ in got] == [ids for ids, _ in want]
+    for (_, lp), (_, lp_want) in zip(got, want, strict=True):
+        assert lp == pytest.approx(lp_want, abs=2e-2, rel=0)

@@ -44,6 +44,7 @@ import torch
 from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from tentalis_pipelines.hardware import freed_memory_returned
+from tentalis_pipelines.inference.decode_attention import decode_bias, enable_decode_attention
 from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_tokens
 
 
@@ -125,7 +126,8 @@ def check_request(req: DecodeRequest) -> None:
 # --------------------------------------------------------------------------- the KV slab
 class _SlabLayer(DynamicLayer):
     """One layer's view of the slab: ``update`` writes the new keys and values in place at the slab's
-    end column and returns the live window ``[:rows, :, start:end + q]`` (a view, no copy)."""
+    end column and returns the live window ``[:rows, :, start:end + q]`` (a view, no copy), or with the
+    slab's ``whole_columns`` every column ``[:rows]`` (the caller's mask then covers the capacity)."""
 
     def __init__(self, slab: SlabCache, idx: int):
         super().__init__()
@@ -139,7 +141,10 @@ class _SlabLayer(DynamicLayer):
         bk, bv = s.k[self.idx], s.v[self.idx]
         bk[: s.rows, :, s.end : s.end + q] = key_states
         bv[: s.rows, :, s.end : s.end + q] = value_states
-        self.keys, self.values = bk[: s.rows, :, s.start : s.end + q], bv[: s.rows, :, s.start : s.end + q]
+        if s.whole_columns:  # contiguous: a batched product over it copies nothing (``decode_attention``)
+            self.keys, self.values = bk[: s.rows], bv[: s.rows]
+        else:
+            self.keys, self.values = bk[: s.rows, :, s.start : s.end + q], bv[: s.rows, :, s.start : s.end + q]
         return self.keys, self.values
 
     def get_seq_length(self) -> int:
@@ -168,6 +173,11 @@ class SlabCache(DynamicCache):
         # How much a full slab grows: doubling keeps growth amortised O(1) per step; under a KV budget the
         # decoder asks for less (``BatchDecoder``), so the allocation stays near the live block.
         self.growth = 2.0
+        # ``whole_columns``: layers hand attention every column, not the live window (the decoder's bias then
+        # masks the rest), and ``zero_fill``: new tensors start zeroed, so the columns outside the window are
+        # finite (a masked score is -inf only if its key is finite, and 0 x value only if the value is).
+        self.whole_columns = False
+        self.zero_fill = False
         self.k: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         self.v: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
         Cache.__init__(self, layers=[_SlabLayer(self, i) for i in range(num_layers)])
@@ -224,7 +234,8 @@ class SlabCache(DynamicCache):
         self._forget_views()
         for i in range(len(self.k)):
             for buf in (self.k, self.v):
-                new = torch.empty(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
+                alloc = torch.zeros if self.zero_fill else torch.empty
+                new = alloc(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
                 if self.meter is not None:  # the old tensor is still held: both count until the swap
                     self.meter(new.numel() * new.element_size())
                 new[: self.rows, :, offset : offset + w] = buf[i][: self.rows, :, self.start : self.end]
@@ -289,6 +300,14 @@ class SlabCache(DynamicCache):
     def drop_left(self, columns: int) -> None:
         """Forget the first ``columns`` live columns (padding for every row)."""
         self.start += columns
+
+
+def step_reads_whole_slab(cache: SlabCache) -> bool:
+    """Whether a decode step's attention reads every column of the slab rather than its live window.
+    A product over the window (rows strided by the capacity) makes torch's bf16/fp16 batched product on a
+    CPU copy the keys and values first (fp32's MKL path reads them in place): every column, contiguous,
+    costs less while the capacity is at most four windows (``decode_attention``'s module doc)."""
+    return cache.dtype != torch.float32 and cache.zero_fill and cache._capacity()[1] <= 4 * (cache.width + 1)
 
 
 # --------------------------------------------------------------------------- the prefix cache
@@ -644,17 +663,21 @@ class BatchDecoder:
 
     def __init__(self, model, tokenizer, *, max_rows: int | None = None, max_batch_tokens: int = 65536,
                  prefix_cache_tokens: int = 4096, slab_hint: tuple[int, int] | None = None, prefill_block: int = 0,
-                 kv_budget_bytes: int | None = None, share_prefixes: bool = True, min_shared_prefix: int = 16):
+                 kv_budget_bytes: int | None = None, share_prefixes: bool = True, min_shared_prefix: int = 16,
+                 decode_attention: bool = True):
         """``slab_hint`` (rows, columns): the KV slab's first size, for a caller that knows its workload
         (all of a rollout batch's rows, its longest prompt plus the token limit), so the slab is allocated
         once instead of doubling its way there (each growth copies every layer into fresh memory).
         ``prefill_block``, ``kv_budget_bytes``, ``share_prefixes``, ``min_shared_prefix``: block mode and
-        its budget (class doc)."""
+        its budget (class doc). ``decode_attention``: a CPU model on ``sdpa`` runs its decode steps through
+        ``inference.decode_attention`` (one query per row: two batched products, not the flash kernel; the
+        model is switched to it, every other call still runs ``sdpa``); False keeps the model's own."""
         if kv_budget_bytes is not None and prefill_block <= 0:
             raise ValueError("kv_budget_bytes needs block mode: give prefill_block > 0 as well")
         if kv_budget_bytes is not None and kv_budget_bytes <= 0:
             raise ValueError(f"kv_budget_bytes must be positive (got {kv_budget_bytes}); leave it None for no budget")
         self.model, self.tokenizer = model, tokenizer
+        self.decode_attention = bool(decode_attention) and enable_decode_attention(model)
         self.prefill_block = int(prefill_block)
         self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
         self.kv_budget_bytes = kv_budget_bytes
@@ -808,6 +831,7 @@ class BatchDecoder:
         if self.cache is None:
             heads = kv[0][0].shape[1]
             self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
+            self.cache.zero_fill = self.decode_attention
             if self.slab_hint is not None:
                 self.cache._relayout(*self.slab_hint, 0)
         old_width = self.cache.width if self.rows else 0
@@ -853,6 +877,7 @@ class BatchDecoder:
         if self.cache is None:
             heads = kv[0][0].shape[1]
             self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
+            self.cache.zero_fill = self.decode_attention
             self.cache.meter = self._note
             if self.kv_budget_bytes is not None:
                 self.cache.growth = SLAB_GROWTH_UNDER_BUDGET
@@ -924,8 +949,15 @@ class BatchDecoder:
             cache.max_cells = self._slab_cap()
         cache.reserve(1)
         mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=self.device)], 1)
-        out = self.model(input_ids=self.nxt[:, None], attention_mask=mask, position_ids=self.pos[:, None],
-                         past_key_values=cache, use_cache=True)
+        if self.decode_attention:  # the bias is the whole mask: transformers builds none (module doc)
+            cache.whole_columns = step_reads_whole_slab(cache)
+            bias = decode_bias(mask, cache.start, cache._capacity()[1]) if cache.whole_columns else decode_bias(mask)
+            out = self.model(input_ids=self.nxt[:, None], position_ids=self.pos[:, None], past_key_values=cache,
+                             use_cache=True, decode_bias=bias)
+            cache.whole_columns = False
+        else:
+            out = self.model(input_ids=self.nxt[:, None], attention_mask=mask, position_ids=self.pos[:, None],
+                             past_key_values=cache, use_cache=True)
         cache.advance(1)
         self.steps += 1
         self.mask, self.pos = mask, self.pos + 1

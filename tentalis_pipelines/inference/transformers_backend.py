@@ -88,7 +88,9 @@ class TransformersBackend:
                           top_p=params.top_p, stop=tuple(params.stop), seed=params.seed + i, track_text=False)
             for i in range(len(prompts))
         ]
-        for i in sorted(range(len(prompts)), key=lambda i: len(encoded[i])):  # similar lengths side by side: less padding
+        # Longest first: similar lengths side by side (less padding), and every later prompt fits in the
+        # first one's columns, so the slab is not re-laid out (copied) to grow left as each longer one joins.
+        for i in sorted(range(len(prompts)), key=lambda i: len(encoded[i]), reverse=True):
             decoder.submit(requests[i])
         t0 = time.perf_counter()
         decoder.run()

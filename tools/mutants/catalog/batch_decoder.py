@@ -6,6 +6,8 @@ B = "tentalis_pipelines/inference/transformers_backend.py"
 TD = ["tests/test_batch_decoder.py"]
 TS = ["tests/unit/test_slab_cache.py"]
 TSAMPLE = ["tests/unit/test_sampling.py"]
+A = "tentalis_pipelines/inference/decode_attention.py"
+TA = ["tests/unit/test_decode_attention.py", "tests/test_batch_decoder.py"]
 
 MUTANTS = [
     {"id": "decoder-eos-ignored", "file": D, "find": "            if ids[j] in self.eos or hit:\n",
@@ -74,4 +76,16 @@ MUTANTS = [
      "why": "a joining row's padding columns keep what the memory held (uninitialised since the slab is no longer zero-filled)"},
     {"id": "slab-hint-ignored", "file": D, "find": "            if self.slab_hint is not None:\n                self.cache._relayout(*self.slab_hint, 0)\n",
      "replace": "", "tests": TD, "why": "the size hint is dropped: the slab doubles its way up again, copying every layer each time"},
+    # ---- the decode steps' attention (issue 74)
+    {"id": "slab-not-zeroed-for-whole-reads", "file": D, "find": "alloc = torch.zeros if self.zero_fill else torch.empty",
+     "replace": "alloc = torch.empty", "tests": TD,
+     "why": "bf16 steps read every slab column: an unwritten one holds whatever memory held (NaN reaches every row)"},
+    {"id": "decode-bias-padding-unmasked", "file": A, "find": "masked_fill_(mask != 0, 0.0)", "replace": "masked_fill_(mask >= 0, 0.0)",
+     "tests": TA, "why": "a row attends to its left padding (another prompt's columns, zeros)"},
+    {"id": "decode-bias-window-one-wide", "file": A, "find": "bias[:, 0, 0, start : start + width].masked_fill_",
+     "replace": "bias[:, 0, 0, start : start + width + 1].masked_fill_", "tests": TA,
+     "why": "the column after the live window (not yet written) is attended to"},
+    {"id": "decode-attention-heads-misgrouped", "file": A, "find": "q = query.reshape(rows, kv_heads, heads // kv_heads, dim)",
+     "replace": "q = query.reshape(rows, heads // kv_heads, kv_heads, dim).transpose(1, 2)", "tests": TA,
+     "why": "query heads are paired with the wrong kv head (grouped-query attention's order)"},
 ]
