@@ -174,8 +174,8 @@ class SlabCache(DynamicCache):
         # decoder asks for less (``BatchDecoder``), so the allocation stays near the live block.
         self.growth = 2.0
         # ``whole_columns``: layers hand attention every column, not the live window (the decoder's bias then
-        # masks the rest), and ``zero_fill``: new tensors start zeroed, so the columns outside the window are
-        # finite (a masked score is -inf only if its key is finite, and 0 x value only if the value is).
+        # masks the rest), and ``zero_fill``: what a relayout does not copy is zeroed, so the columns outside
+        # the window are finite (a masked score is -inf only if its key is finite, and 0 x value only if the value is).
         self.whole_columns = False
         self.zero_fill = False
         self.k: list[torch.Tensor] = [torch.zeros(0, kv_heads, 0, head_dim, dtype=dtype, device=device) for _ in range(num_layers)]
@@ -234,11 +234,14 @@ class SlabCache(DynamicCache):
         self._forget_views()
         for i in range(len(self.k)):
             for buf in (self.k, self.v):
-                alloc = torch.zeros if self.zero_fill else torch.empty
-                new = alloc(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
+                new = torch.empty(row_cap, self.kv_heads, col_cap, self.head_dim, dtype=self.dtype, device=self.device)
                 if self.meter is not None:  # the old tensor is still held: both count until the swap
                     self.meter(new.numel() * new.element_size())
                 new[: self.rows, :, offset : offset + w] = buf[i][: self.rows, :, self.start : self.end]
+                if self.zero_fill:  # everything but the block just copied
+                    new[self.rows :].zero_()
+                    new[: self.rows, :, :offset].zero_()
+                    new[: self.rows, :, offset + w :].zero_()
                 buf[i] = new
         self.start, self.end = offset, offset + w
 

@@ -134,3 +134,29 @@ def test_a_grown_slab_shows_no_uninitialised_column_to_anyone(poisoned_empty):
             assert not layer_buf[: slab.rows, :, slab.start : slab.end].isnan().any()
     assert _live(slab)[0].tolist()[-41:] == [204.0, *[1000.0 + t for t in range(40)]]
     assert _live(slab)[1].tolist() == [0.0] * (slab.width - 2) + [300, 301]
+
+
+def test_with_zero_fill_a_relayout_zeroes_everything_but_the_block_it_copies(monkeypatch):
+    """``zero_fill`` (the bf16 decode steps read every column): after a relayout into NaN-filled memory,
+    the rows and columns outside the live block are 0, the block holds the rows' keys and values at
+    the new offset; without it the rest is left as memory held it (NaN here)."""
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    real_empty = torch.empty
+    monkeypatch.setattr(bd.torch, "empty", lambda *a, **k: real_empty(*a, **k).fill_(float("nan")))
+    for zero_fill in (True, False):
+        slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+        slab.zero_fill = zero_fill
+        slab.append_rows(_kv(100, 3), n=2)
+        slab._relayout(5, 9, 4)  # 5 rows (2 live), 9 columns, the block at columns 4-6
+        assert (slab.start, slab.end, slab.rows) == (4, 7, 2)
+        for layer in range(2):
+            for buf, sign in ((slab.k, 1), (slab.v, -1)):
+                t = buf[layer]
+                assert torch.equal(t[:2, :, 4:7, 0], sign * torch.tensor([[[100.0, 101, 102]]] * 2))
+                outside = torch.cat([t[2:].flatten(), t[:2, :, :4].flatten(), t[:2, :, 7:].flatten()])
+                assert outside.numel() == 5 * 9 * 2 - 2 * 3 * 2
+                if zero_fill:
+                    assert torch.equal(outside, torch.zeros_like(outside))
+                else:
+                    assert torch.isnan(outside).all()

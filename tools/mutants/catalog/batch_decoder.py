@@ -77,8 +77,8 @@ MUTANTS = [
     {"id": "slab-hint-ignored", "file": D, "find": "            if self.slab_hint is not None:\n                self.cache._relayout(*self.slab_hint, 0)\n",
      "replace": "", "tests": TD, "why": "the size hint is dropped: the slab doubles its way up again, copying every layer each time"},
     # ---- the decode steps' attention (issue 74)
-    {"id": "slab-not-zeroed-for-whole-reads", "file": D, "find": "alloc = torch.zeros if self.zero_fill else torch.empty",
-     "replace": "alloc = torch.empty", "tests": TD,
+    {"id": "slab-not-zeroed-for-whole-reads", "file": D, "find": "                if self.zero_fill:  # everything but the block just copied\n",
+     "replace": "                if False:\n", "tests": TD,
      "why": "bf16 steps read every slab column: an unwritten one holds whatever memory held (NaN reaches every row)"},
     {"id": "decode-bias-padding-unmasked", "file": A, "find": "masked_fill_(mask != 0, 0.0)", "replace": "masked_fill_(mask >= 0, 0.0)",
      "tests": TA, "why": "a row attends to its left padding (another prompt's columns, zeros)"},
