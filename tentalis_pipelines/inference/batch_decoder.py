@@ -309,8 +309,10 @@ def step_reads_whole_slab(cache: SlabCache) -> bool:
     """Whether a decode step's attention reads every column of the slab rather than its live window.
     A product over the window (rows strided by the capacity) makes torch's bf16/fp16 batched product on a
     CPU copy the keys and values first (fp32's MKL path reads them in place): every column, contiguous,
-    costs less while the capacity is at most four windows (``decode_attention``'s module doc)."""
-    return cache.dtype != torch.float32 and cache.zero_fill and cache._capacity()[1] <= 4 * (cache.width + 1)
+    costs less while the capacity is at most four windows (``decode_attention``'s module doc). Only a
+    slab whose unwritten columns are zeroed (``zero_fill``: a bf16/fp16 slab outside block mode) is read
+    whole."""
+    return cache.zero_fill and cache._capacity()[1] <= 4 * (cache.width + 1)
 
 
 # --------------------------------------------------------------------------- the prefix cache
@@ -672,16 +674,21 @@ class BatchDecoder:
         (all of a rollout batch's rows, its longest prompt plus the token limit), so the slab is allocated
         once instead of doubling its way there (each growth copies every layer into fresh memory).
         ``prefill_block``, ``kv_budget_bytes``, ``share_prefixes``, ``min_shared_prefix``: block mode and
-        its budget (class doc). ``decode_attention``: a CPU model on ``sdpa`` runs its decode steps through
-        ``inference.decode_attention`` (one query per row: two batched products, not the flash kernel; the
-        model is switched to it, every other call still runs ``sdpa``); False keeps the model's own."""
+        its budget (class doc). ``decode_attention``: a bf16/fp16 CPU model on ``sdpa`` runs its decode steps
+        outside block mode through ``inference.decode_attention`` over the whole slab (two batched products,
+        not the flash kernel; ``step_reads_whole_slab``); the model is switched to it, every other call
+        (prefill, a step whose slab is mostly headroom) still runs ``sdpa``. Not in fp32 (MKL reads the live
+        window in place, and sdpa was as fast) nor in block mode (zeroing the slab's headroom cost a bf16
+        episode cycle 0.46 GB of peak RSS for 3% less CPU a token; a strided window costs a copy of K and V
+        a layer; ``bench/README.md``). False keeps the model's own everywhere."""
         if kv_budget_bytes is not None and prefill_block <= 0:
             raise ValueError("kv_budget_bytes needs block mode: give prefill_block > 0 as well")
         if kv_budget_bytes is not None and kv_budget_bytes <= 0:
             raise ValueError(f"kv_budget_bytes must be positive (got {kv_budget_bytes}); leave it None for no budget")
         self.model, self.tokenizer = model, tokenizer
-        self.decode_attention = bool(decode_attention) and enable_decode_attention(model)
         self.prefill_block = int(prefill_block)
+        low_precision = getattr(model, "dtype", torch.float32) in (torch.bfloat16, torch.float16)
+        self.decode_attention = bool(decode_attention) and low_precision and self.prefill_block <= 0 and enable_decode_attention(model)
         self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
         self.kv_budget_bytes = kv_budget_bytes
         self.position_bytes = kv_position_bytes(model) if prefill_block > 0 else 0
@@ -834,6 +841,8 @@ class BatchDecoder:
         if self.cache is None:
             heads = kv[0][0].shape[1]
             self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
+            # With the decode steps' attention (bf16/fp16, not block mode: ``__init__``) a step reads the whole
+            # slab, so what is not written must be finite.
             self.cache.zero_fill = self.decode_attention
             if self.slab_hint is not None:
                 self.cache._relayout(*self.slab_hint, 0)
@@ -880,7 +889,6 @@ class BatchDecoder:
         if self.cache is None:
             heads = kv[0][0].shape[1]
             self.cache = SlabCache(len(kv), heads, kv[0][0].shape[-1], dtype=kv[0][0].dtype, device=self.device)
-            self.cache.zero_fill = self.decode_attention
             self.cache.meter = self._note
             if self.kv_budget_bytes is not None:
                 self.cache.growth = SLAB_GROWTH_UNDER_BUDGET
@@ -952,13 +960,14 @@ class BatchDecoder:
             cache.max_cells = self._slab_cap()
         cache.reserve(1)
         mask = torch.cat([self.mask, torch.ones(len(self.rows), 1, dtype=torch.long, device=self.device)], 1)
-        if self.decode_attention:  # the bias is the whole mask: transformers builds none (module doc)
-            cache.whole_columns = step_reads_whole_slab(cache)
-            bias = decode_bias(mask, cache.start, cache._capacity()[1]) if cache.whole_columns else decode_bias(mask)
-            out = self.model(input_ids=self.nxt[:, None], position_ids=self.pos[:, None], past_key_values=cache,
-                             use_cache=True, decode_bias=bias)
-            cache.whole_columns = False
-        else:
+        if self.decode_attention and step_reads_whole_slab(cache):  # the bias is the whole mask: transformers builds none
+            cache.whole_columns = True
+            try:
+                out = self.model(input_ids=self.nxt[:, None], position_ids=self.pos[:, None], past_key_values=cache,
+                                 use_cache=True, decode_bias=decode_bias(mask, cache.start, cache._capacity()[1]))
+            finally:
+                cache.whole_columns = False
+        else:  # the model's own attention (sdpa) over the live window
             out = self.model(input_ids=self.nxt[:, None], attention_mask=mask, position_ids=self.pos[:, None],
                              past_key_values=cache, use_cache=True)
         cache.advance(1)

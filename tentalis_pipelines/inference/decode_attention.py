@@ -9,9 +9,10 @@ and costs a third of that in bf16 (``bench/README.md``).
 
 The function is registered with transformers' ``AttentionInterface`` as ``tentalis_decode`` and a model
 on ``sdpa`` is switched to it by ``enable_decode_attention``; it runs only when the caller passes
-``decode_bias`` (the batch decoder does, on its decode steps): every other call (prefill, the trainer's
-forward, Hugging Face's ``generate``, a gateway prompt) is handed to transformers' own
-``sdpa_attention_forward`` with the same arguments, so nothing but the decoder's steps changes.
+``decode_bias`` (the batch decoder does on its bf16/fp16 decode steps outside block mode, reading the
+whole slab: ``batch_decoder.step_reads_whole_slab``): every other call (prefill, fp32 steps, agent
+episodes' block mode, the trainer's forward, Hugging Face's ``generate``) is handed to transformers' own
+``sdpa_attention_forward`` with the same arguments, so nothing but those steps changes.
 
 Precision: the scores ``q @ k^T`` come out of the product in the model's dtype and the softmax runs in
 float32, transformers' ``eager`` attention's arithmetic; in float32 the outputs match ``sdpa`` to float
