@@ -78,11 +78,20 @@ def test_without_a_bias_or_with_more_than_one_query_it_is_sdpa_itself():
     q2 = torch.cat([q, q], 2)  # two queries a row (a prefill): sdpa, the bias ignored
     want = sdpa_attention_forward(m, q2, k, v, None, scaling=0.3)[0]
     assert torch.equal(decode_attention(m, q2, k, v, None, scaling=0.3, decode_bias=decode_bias(mask))[0], want)
+    # what it hands on, it hands on whole: a keyword sdpa reads (is_causal) and dropout, which the bias path refuses
+    acausal = sdpa_attention_forward(m, q2, k, v, None, scaling=0.3, is_causal=False)[0]
+    assert not torch.equal(acausal, want)
+    assert torch.equal(decode_attention(m, q2, k, v, None, scaling=0.3, is_causal=False)[0], acausal)
+    torch.manual_seed(0)
+    dropped = sdpa_attention_forward(m, q, k, v, bool_mask, dropout=0.5, scaling=0.3)[0]
+    torch.manual_seed(0)
+    got = decode_attention(m, q, k, v, bool_mask, dropout=0.5, scaling=0.3, decode_bias=decode_bias(mask))[0]
+    assert torch.equal(got, dropped) and not torch.allclose(got, _sdpa(q, k, v, mask, 6, 2, 0.3))
 
 
 def test_a_bias_of_the_wrong_shape_is_refused_naming_both_shapes():
     q, k, v, mask = _case()
-    with pytest.raises(ValueError, match=r"\(4, 1, 1, 6\).*\(4, 1, 1, 7\)"):
+    with pytest.raises(ValueError, match=r"\(4, 1, 1, 6\).*\(4, 1, 1, 7\): one bias per row and key column"):
         decode_attention(_module(6, 2), q, k, v, None, decode_bias=decode_bias(mask[:, 1:]))
 
 
@@ -93,7 +102,12 @@ def test_decode_bias_masks_padding_and_every_column_outside_the_window_at_the_ex
     b = decode_bias(mask, 2, 6)[:, 0, 0].tolist()
     assert b == [[inf, inf, inf, 0, 0, inf], [inf, inf, 0, 0, 0, inf]]
     assert decode_bias(mask, 3, 6)[:, 0, 0, 3:].tolist() == [[inf, 0, 0], [0, 0, 0]]  # the window ends at the last column
-    assert decode_bias(mask, 0, 3).dtype == torch.float32
+    default = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:  # float32 whatever torch's default: the scores it is added to are float32
+        assert decode_bias(mask, 0, 3).dtype == torch.float32
+    finally:
+        torch.set_default_dtype(default)
     with pytest.raises(ValueError, match="do not fit"):
         decode_bias(mask, 4, 6)
     with pytest.raises(ValueError, match="do not fit"):
@@ -121,3 +135,18 @@ def test_only_a_cpu_model_on_sdpa_is_switched_and_switching_again_is_a_no_op():
     bare = _model("sdpa", params=False)
     assert not enable_decode_attention(bare) and bare.config._attn_implementation == "sdpa"
     assert not enable_decode_attention(torch.nn.Linear(2, 2))  # no config at all
+    no_attr = _model("sdpa")
+    no_attr.config = types.SimpleNamespace()  # a config that names no attention implementation
+    assert not enable_decode_attention(no_attr)
+
+
+def test_switching_registers_the_function_and_sdpas_mask_under_its_name():
+    from transformers.masking_utils import ALL_MASK_ATTENTION_FUNCTIONS, sdpa_mask
+    from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+    for registry in (ALL_ATTENTION_FUNCTIONS, ALL_MASK_ATTENTION_FUNCTIONS):  # process-global: start from neither
+        registry._global_mapping.pop(NAME, None)
+    assert NAME not in ALL_ATTENTION_FUNCTIONS and NAME not in ALL_MASK_ATTENTION_FUNCTIONS
+    assert enable_decode_attention(_model("sdpa"))
+    assert ALL_ATTENTION_FUNCTIONS[NAME] is decode_attention
+    assert ALL_MASK_ATTENTION_FUNCTIONS[NAME] is sdpa_mask

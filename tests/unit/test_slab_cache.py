@@ -160,3 +160,39 @@ def test_with_zero_fill_a_relayout_zeroes_everything_but_the_block_it_copies(mon
                     assert torch.equal(outside, torch.zeros_like(outside))
                 else:
                     assert torch.isnan(outside).all()
+
+
+def test_a_new_slab_hands_attention_its_window_and_zeroes_nothing_until_asked():
+    slab = SlabCache(1, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    assert slab.whole_columns is False and slab.zero_fill is False
+    slab.append_rows(_kv(10, 2, layers=1), n=2)
+    slab._relayout(3, 8, 1)  # 3 rows of room (2 live), the block at columns 1-2
+    slab.reserve(1)
+    keys, values = slab.layers[0].update(torch.full((2, 1, 1, 2), 7.0), torch.full((2, 1, 1, 2), -7.0))
+    assert keys.shape == values.shape == (2, 1, 3, 2)  # the live window and the new column
+    assert keys[0, 0, :, 0].tolist() == [10, 11, 7] and values[1, 0, :, 0].tolist() == [-10, -11, -7]
+
+
+def test_with_whole_columns_attention_gets_every_column_of_the_live_rows_after_the_write():
+    slab = SlabCache(1, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    slab.zero_fill = True
+    slab.append_rows(_kv(10, 2, layers=1), n=2)
+    slab._relayout(3, 8, 1)
+    slab.reserve(1)
+    slab.whole_columns = True
+    keys, values = slab.layers[0].update(torch.full((2, 1, 1, 2), 7.0), torch.full((2, 1, 1, 2), -7.0))
+    assert keys.shape == values.shape == (2, 1, 8, 2)  # live rows only, all 8 columns
+    assert keys.is_contiguous() and values.is_contiguous()
+    assert keys[0, 0, :, 0].tolist() == [0, 10, 11, 7, 0, 0, 0, 0]
+    assert values[1, 0, :, 0].tolist() == [0, -10, -11, -7, 0, 0, 0, 0]
+
+
+def test_the_whole_slab_is_read_only_when_zeroed_and_at_most_four_windows_wide():
+    from tentalis_pipelines.inference.batch_decoder import step_reads_whole_slab
+
+    for zero_fill, capacity, whole in ((True, 16, True), (True, 17, False), (False, 16, False), (True, 4, True)):
+        slab = SlabCache(1, 1, 2, dtype=torch.bfloat16, device=torch.device("cpu"))
+        slab.zero_fill = zero_fill
+        slab.append_rows(_kv(10, 3, layers=1), n=2)  # width 3: a step's window is 4 columns, four of them 16
+        slab._relayout(2, capacity, 0)
+        assert step_reads_whole_slab(slab) is whole, (zero_fill, capacity)

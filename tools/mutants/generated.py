@@ -109,6 +109,8 @@ TARGETS: tuple[Target, ...] = (
     Target("batch_decoder_parts", ("tentalis_pipelines/inference/batch_decoder.py",),
            ("tests/unit/test_episode_decoder_parts.py", "tests/unit/test_slab_cache.py", "tests/unit/test_batch_decoder_contracts.py"),
            "inference", skip=("BatchDecoder", "_to_host")),
+    Target("decode_attention", ("tentalis_pipelines/inference/decode_attention.py",),
+           ("tests/unit/test_decode_attention.py",), "inference"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
