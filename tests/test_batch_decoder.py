@@ -300,3 +300,72 @@ def test_bf16_steps_read_every_slab_column_and_the_unwritten_ones_stay_masked(ti
         expected = _recomputed(model, prompts[i // 3], ids, 1.0)
         worst = max(worst, (torch.tensor(lps) - expected).abs().max().item())
     assert worst < 0.02, worst  # bf16 rounding of products over other shapes (0.002 here), far below a change of token
+
+
+def test_rows_moved_into_holes_decode_on_with_their_own_keys_and_logprobs(policy, monkeypatch):
+    """Rows leave in the middle of the batch (the first request's limit is 3 tokens, the others' 12 and 7),
+    so compaction moves rows from the end into the holes: a request's rows are then neither contiguous nor
+    in order. Every sampled token's log-prob still equals the trainer's recomputation of its own row (a
+    moved row attends over its own keys and values), each request is sampled once a step (its rows in
+    choice order, from its own generator), and a request's samples are the ones it draws alone."""
+    import tentalis_pipelines.inference.batch_decoder as bd
+
+    model, tok = policy
+    prompts = [_ids(tok, "Tom has 3 apples and buys 4 more."), _ids(tok, "Hi there"), _ids(tok, "What is 12 - 5? Think first.")]
+    limits = [3, 12, 7]
+    moves, calls = [], []
+    real_select, real_sample = bd.SlabCache.select_rows, bd.sample_tokens
+    monkeypatch.setattr(bd.SlabCache, "select_rows", lambda self, keep: moves.append(list(keep)) or real_select(self, keep))
+    monkeypatch.setattr(bd, "sample_tokens", lambda logits, *a: calls.append(logits.shape[0]) or real_sample(logits, *a))
+    dec = BatchDecoder(model, tok)
+    reqs = [dec.submit(DecodeRequest(p, n=4, max_new_tokens=m, temperature=1.0, seed=3 + i, track_text=False))
+            for i, (p, m) in enumerate(zip(prompts, limits))]
+    dec.step()  # admits (each prefill samples a first token) and steps once: 12 rows, three requests
+    assert calls == [4, 4, 4, 4, 4, 4] and len(dec.rows) == 12
+    dec.step()  # the third token: the first request's rows end
+    assert len(dec.rows) == 8
+    assert moves[-1] == [8, 9, 10, 11, 4, 5, 6, 7]  # the last request's rows took the first one's places
+    groups = dec._groups()
+    assert [g[0] for g in groups] == reqs[1:]
+    assert [[dec.rows[j].choice.index for j in idx] for _, idx in groups] == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert groups[1][1] == [0, 1, 2, 3] and groups[0][1] == [4, 5, 6, 7]
+    with torch.inference_mode():  # as the decoder steps
+        dec._select([3, 2, 1, 0, 4, 5, 6, 7])  # the last request's rows in reverse: still sampled in choice order
+    assert dec._groups()[1][1] == [3, 2, 1, 0]
+    calls.clear()
+    dec.step()
+    assert calls == [4, 4]  # one draw per request a step, in the order the requests joined
+    dec.run()
+    for i, req in enumerate(reqs):
+        for c in req.choices:
+            assert len(c.token_ids) == limits[i]
+            expected = _recomputed(model, prompts[i], c.token_ids, 1.0)
+            assert torch.tensor(c.logprobs) == pytest.approx(expected, abs=1e-4)
+    alone = BatchDecoder(model, tok)
+    last = alone.submit(DecodeRequest(prompts[2], n=4, max_new_tokens=7, temperature=1.0, seed=5, track_text=False))
+    alone.run()
+    assert [c.token_ids for c in last.choices] == [c.token_ids for c in reqs[2].choices]
+
+
+def test_bf16_steps_with_packed_weights_decode_the_unpacked_tokens(tiny_model_dir):
+    """A bf16 decoder outside block mode packs the model's linear weights once (where this CPU has oneDNN's
+    bf16 kernels) and samples exactly the tokens and log-probs the plain products give; in block mode, or
+    without those kernels, nothing is packed."""
+    from tentalis_pipelines.inference.packed_linear import packing_supported
+
+    model, tok = load_policy(tiny_model_dir, dtype="bfloat16")
+    prompts = _padded_prompts(tok)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        plain, want = _decode_all(model, tok, prompts, packed_linears=False)
+        packed, got = _decode_all(model, tok, prompts)
+        blocks, _ = _decode_all(model, tok, prompts, prefill_block=16)
+    finally:
+        torch.set_num_threads(threads)
+    assert plain.packed is None and blocks.packed is None
+    if not packing_supported(model):
+        assert packed.packed is None
+        pytest.skip("this CPU has no oneDNN bf16 kernels: nothing to pack")
+    assert packed.packed is not None and packed.packed.repacks == len(packed.packed.modules) > 0
+    assert got == want

@@ -17,8 +17,10 @@ per-request seed or stop strings.
 The KV cache is a ``SlabCache``: one preallocated tensor per layer, ``[rows, heads, columns, dim]``,
 written in place, so a step costs no copy of the cache (transformers' ``DynamicCache`` concatenates
 the whole cache at every step: 43% of a step's time at 128 rows x 200 tokens here). Rows are compacted
-when some leave, columns that are padding for every row are dropped from the left, and the slab grows
-(doubling) when it is full.
+when some leave, the last rows moving into the holes (``fill_holes``: only as many rows are copied as
+left, so a request's rows need not stay contiguous), columns that are padding for every row are dropped
+from the left, and the slab grows (doubling) when it is full. On a bf16 CPU model the linear weights are
+packed once for oneDNN (``inference.packed_linear``) outside block mode.
 
 Sampling is per request: its own temperature, top-p, seed (a ``torch.Generator`` per request) and
 token limit. The log-prob recorded with every token is the one its sampler drew it from:
@@ -45,6 +47,7 @@ from transformers.cache_utils import Cache, DynamicCache, DynamicLayer
 
 from tentalis_pipelines.hardware import freed_memory_returned
 from tentalis_pipelines.inference.decode_attention import decode_bias, enable_decode_attention
+from tentalis_pipelines.inference.packed_linear import PackedLinears, packing_supported
 from tentalis_pipelines.inference.transformers_backend import eos_ids, sample_tokens
 
 
@@ -287,22 +290,37 @@ class SlabCache(DynamicCache):
         self.rows = r1
 
     def select_rows(self, keep: torch.Tensor | list[int]) -> None:
-        """Keep only rows ``keep`` (in that order), compacted to the front. The leading rows already in
-        place (``keep[j] == j``) are not copied: when a few rows leave, only the rows after the first
-        one gone move (the copy of every layer's keys and values is most of a compaction's cost)."""
+        """Keep only rows ``keep`` (row ``j`` becomes the old row ``keep[j]``), compacted to the front. A row
+        already in place (``keep[j] == j``) is not copied: with ``fill_holes``' order, when a few rows leave
+        only as many rows move (the copy of every layer's keys and values is most of a compaction's cost)."""
         keep = keep.tolist() if isinstance(keep, torch.Tensor) else list(keep)
         m = len(keep)
-        first = next((j for j, k in enumerate(keep) if k != j), m)
-        if first < m:
-            idx = torch.tensor(keep[first:], dtype=torch.long, device=self.device)
+        dst = [j for j, k in enumerate(keep) if k != j]
+        if dst:
+            src = torch.tensor([keep[j] for j in dst], dtype=torch.long, device=self.device)
+            # rows [a, b) in one slice where the moved rows are contiguous (a leading block or a single row)
+            at = slice(dst[0], dst[-1] + 1) if dst[-1] - dst[0] + 1 == len(dst) else torch.tensor(dst, dtype=torch.long, device=self.device)
             for buf in (self.k, self.v):
                 for i in range(len(buf)):
-                    buf[i][first:m, :, self.start : self.end] = buf[i][idx, :, self.start : self.end]
+                    # the right side is gathered into a new tensor first: a source row that is also a destination is read before it is overwritten
+                    buf[i][at, :, self.start : self.end] = buf[i][src, :, self.start : self.end]
         self.rows = m
 
     def drop_left(self, columns: int) -> None:
         """Forget the first ``columns`` live columns (padding for every row)."""
         self.start += columns
+
+
+def fill_holes(keep: list[int]) -> list[int]:
+    """The order a compaction puts the surviving rows ``keep`` (their old positions, ascending) in: each
+    one already among the first ``len(keep)`` positions stays where it is, and the holes there are filled
+    by the survivors beyond, in order. Only those move (``SlabCache.select_rows`` copies their keys and
+    values), not every row after the first one gone: in a 16 x 8 rollout that was 2,536 row copies over
+    54 compactions, about a tenth of the run (``bench/README.md``)."""
+    m = len(keep)
+    kept = set(keep)
+    tail = iter(k for k in keep if k >= m)
+    return [j if j in kept else next(tail) for j in range(m)]
 
 
 def step_reads_whole_slab(cache: SlabCache) -> bool:
@@ -632,6 +650,7 @@ class _Row:
     req: DecodeRequest
     choice: Choice
     bound: int = 0  # the most columns this row can need: its prompt plus its token limit
+    joined: int = 0  # its request's place in the order requests joined the batch (``BatchDecoder._groups``)
 
 
 class BatchDecoder:
@@ -669,7 +688,7 @@ class BatchDecoder:
     def __init__(self, model, tokenizer, *, max_rows: int | None = None, max_batch_tokens: int = 65536,
                  prefix_cache_tokens: int = 4096, slab_hint: tuple[int, int] | None = None, prefill_block: int = 0,
                  kv_budget_bytes: int | None = None, share_prefixes: bool = True, min_shared_prefix: int = 16,
-                 decode_attention: bool = True):
+                 decode_attention: bool = True, packed_linears: bool = True):
         """``slab_hint`` (rows, columns): the KV slab's first size, for a caller that knows its workload
         (all of a rollout batch's rows, its longest prompt plus the token limit), so the slab is allocated
         once instead of doubling its way there (each growth copies every layer into fresh memory).
@@ -680,7 +699,10 @@ class BatchDecoder:
         (prefill, a step whose slab is mostly headroom) still runs ``sdpa``. Not in fp32 (MKL reads the live
         window in place, and sdpa was as fast) nor in block mode (zeroing the slab's headroom cost a bf16
         episode cycle 0.46 GB of peak RSS for 3% less CPU a token; a strided window costs a copy of K and V
-        a layer; ``bench/README.md``). False keeps the model's own everywhere."""
+        a layer; ``bench/README.md``). False keeps the model's own everywhere. ``packed_linears``: a bf16 CPU
+        model's linear weights are packed once for oneDNN and used packed in this decoder's forward passes
+        outside block mode (``inference.packed_linear``: 0.87x a bf16 rollout's time, the same tokens, one
+        more copy of the weights); False, or another model, multiplies as the model does."""
         if kv_budget_bytes is not None and prefill_block <= 0:
             raise ValueError("kv_budget_bytes needs block mode: give prefill_block > 0 as well")
         if kv_budget_bytes is not None and kv_budget_bytes <= 0:
@@ -689,6 +711,7 @@ class BatchDecoder:
         self.prefill_block = int(prefill_block)
         low_precision = getattr(model, "dtype", torch.float32) in (torch.bfloat16, torch.float16)
         self.decode_attention = bool(decode_attention) and low_precision and self.prefill_block <= 0 and enable_decode_attention(model)
+        self.packed = PackedLinears(model) if packed_linears and self.prefill_block <= 0 and packing_supported(model) else None
         self.store = KVStore(self.prefill_block, share=share_prefixes, min_tokens=min_shared_prefix) if prefill_block > 0 else None
         self.kv_budget_bytes = kv_budget_bytes
         self.position_bytes = kv_position_bytes(model) if prefill_block > 0 else 0
@@ -711,6 +734,7 @@ class BatchDecoder:
         self.pos = torch.zeros(0, dtype=torch.long, device=self.device)
         self.nxt = torch.zeros(0, dtype=torch.long, device=self.device)
         self.steps = 0  # forward passes over the batch, for tests and /health
+        self._joined = 0  # requests that have joined the batch
         self._tails: dict[tuple[str, ...], int] = {}
 
     # ---- public
@@ -732,10 +756,11 @@ class BatchDecoder:
         """Admit what fits, then one forward pass for every live row; a failure ends every request in
         the batch with that error (and leaves the decoder empty, ready for the next)."""
         try:
-            self._drop_cancelled()
-            self._admit()
-            if self.rows:
-                self._forward_and_sample()
+            with self.packed.active() if self.packed is not None else contextlib.nullcontext():
+                self._drop_cancelled()
+                self._admit()
+                if self.rows:
+                    self._forward_and_sample()
         except Exception as exc:  # noqa: BLE001 - handed to every request it ended
             failed = {id(r.req): r.req for r in self.rows}
             self._reset()
@@ -831,7 +856,8 @@ class BatchDecoder:
             return
         logits, kv = self._prefill(ids)
         logits = logits.repeat(req.n, 1) if req.n > 1 else logits
-        rows = [_Row(req, c) for c in req.choices]
+        joined = self._join()
+        rows = [_Row(req, c, joined=joined) for c in req.choices]
         req.live = req.n
         nxt, logps = sample_tokens(logits, req.temperature, req.top_p, req.generator)
         keep = self._record(req, rows, *_to_host(nxt, logps))
@@ -869,7 +895,8 @@ class BatchDecoder:
         self._note()
         try:
             logits = logits.repeat(req.n, 1) if req.n > 1 else logits
-            rows = [_Row(req, c, len(ids) + req.max_new_tokens) for c in req.choices]
+            joined = self._join()
+            rows = [_Row(req, c, len(ids) + req.max_new_tokens, joined) for c in req.choices]
             req.live = req.n
             nxt, logps = sample_tokens(logits, req.temperature, req.top_p, req.generator)
             keep = self._record(req, rows, *_to_host(nxt, logps))
@@ -974,25 +1001,48 @@ class BatchDecoder:
         self.steps += 1
         self.mask, self.pos = mask, self.pos + 1
         logits = out.logits[:, -1, :].float()
-        spans = self._spans()
-        sampled = [sample_tokens(logits[a:b], req.temperature, req.top_p, req.generator) for req, a, b in spans]
+        # Each request samples its rows in choice order from its own generator, wherever compaction put them
+        # (``fill_holes``): the same draws as when a request's rows stayed contiguous and in order.
+        groups = self._groups()
+        sampled = [sample_tokens(_take_rows(logits, idx), req.temperature, req.top_p, req.generator) for req, idx in groups]
         nxt = torch.cat([t for t, _ in sampled]) if len(sampled) > 1 else sampled[0][0]
         ids, chosen = _to_host(nxt, torch.cat([lp for _, lp in sampled]) if len(sampled) > 1 else sampled[0][1])
         keep: list[int] = []
-        for req, a, b in spans:
-            keep += [a + j for j in self._record(req, self.rows[a:b], ids[a:b], chosen[a:b])]
+        order: list[int] = []  # the batch position of each sampled token
+        for req, idx in groups:
+            a, b = len(order), len(order) + len(idx)
+            keep += [idx[j] for j in self._record(req, [self.rows[i] for i in idx], ids[a:b], chosen[a:b])]
+            order += idx
+        if order != list(range(len(order))):  # back to batch order for the next step's input
+            inverse = [0] * len(order)
+            for i, j in enumerate(order):
+                inverse[j] = i
+            nxt = nxt[torch.tensor(inverse, dtype=torch.long, device=self.device)]
         self.nxt = nxt
         if len(keep) < len(self.rows):
-            self._select(keep)
+            self._select(fill_holes(sorted(keep)))
 
-    def _spans(self) -> list[tuple[DecodeRequest, int, int]]:
-        """(request, first row, end row) for each request in the batch: a request's rows are contiguous."""
-        spans, start = [], 0
-        for j in range(1, len(self.rows) + 1):
-            if j == len(self.rows) or self.rows[j].req is not self.rows[start].req:
-                spans.append((self.rows[start].req, start, j))
-                start = j
-        return spans
+    def _join(self) -> int:
+        self._joined += 1
+        return self._joined
+
+    def _groups(self) -> list[tuple[DecodeRequest, list[int]]]:
+        """(request, the batch positions of its rows in choice order) for each request in the batch, in the
+        order they joined. Compaction moves rows from the end into the holes (``fill_holes``), so a
+        request's rows need not be contiguous or in order."""
+        groups: dict[int, tuple[DecodeRequest, list[int]]] = {}
+        for j, row in enumerate(self.rows):
+            g = groups.get(row.joined)
+            if g is None:
+                groups[row.joined] = g = (row.req, [])
+            g[1].append(j)
+        out = []
+        for key in sorted(groups):
+            req, idx = groups[key]
+            if any(self.rows[x].choice.index > self.rows[y].choice.index for x, y in zip(idx, idx[1:])):
+                idx.sort(key=lambda j: self.rows[j].choice.index)
+            out.append((req, idx))
+        return out
 
     def _record(self, req: DecodeRequest, rows: list[_Row], ids: list[int], chosen: list[float]) -> list[int]:
         """Record one sampled token per row of ``req`` (host values), end the rows that finished, tell
@@ -1044,11 +1094,13 @@ class BatchDecoder:
         if not any(r.req.cancelled for r in self.rows):
             return
         gone = {id(r.req): r.req for r in self.rows if r.req.cancelled}
-        self._select([j for j, r in enumerate(self.rows) if not r.req.cancelled])
+        self._select(fill_holes([j for j, r in enumerate(self.rows) if not r.req.cancelled]))
         for req in gone.values():
             self._end(req, None)
 
     def _select(self, keep: list[int]) -> None:
+        """Go on with the rows ``keep`` (new row ``j`` is old row ``keep[j]``; ``fill_holes`` gives the order
+        that moves the fewest)."""
         if not keep:  # the batch is empty: keep the slab's memory for the next request
             self.rows = []
             self.cache.rows = self.cache.start = self.cache.end = 0
@@ -1078,6 +1130,13 @@ class BatchDecoder:
         req.done, req.error, req.finished_at = True, error, time.perf_counter()
         if req.on_done is not None:
             req.on_done(error)
+
+
+def _take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+    """Rows ``idx`` of ``x``: a view when they are consecutive and ascending, else a gathered copy."""
+    if idx[-1] - idx[0] + 1 == len(idx) and all(b == a + 1 for a, b in zip(idx, idx[1:])):
+        return x[idx[0] : idx[-1] + 1]
+    return x[torch.tensor(idx, dtype=torch.long, device=x.device)]
 
 
 def _to_host(tokens: torch.Tensor, logps: torch.Tensor) -> tuple[list[int], list[float]]:

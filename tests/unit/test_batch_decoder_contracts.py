@@ -18,8 +18,10 @@ from tentalis_pipelines.inference.batch_decoder import (
     KVStore,
     PrefixCache,
     SlabCache,
+    _take_rows,
     check_request,
     common_prefix,
+    fill_holes,
     kv_position_bytes,
 )
 
@@ -515,3 +517,32 @@ def test_a_slide_under_a_lowered_cap_fits_the_cells_but_never_below_the_live_blo
     slab.max_cells = 40
     with pytest.raises(RuntimeError, match=r"needs 1 rows x 50 columns, more than its budget of 40 cells"):
         slab.reserve(48)  # 2 + 48 = 100 // 2: a slide, to 50 columns the lowered cap does not hold
+
+
+def test_fill_holes_moves_only_the_survivors_beyond_the_holes():
+    assert fill_holes([]) == []
+    assert fill_holes([0, 1, 2]) == [0, 1, 2]  # nobody left: nothing moves
+    assert fill_holes([0, 1]) == [0, 1]  # the last rows left
+    assert fill_holes([5]) == [5]
+    assert fill_holes([0]) == [0]
+    assert fill_holes([1]) == [1]  # the row before it left: it moves up one place
+    assert fill_holes([1, 2, 3]) == [3, 1, 2]  # the first row left: the last one takes its place
+    assert fill_holes([0, 2, 4, 5, 6, 7]) == [0, 6, 2, 7, 4, 5]  # holes 1 and 3, filled by 6 and 7 in order
+    for keep in ([0, 2, 4, 5, 6, 7], [3, 4, 5, 6], [1, 3, 5, 7, 9], list(range(1, 40, 3)), [2, 3]):
+        got = fill_holes(keep)
+        m = len(keep)
+        assert sorted(got) == keep  # the same rows, each once
+        assert all(got[j] == j for j in range(m) if j in keep)  # a row in place stays
+        assert sum(got[j] != j for j in range(m)) == sum(k >= m for k in keep)  # only as many move as there are holes
+        assert [k for k in got if k >= m] == sorted(k for k in keep if k >= m)  # the movers keep their order
+
+
+def test_take_rows_is_a_view_for_consecutive_rows_and_a_copy_otherwise():
+    x = torch.arange(24.0).reshape(6, 4)
+    for idx in ([0], [5], [2, 3, 4], [0, 1, 2, 3, 4, 5]):
+        got = _take_rows(x, idx)
+        assert torch.equal(got, x[idx]) and got.data_ptr() == x[idx[0]].data_ptr()  # a view: no copy
+    for idx in ([3, 2, 1], [0, 2], [4, 5, 0], [1, 1], [0, 2, 1], [0, 2, 1, 3], [2, 3, 5, 4]):  # the last two span as many rows as they name
+        got = _take_rows(x, idx)
+        assert torch.equal(got, x[idx])
+        assert got.data_ptr() != x.data_ptr() or idx[0] != 0

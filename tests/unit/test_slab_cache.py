@@ -100,6 +100,36 @@ def test_rows_already_in_place_stay_and_the_rest_move_up():
     assert _live(slab).tolist() == [[100, 101], [300, 301], [500, 501]]
 
 
+def test_select_rows_takes_any_order_and_copies_only_the_rows_that_move(monkeypatch):
+    """``keep`` in any order (``fill_holes``' order, or a swap where a source is also a destination):
+    row ``j`` becomes old row ``keep[j]`` in every layer's keys and values, and a row in place is not
+    copied, so the rows beyond the live window keep whatever they held."""
+    slab = SlabCache(2, 1, 2, dtype=torch.float32, device=torch.device("cpu"))
+    for tag in (100, 200, 300, 400, 500, 600):
+        slab.append_rows(_kv(tag, 2), n=1)
+    for layer in (0, 1):  # a column outside the window, which no copy may touch
+        slab.k[layer][:6, 0, slab.end, 0] = torch.arange(6, dtype=torch.float32)
+    slab.select_rows([5, 1, 4, 3])  # rows 0 and 2 left: 5 and 4 fill their places
+    assert slab.rows == 4
+    for layer in (0, 1):
+        assert _live(slab, layer).tolist() == [[600, 601], [200, 201], [500, 501], [400, 401]]
+        assert (-slab.v[layer][:4, 0, slab.start : slab.end, 0]).tolist() == [[600, 601], [200, 201], [500, 501], [400, 401]]
+        assert slab.k[layer][:6, 0, slab.end, 0].tolist() == [0, 1, 2, 3, 4, 5]  # only the window is copied
+    slab.select_rows([1, 0, 3, 2])  # swaps: every source is a destination too
+    assert _live(slab).tolist() == [[200, 201], [600, 601], [400, 401], [500, 501]]
+    for tag in (700, 800, 900, 1000):
+        slab.append_rows(_kv(tag, 2), n=1)
+    slab.select_rows([7, 1, 2, 6, 5])  # rows 0, 3, 4 take rows 7, 6, 5: three moved rows spanning five
+    assert _live(slab).tolist() == [[1000, 1001], [600, 601], [400, 401], [900, 901], [800, 801]]
+    slab.select_rows([2])  # one row, moved to the front
+    assert slab.rows == 1 and _live(slab).tolist() == [[400, 401]]
+    copies = []
+    real = torch.Tensor.__setitem__
+    monkeypatch.setattr(torch.Tensor, "__setitem__", lambda t, i, v: copies.append(i) or real(t, i, v))
+    slab.select_rows([0])
+    assert copies == []  # in place: nothing copied
+
+
 @pytest.fixture
 def poisoned_empty(monkeypatch):
     """``torch.empty`` in the slab's module returns NaN-filled tensors: what uninitialised memory may

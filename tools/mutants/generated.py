@@ -111,6 +111,8 @@ TARGETS: tuple[Target, ...] = (
            "inference", skip=("BatchDecoder", "_to_host")),
     Target("decode_attention", ("tentalis_pipelines/inference/decode_attention.py",),
            ("tests/unit/test_decode_attention.py",), "inference"),
+    Target("packed_linear", ("tentalis_pipelines/inference/packed_linear.py",),
+           ("tests/unit/test_packed_linear.py",), "inference"),
 )
 
 _RESULT = re.compile(r"^\s*(?P<name>\S+__mutmut_\d+): (?P<status>[a-z ]+?)\s*$")
