@@ -1004,7 +1004,7 @@ class BatchDecoder:
         # Each request samples its rows in choice order from its own generator, wherever compaction put them
         # (``fill_holes``): the same draws as when a request's rows stayed contiguous and in order.
         groups = self._groups()
-        sampled = [sample_tokens(_take_rows(logits, idx), req.temperature, req.top_p, req.generator) for req, idx in groups]
+        sampled = [sample_tokens(take_rows(logits, idx), req.temperature, req.top_p, req.generator) for req, idx in groups]
         nxt = torch.cat([t for t, _ in sampled]) if len(sampled) > 1 else sampled[0][0]
         ids, chosen = _to_host(nxt, torch.cat([lp for _, lp in sampled]) if len(sampled) > 1 else sampled[0][1])
         keep: list[int] = []
@@ -1132,7 +1132,7 @@ class BatchDecoder:
             req.on_done(error)
 
 
-def _take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
+def take_rows(x: torch.Tensor, idx: list[int]) -> torch.Tensor:
     """Rows ``idx`` of ``x``: a view when they are consecutive and ascending, else a gathered copy."""
     if idx[-1] - idx[0] + 1 == len(idx) and all(b == a + 1 for a, b in zip(idx, idx[1:])):
         return x[idx[0] : idx[-1] + 1]

@@ -18,11 +18,11 @@ from tentalis_pipelines.inference.batch_decoder import (
     KVStore,
     PrefixCache,
     SlabCache,
-    _take_rows,
     check_request,
     common_prefix,
     fill_holes,
     kv_position_bytes,
+    take_rows,
 )
 
 
@@ -540,9 +540,9 @@ def test_fill_holes_moves_only_the_survivors_beyond_the_holes():
 def test_take_rows_is_a_view_for_consecutive_rows_and_a_copy_otherwise():
     x = torch.arange(24.0).reshape(6, 4)
     for idx in ([0], [5], [2, 3, 4], [0, 1, 2, 3, 4, 5]):
-        got = _take_rows(x, idx)
+        got = take_rows(x, idx)
         assert torch.equal(got, x[idx]) and got.data_ptr() == x[idx[0]].data_ptr()  # a view: no copy
     for idx in ([3, 2, 1], [0, 2], [4, 5, 0], [1, 1], [0, 2, 1], [0, 2, 1, 3], [2, 3, 5, 4]):  # the last two span as many rows as they name
-        got = _take_rows(x, idx)
+        got = take_rows(x, idx)
         assert torch.equal(got, x[idx])
         assert got.data_ptr() != x.data_ptr() or idx[0] != 0
